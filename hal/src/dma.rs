@@ -1,0 +1,640 @@
+//! DMA memory: the trait drivers allocate descriptor rings, page tables and buffers through
+//! (after virtio-drivers' `Hal`), a page-bitmap allocator usable without `std`, and a host
+//! implementation whose memory doubles as the simulated DRAM that device models read by
+//! physical address.
+
+use core::ptr::NonNull;
+use core::sync::atomic::{AtomicBool, Ordering};
+
+use crate::addr::{PageSize, PhysAddr};
+use crate::{HalError, Result};
+
+/// Size of the allocation unit.
+pub const DMA_PAGE: usize = 4096;
+
+/// Which way data moves; decides cache maintenance on non-coherent systems.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum DmaDirection {
+    /// The CPU writes, the device reads (descriptors, transmit buffers, page tables).
+    ToDevice,
+    /// The device writes, the CPU reads (completions, receive buffers, event queues).
+    FromDevice,
+    /// Both.
+    Bidirectional,
+}
+
+/// A DMA-able region: CPU-visible memory with a bus address the device uses.
+///
+/// The region is not `Clone`: freeing it consumes the only handle. Accessors copy with volatile
+/// loads and stores because the device may write the memory at any time.
+#[derive(Debug)]
+pub struct DmaRegion {
+    cpu: NonNull<u8>,
+    bus: PhysAddr,
+    len: usize,
+    direction: DmaDirection,
+}
+
+// SAFETY: the region is plain memory shared with a device; all accesses through this type are
+// volatile copies, and ownership (who frees it) follows the value.
+unsafe impl Send for DmaRegion {}
+
+impl DmaRegion {
+    /// Builds a region.
+    ///
+    /// # Safety
+    /// `cpu` must point to `len` bytes of memory that stay valid until the region is handed back
+    /// to the allocator that made it, and the device must see that memory at `bus`.
+    pub unsafe fn from_raw_parts(
+        cpu: NonNull<u8>,
+        bus: PhysAddr,
+        len: usize,
+        direction: DmaDirection,
+    ) -> Self {
+        Self {
+            cpu,
+            bus,
+            len,
+            direction,
+        }
+    }
+
+    /// The address the device uses.
+    pub fn bus_addr(&self) -> PhysAddr {
+        self.bus
+    }
+
+    /// The CPU pointer. Accesses through it must be volatile or otherwise synchronised with the
+    /// device.
+    pub fn cpu_ptr(&self) -> NonNull<u8> {
+        self.cpu
+    }
+
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the region is empty (never, for regions from an allocator).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The direction the region was allocated for.
+    pub fn direction(&self) -> DmaDirection {
+        self.direction
+    }
+
+    fn check(&self, offset: usize, len: usize) -> Result<()> {
+        match offset.checked_add(len) {
+            Some(end) if end <= self.len => Ok(()),
+            _ => Err(HalError::PhysOutOfRange {
+                addr: self.bus.as_u64().wrapping_add(offset as u64),
+                len: len as u64,
+            }),
+        }
+    }
+
+    /// Copies `data` into the region at `offset`.
+    pub fn write_bytes(&self, offset: usize, data: &[u8]) -> Result<()> {
+        self.check(offset, data.len())?;
+        for (i, b) in data.iter().enumerate() {
+            // SAFETY: in bounds (checked); the memory is valid per `from_raw_parts`.
+            unsafe { self.cpu.as_ptr().add(offset + i).write_volatile(*b) };
+        }
+        Ok(())
+    }
+
+    /// Copies from the region at `offset` into `out`.
+    pub fn read_bytes(&self, offset: usize, out: &mut [u8]) -> Result<()> {
+        self.check(offset, out.len())?;
+        for (i, b) in out.iter_mut().enumerate() {
+            // SAFETY: in bounds (checked); the memory is valid per `from_raw_parts`.
+            *b = unsafe { self.cpu.as_ptr().add(offset + i).read_volatile() };
+        }
+        Ok(())
+    }
+
+    /// Writes a naturally aligned little-endian u64 (one store, so a device never sees half).
+    pub fn write_u64(&self, offset: usize, value: u64) -> Result<()> {
+        self.check(offset, 8)?;
+        if !offset.is_multiple_of(8) {
+            return Err(HalError::Misaligned {
+                value: offset as u64,
+                align: 8,
+            });
+        }
+        // SAFETY: in bounds and 8-byte aligned (regions are page aligned).
+        unsafe {
+            self.cpu
+                .as_ptr()
+                .add(offset)
+                .cast::<u64>()
+                .write_volatile(value.to_le())
+        };
+        Ok(())
+    }
+
+    /// Reads a naturally aligned little-endian u64.
+    pub fn read_u64(&self, offset: usize) -> Result<u64> {
+        self.check(offset, 8)?;
+        if !offset.is_multiple_of(8) {
+            return Err(HalError::Misaligned {
+                value: offset as u64,
+                align: 8,
+            });
+        }
+        // SAFETY: in bounds and 8-byte aligned (regions are page aligned).
+        Ok(u64::from_le(unsafe {
+            self.cpu.as_ptr().add(offset).cast::<u64>().read_volatile()
+        }))
+    }
+}
+
+/// An allocator of DMA memory.
+///
+/// # Implementation safety
+/// A region returned by [`allocate`](DmaMemory::allocate) must be zeroed, 4 KiB aligned (CPU
+/// pointer and bus address), exclusively owned until freed, and visible to devices at its bus
+/// address. [`sync_for_device`](DmaMemory::sync_for_device) must make CPU writes visible to the
+/// device and [`sync_for_cpu`](DmaMemory::sync_for_cpu) device writes to the CPU.
+pub unsafe trait DmaMemory {
+    /// Allocates `pages` zeroed 4 KiB pages, physically contiguous.
+    fn allocate(&self, pages: usize, direction: DmaDirection) -> Result<DmaRegion>;
+    /// Returns a region to the allocator.
+    fn free(&self, region: DmaRegion) -> Result<()>;
+    /// Makes CPU writes in `region` visible to the device (cache clean on non-coherent
+    /// systems). Coherent implementations only need a store barrier.
+    fn sync_for_device(&self, _region: &DmaRegion) {
+        crate::barrier::dsb_st();
+    }
+    /// Makes device writes in `region` visible to the CPU (cache invalidate on non-coherent
+    /// systems).
+    fn sync_for_cpu(&self, _region: &DmaRegion) {
+        crate::barrier::issue(crate::barrier::Barrier::DsbLd);
+    }
+}
+
+/// A first-fit allocator of contiguous page runs over a bitmap (one bit per page).
+#[derive(Debug)]
+pub struct PageBitmap<S> {
+    words: S,
+    pages: usize,
+}
+
+impl<S: AsRef<[u64]> + AsMut<[u64]>> PageBitmap<S> {
+    /// Manages `pages` pages with `words` as storage (all pages free).
+    pub fn new(mut words: S, pages: usize) -> Result<Self> {
+        if words.as_ref().len() * 64 < pages {
+            return Err(HalError::DmaExhausted {
+                requested: pages * DMA_PAGE,
+            });
+        }
+        words.as_mut().fill(0);
+        Ok(Self { words, pages })
+    }
+
+    fn is_used(&self, page: usize) -> bool {
+        self.words.as_ref()[page / 64] & (1 << (page % 64)) != 0
+    }
+
+    fn set(&mut self, page: usize, used: bool) {
+        let w = &mut self.words.as_mut()[page / 64];
+        if used {
+            *w |= 1 << (page % 64);
+        } else {
+            *w &= !(1 << (page % 64));
+        }
+    }
+
+    /// Allocates `count` contiguous pages; returns the first page index.
+    pub fn allocate(&mut self, count: usize) -> Result<usize> {
+        if count == 0 {
+            return Err(HalError::EmptyRange);
+        }
+        let mut run_start = 0;
+        let mut run = 0;
+        for page in 0..self.pages {
+            if self.is_used(page) {
+                run = 0;
+                run_start = page + 1;
+                continue;
+            }
+            run += 1;
+            if run == count {
+                for p in run_start..run_start + count {
+                    self.set(p, true);
+                }
+                return Ok(run_start);
+            }
+        }
+        Err(HalError::DmaExhausted {
+            requested: count.saturating_mul(DMA_PAGE),
+        })
+    }
+
+    /// Frees `count` pages from `first`; every one must be allocated.
+    pub fn free(&mut self, first: usize, count: usize) -> Result<()> {
+        let end = first
+            .checked_add(count)
+            .filter(|&e| e <= self.pages && count > 0);
+        let Some(end) = end else {
+            return Err(HalError::DmaUnknownRegion {
+                bus: (first * DMA_PAGE) as u64,
+            });
+        };
+        if (first..end).any(|p| !self.is_used(p)) {
+            return Err(HalError::DmaUnknownRegion {
+                bus: (first * DMA_PAGE) as u64,
+            });
+        }
+        for p in first..end {
+            self.set(p, false);
+        }
+        Ok(())
+    }
+
+    /// Pages currently allocated.
+    pub fn used_pages(&self) -> usize {
+        self.words
+            .as_ref()
+            .iter()
+            .map(|w| w.count_ones() as usize)
+            .sum()
+    }
+}
+
+/// A tiny spin lock for the `no_std` pool (single core firmware; no contention expected).
+struct SpinLock<T> {
+    locked: AtomicBool,
+    value: core::cell::UnsafeCell<T>,
+}
+
+// SAFETY: access to `value` is serialised by `locked`.
+unsafe impl<T: Send> Sync for SpinLock<T> {}
+
+impl<T> SpinLock<T> {
+    const fn new(value: T) -> Self {
+        Self {
+            locked: AtomicBool::new(false),
+            value: core::cell::UnsafeCell::new(value),
+        }
+    }
+    fn with<R>(&self, f: impl FnOnce(&mut T) -> R) -> R {
+        while self
+            .locked
+            .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            core::hint::spin_loop();
+        }
+        // SAFETY: we hold the lock.
+        let r = f(unsafe { &mut *self.value.get() });
+        self.locked.store(false, Ordering::Release);
+        r
+    }
+}
+
+/// DMA memory from a fixed, identity-or-offset-mapped pool: firmware's allocator. `WORDS * 64`
+/// pages at most.
+pub struct PoolDma<const WORDS: usize> {
+    cpu_base: NonNull<u8>,
+    bus_base: PhysAddr,
+    bitmap: SpinLock<PageBitmap<[u64; WORDS]>>,
+}
+
+// SAFETY: the pool's memory is owned by the pool (per `new`'s contract) and the bitmap is behind
+// a lock.
+unsafe impl<const WORDS: usize> Sync for PoolDma<WORDS> {}
+// SAFETY: as above.
+unsafe impl<const WORDS: usize> Send for PoolDma<WORDS> {}
+
+impl<const WORDS: usize> PoolDma<WORDS> {
+    /// A pool of `pages` pages at `cpu_base`, seen by devices at `bus_base`.
+    ///
+    /// # Safety
+    /// `[cpu_base, cpu_base + pages * 4096)` must be memory owned by the pool for its whole
+    /// life, 4 KiB aligned, mapped so that the CPU and devices agree (coherent or
+    /// non-cacheable), and visible to devices at `bus_base`.
+    pub unsafe fn new(cpu_base: NonNull<u8>, bus_base: PhysAddr, pages: usize) -> Result<Self> {
+        bus_base.require_aligned(PageSize::Size4K)?;
+        if !(cpu_base.as_ptr() as usize).is_multiple_of(DMA_PAGE) {
+            return Err(HalError::Misaligned {
+                value: cpu_base.as_ptr() as u64,
+                align: DMA_PAGE as u64,
+            });
+        }
+        Ok(Self {
+            cpu_base,
+            bus_base,
+            bitmap: SpinLock::new(PageBitmap::new([0; WORDS], pages)?),
+        })
+    }
+}
+
+// SAFETY: regions are carved from the pool the caller handed over; pages are zeroed on
+// allocation and tracked by the bitmap so no two regions overlap.
+unsafe impl<const WORDS: usize> DmaMemory for PoolDma<WORDS> {
+    fn allocate(&self, pages: usize, direction: DmaDirection) -> Result<DmaRegion> {
+        let first = self.bitmap.with(|b| b.allocate(pages))?;
+        let offset = first * DMA_PAGE;
+        let len = pages * DMA_PAGE;
+        // SAFETY: within the pool (the bitmap covers exactly the pool's pages).
+        let cpu = unsafe { NonNull::new_unchecked(self.cpu_base.as_ptr().add(offset)) };
+        // SAFETY: `cpu` is valid for `len` bytes and exclusively ours now.
+        unsafe { core::ptr::write_bytes(cpu.as_ptr(), 0, len) };
+        let bus = self.bus_base.checked_add(offset as u64)?;
+        // SAFETY: the region lives until freed back to this pool.
+        Ok(unsafe { DmaRegion::from_raw_parts(cpu, bus, len, direction) })
+    }
+
+    fn free(&self, region: DmaRegion) -> Result<()> {
+        let offset = region.bus_addr().offset_from(self.bus_base)? as usize;
+        if !offset.is_multiple_of(DMA_PAGE) {
+            return Err(HalError::DmaUnknownRegion {
+                bus: region.bus_addr().as_u64(),
+            });
+        }
+        self.bitmap
+            .with(|b| b.free(offset / DMA_PAGE, region.len().div_ceil(DMA_PAGE)))
+    }
+}
+
+#[cfg(any(test, feature = "std"))]
+pub use host::HostDma;
+
+#[cfg(any(test, feature = "std"))]
+mod host {
+    use std::alloc::{Layout, alloc_zeroed, dealloc};
+    use std::sync::Mutex;
+    use std::vec::Vec;
+
+    use super::*;
+
+    /// Heap-backed DMA memory for host tests and simulations.
+    ///
+    /// The arena is the simulated DRAM: it occupies `[base, base + size)` of a simulated physical
+    /// address space, drivers get CPU pointers into it, and device models read and write it by
+    /// physical address with [`HostDma::read_phys`] and friends, which fail (as a bus error
+    /// would) outside the arena.
+    pub struct HostDma {
+        arena: NonNull<u8>,
+        size: usize,
+        base: PhysAddr,
+        bitmap: Mutex<PageBitmap<Vec<u64>>>,
+    }
+
+    // SAFETY: the arena is owned by this value and freed only in Drop; the allocator is behind a
+    // Mutex. Concurrent CPU/device access to the same bytes is the protocol's business, as on
+    // hardware; our models access memory from the thread that drives them.
+    unsafe impl Send for HostDma {}
+    // SAFETY: as for Send.
+    unsafe impl Sync for HostDma {}
+
+    impl std::fmt::Debug for HostDma {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.debug_struct("HostDma")
+                .field("base", &self.base)
+                .field("size", &self.size)
+                .finish()
+        }
+    }
+
+    impl HostDma {
+        /// An arena of `pages` pages at simulated physical address `base`.
+        pub fn new(base: PhysAddr, pages: usize) -> Result<Self> {
+            base.require_aligned(PageSize::Size4K)?;
+            let size = pages
+                .checked_mul(DMA_PAGE)
+                .filter(|&s| s > 0)
+                .ok_or(HalError::EmptyRange)?;
+            base.checked_add(size as u64)?;
+            let layout = Layout::from_size_align(size, DMA_PAGE)
+                .map_err(|_| HalError::DmaExhausted { requested: size })?;
+            // SAFETY: the layout has a non-zero size.
+            let arena = NonNull::new(unsafe { alloc_zeroed(layout) })
+                .ok_or(HalError::DmaExhausted { requested: size })?;
+            let bitmap = PageBitmap::new(vec![0u64; pages.div_ceil(64)], pages)?;
+            Ok(Self {
+                arena,
+                size,
+                base,
+                bitmap: Mutex::new(bitmap),
+            })
+        }
+
+        /// First physical address of the arena.
+        pub fn base(&self) -> PhysAddr {
+            self.base
+        }
+
+        /// Size of the arena in bytes.
+        pub fn size(&self) -> usize {
+            self.size
+        }
+
+        /// Pages currently allocated.
+        pub fn used_pages(&self) -> usize {
+            self.bitmap
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .used_pages()
+        }
+
+        fn offset_of(&self, addr: PhysAddr, len: usize) -> Result<usize> {
+            let err = HalError::PhysOutOfRange {
+                addr: addr.as_u64(),
+                len: len as u64,
+            };
+            let off = addr.offset_from(self.base).map_err(|_| err)?;
+            match off.checked_add(len as u64) {
+                Some(end) if end <= self.size as u64 => Ok(off as usize),
+                _ => Err(err),
+            }
+        }
+
+        /// Device-side read of `out.len()` bytes at physical address `addr`.
+        pub fn read_phys(&self, addr: PhysAddr, out: &mut [u8]) -> Result<()> {
+            let off = self.offset_of(addr, out.len())?;
+            // SAFETY: in bounds of the arena (checked).
+            unsafe {
+                core::ptr::copy_nonoverlapping(
+                    self.arena.as_ptr().add(off),
+                    out.as_mut_ptr(),
+                    out.len(),
+                )
+            };
+            Ok(())
+        }
+
+        /// Device-side write of `data` at physical address `addr`.
+        pub fn write_phys(&self, addr: PhysAddr, data: &[u8]) -> Result<()> {
+            let off = self.offset_of(addr, data.len())?;
+            // SAFETY: in bounds of the arena (checked).
+            unsafe {
+                core::ptr::copy_nonoverlapping(
+                    data.as_ptr(),
+                    self.arena.as_ptr().add(off),
+                    data.len(),
+                )
+            };
+            Ok(())
+        }
+
+        /// Device-side little-endian u64 read (e.g. a page-table walk).
+        pub fn read_phys_u64(&self, addr: PhysAddr) -> Result<u64> {
+            let mut b = [0u8; 8];
+            self.read_phys(addr, &mut b)?;
+            Ok(u64::from_le_bytes(b))
+        }
+
+        /// Device-side little-endian u64 write.
+        pub fn write_phys_u64(&self, addr: PhysAddr, value: u64) -> Result<()> {
+            self.write_phys(addr, &value.to_le_bytes())
+        }
+    }
+
+    // SAFETY: regions come from the arena, zeroed on allocation, tracked by the bitmap so they
+    // never overlap, 4 KiB aligned because the arena is; the model sees them at `bus`.
+    unsafe impl DmaMemory for HostDma {
+        fn allocate(&self, pages: usize, direction: DmaDirection) -> Result<DmaRegion> {
+            let first = self
+                .bitmap
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .allocate(pages)?;
+            let offset = first * DMA_PAGE;
+            let len = pages * DMA_PAGE;
+            // SAFETY: within the arena.
+            let cpu = unsafe { NonNull::new_unchecked(self.arena.as_ptr().add(offset)) };
+            // SAFETY: exclusively ours now, in bounds.
+            unsafe { core::ptr::write_bytes(cpu.as_ptr(), 0, len) };
+            // SAFETY: valid until freed; the arena outlives regions only if the caller frees them
+            // before dropping the allocator, which `Drop` cannot check; a region used after the
+            // allocator is dropped is the caller's bug, as with any allocator.
+            Ok(unsafe {
+                DmaRegion::from_raw_parts(
+                    cpu,
+                    self.base.checked_add(offset as u64)?,
+                    len,
+                    direction,
+                )
+            })
+        }
+
+        fn free(&self, region: DmaRegion) -> Result<()> {
+            let offset = self
+                .offset_of(region.bus_addr(), region.len())
+                .map_err(|_| HalError::DmaUnknownRegion {
+                    bus: region.bus_addr().as_u64(),
+                })?;
+            if !offset.is_multiple_of(DMA_PAGE) {
+                return Err(HalError::DmaUnknownRegion {
+                    bus: region.bus_addr().as_u64(),
+                });
+            }
+            self.bitmap
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .free(offset / DMA_PAGE, region.len().div_ceil(DMA_PAGE))
+        }
+    }
+
+    impl Drop for HostDma {
+        fn drop(&mut self) {
+            // SAFETY: allocated in `new` with this exact layout (size checked there).
+            unsafe {
+                dealloc(
+                    self.arena.as_ptr(),
+                    Layout::from_size_align_unchecked(self.size, DMA_PAGE),
+                )
+            };
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bitmap_first_fit_and_errors() {
+        let mut b = PageBitmap::new([0u64; 2], 100).unwrap();
+        assert_eq!(b.allocate(3), Ok(0));
+        assert_eq!(b.allocate(2), Ok(3));
+        b.free(0, 3).unwrap();
+        assert_eq!(b.allocate(4), Ok(5));
+        assert_eq!(b.allocate(3), Ok(0));
+        assert_eq!(b.free(0, 3), Ok(()));
+        assert!(
+            matches!(b.free(0, 3), Err(HalError::DmaUnknownRegion { .. })),
+            "double free"
+        );
+        assert!(matches!(
+            b.free(99, 5),
+            Err(HalError::DmaUnknownRegion { .. })
+        ));
+        assert!(matches!(
+            b.allocate(200),
+            Err(HalError::DmaExhausted { .. })
+        ));
+        assert_eq!(b.allocate(0), Err(HalError::EmptyRange));
+        assert_eq!(b.used_pages(), 6);
+    }
+
+    #[test]
+    fn host_dma_regions_are_visible_by_physical_address() {
+        let dma = HostDma::new(PhysAddr::new(0x8000_0000), 16).unwrap();
+        let r = dma.allocate(2, DmaDirection::Bidirectional).unwrap();
+        assert_eq!(r.bus_addr(), PhysAddr::new(0x8000_0000));
+        r.write_u64(8, 0x1122_3344_5566_7788).unwrap();
+        assert_eq!(
+            dma.read_phys_u64(PhysAddr::new(0x8000_0008)).unwrap(),
+            0x1122_3344_5566_7788
+        );
+        dma.write_phys(PhysAddr::new(0x8000_1000), b"hello")
+            .unwrap();
+        let mut out = [0u8; 5];
+        r.read_bytes(0x1000, &mut out).unwrap();
+        assert_eq!(&out, b"hello");
+        assert!(
+            r.write_bytes(0x1ffe, b"abc").is_err(),
+            "past the end of the region"
+        );
+        assert!(r.write_u64(4, 0).is_err(), "misaligned");
+        assert!(
+            dma.read_phys_u64(PhysAddr::new(0x7fff_fff8)).is_err(),
+            "below the arena"
+        );
+        assert!(
+            dma.read_phys_u64(PhysAddr::new(0x8001_0000)).is_err(),
+            "above the arena"
+        );
+        let r2 = dma.allocate(1, DmaDirection::ToDevice).unwrap();
+        assert_eq!(r2.bus_addr(), PhysAddr::new(0x8000_2000));
+        assert_eq!(dma.used_pages(), 3);
+        dma.free(r).unwrap();
+        dma.free(r2).unwrap();
+        assert_eq!(dma.used_pages(), 0);
+        assert!(matches!(
+            dma.allocate(17, DmaDirection::ToDevice),
+            Err(HalError::DmaExhausted { .. })
+        ));
+    }
+
+    #[test]
+    fn pool_dma_zeroes_and_tracks() {
+        #[repr(align(4096))]
+        struct Pool([u8; 4 * DMA_PAGE]);
+        let mut pool = Box::new(Pool([0xAA; 4 * DMA_PAGE]));
+        let base = NonNull::new(pool.0.as_mut_ptr()).unwrap();
+        // SAFETY: the pool buffer outlives `dma` and is used only through it.
+        let dma = unsafe { PoolDma::<1>::new(base, PhysAddr::new(0x1000_0000), 4) }.unwrap();
+        let r = dma.allocate(4, DmaDirection::FromDevice).unwrap();
+        assert_eq!(r.read_u64(0x3ff8).unwrap(), 0, "allocation is zeroed");
+        assert!(dma.allocate(1, DmaDirection::ToDevice).is_err());
+        dma.free(r).unwrap();
+        let _ = dma;
+        drop(pool);
+    }
+}
