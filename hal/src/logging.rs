@@ -14,22 +14,22 @@ macro_rules! define_log_macro {
         #[cfg(feature = "defmt")]
         #[macro_export]
         macro_rules! $name {
-                    ($d($d arg:tt)*) => { $crate::__private::defmt::$level!($d($d arg)*) };
-                }
+                            ($d($d arg:tt)*) => { $crate::__private::defmt::$level!($d($d arg)*) };
+                        }
         #[doc = concat!("Logs at `", stringify!($level), "` level through the shim.")]
         #[cfg(all(feature = "log", not(feature = "defmt")))]
         #[macro_export]
         macro_rules! $name {
-                    ($d($d arg:tt)*) => { $crate::__private::log::$level!($d($d arg)*) };
-                }
+                            ($d($d arg:tt)*) => { $crate::__private::log::$level!($d($d arg)*) };
+                        }
         #[doc = concat!("Logs at `", stringify!($level), "` level through the shim.")]
         #[cfg(not(any(feature = "log", feature = "defmt")))]
         #[macro_export]
         macro_rules! $name {
-                    ($fmt:literal $d(, $d arg:expr)* $d(,)?) => {{
-                        $d( let _ = &$d arg; )*
-                    }};
-                }
+                            ($fmt:literal $d(, $d arg:expr)* $d(,)?) => {{
+                                $d( let _ = &$d arg; )*
+                            }};
+                        }
     };
 }
 

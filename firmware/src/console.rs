@@ -1,0 +1,44 @@
+//! The program console: [`print!`](crate::print) and [`println!`](crate::println) write to
+//! the platform's UART (bare-metal builds only; there is one CPU and no interrupts, so no
+//! locking). Output is best effort: a stuck UART drops characters rather than hanging.
+
+/// Writes formatted text to the console; used by the print macros.
+#[cfg(all(target_arch = "aarch64", target_os = "none"))]
+pub fn _print(args: core::fmt::Arguments<'_>) {
+    crate::rt::with_console(|console| {
+        let _ = console.write_fmt(args);
+    });
+}
+
+/// The console as a [`core::fmt::Write`] sink, e.g. for library code that logs to a
+/// `&mut dyn fmt::Write`.
+#[cfg(all(target_arch = "aarch64", target_os = "none"))]
+#[derive(Debug, Default)]
+pub struct Console;
+
+#[cfg(all(target_arch = "aarch64", target_os = "none"))]
+impl core::fmt::Write for Console {
+    fn write_str(&mut self, s: &str) -> core::fmt::Result {
+        _print(format_args!("{s}"));
+        Ok(())
+    }
+}
+
+/// Prints to the console.
+#[macro_export]
+macro_rules! print {
+    ($($arg:tt)*) => {
+        $crate::console::_print(::core::format_args!($($arg)*))
+    };
+}
+
+/// Prints to the console, with a newline (sent as CR LF).
+#[macro_export]
+macro_rules! println {
+    () => {
+        $crate::console::_print(::core::format_args!("\n"))
+    };
+    ($($arg:tt)*) => {
+        $crate::console::_print(::core::format_args!("{}\n", ::core::format_args!($($arg)*)))
+    };
+}

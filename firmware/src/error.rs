@@ -1,0 +1,224 @@
+//! The crate's one error type.
+
+use hal::HalError;
+
+use crate::pci::Bdf;
+
+/// Everything the runtime and the probe logic can fail with. Codes are stable
+/// (see [`FirmwareError::code`]); a program's FAIL verdict prints the message.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum FirmwareError {
+    /// A register block did not fit its bus window, or an array index was out of range.
+    #[error("register access: {0}")]
+    Hal(#[from] HalError),
+
+    /// The blob does not start with the flattened-devicetree magic 0xd00dfeed.
+    #[error("device tree: bad magic {found:#010x}")]
+    FdtBadMagic {
+        /// The first word of the blob.
+        found: u32,
+    },
+    /// The blob is shorter than its header (or one of its blocks) says.
+    #[error("device tree: truncated ({len} bytes available)")]
+    FdtTruncated {
+        /// Bytes available.
+        len: usize,
+    },
+    /// The blob's format version is one this parser cannot read (it needs version 16 or a
+    /// later one that is backward compatible with 16).
+    #[error("device tree: unsupported version {version} (last compatible {last_compatible})")]
+    FdtVersion {
+        /// The header's `version`.
+        version: u32,
+        /// The header's `last_comp_version`.
+        last_compatible: u32,
+    },
+    /// The structure block is malformed at this offset (bad token, unterminated name,
+    /// property outside the strings block, unbalanced nodes, too deep nesting).
+    #[error("device tree: malformed structure block at offset {offset:#x}")]
+    FdtMalformed {
+        /// Byte offset in the structure block.
+        offset: usize,
+    },
+    /// A property has a length or cell count the caller cannot use.
+    #[error("device tree: property `{name}` is malformed")]
+    FdtBadProperty {
+        /// The property name.
+        name: &'static str,
+    },
+
+    /// The identity map needs more translation tables than the runtime reserved.
+    #[error("page tables: more than {available} tables needed")]
+    PageTablesExhausted {
+        /// Tables available.
+        available: usize,
+    },
+    /// A region to map as normal memory is empty after rounding to 2 MiB, or lies outside the
+    /// mapped address space.
+    #[error("memory region {base:#x}+{size:#x} cannot be mapped")]
+    RegionNotMappable {
+        /// Start of the region.
+        base: u64,
+        /// Size of the region.
+        size: u64,
+    },
+    /// The runtime does not support running at this exception level (or in this mode, e.g.
+    /// EL2 with HCR_EL2.E2H set).
+    #[error("unsupported exception level EL{el}")]
+    UnsupportedExceptionLevel {
+        /// The exception level.
+        el: u8,
+    },
+
+    /// A register window the program wants to use is not mapped as Device memory (it
+    /// overlaps RAM or lies beyond the identity map).
+    #[error("{base:#x}+{size:#x} is not mapped as Device memory")]
+    NotDeviceMemory {
+        /// Start of the window.
+        base: u64,
+        /// Size of the window.
+        size: u64,
+    },
+
+    /// The host bridge has no 32-bit memory window to place BARs in.
+    #[error("the PCI host bridge has no 32-bit memory window")]
+    PciNoMemoryWindow,
+    /// Enumeration found more bridges than bus numbers the host bridge decodes.
+    #[error("PCI bus numbers exhausted behind {bridge}")]
+    PciBusNumbersExhausted {
+        /// The bridge that needed a secondary bus.
+        bridge: Bdf,
+    },
+    /// Enumeration found more functions than the runtime keeps.
+    #[error("more than {capacity} PCI functions")]
+    PciTooManyFunctions {
+        /// How many are kept.
+        capacity: usize,
+    },
+    /// A bus, device or function number outside the ECAM window or the PCI limits.
+    #[error("PCI address {bus:#x}:{device:#x}.{function:#x} is outside the ECAM window")]
+    PciAddressOutOfRange {
+        /// Bus number.
+        bus: u16,
+        /// Device number.
+        device: u8,
+        /// Function number.
+        function: u8,
+    },
+    /// No function with this vendor and device ID was found.
+    #[error("no PCI function {vendor:04x}:{device:04x} found")]
+    PciDeviceNotFound {
+        /// Vendor ID.
+        vendor: u16,
+        /// Device ID.
+        device: u16,
+    },
+    /// A BAR reads back zero after writing all-ones: it is not implemented.
+    #[error("BAR{index} of {bdf} is not implemented")]
+    PciBarNotImplemented {
+        /// The function.
+        bdf: Bdf,
+        /// BAR index.
+        index: u8,
+    },
+    /// A BAR index past the header's BARs, or the upper half of a 64-bit BAR at the end.
+    #[error("BAR{index} of {bdf} does not exist")]
+    PciBarIndex {
+        /// The function.
+        bdf: Bdf,
+        /// BAR index.
+        index: u8,
+    },
+    /// A BAR is not the kind the caller can assign (I/O, 64-bit, legacy below-1-MiB).
+    #[error("BAR{index} of {bdf} is {found}, expected 32-bit memory")]
+    PciUnexpectedBarKind {
+        /// The function.
+        bdf: Bdf,
+        /// BAR index.
+        index: u8,
+        /// What it is.
+        found: &'static str,
+    },
+    /// The memory window has no naturally aligned room left for a BAR of this size.
+    #[error("no room for {size:#x} bytes in the PCI memory window")]
+    PciWindowExhausted {
+        /// The BAR size.
+        size: u64,
+    },
+    /// A BAR did not read back the address written to it.
+    #[error("BAR{index} of {bdf}: wrote {wrote:#010x}, read back {read:#010x}")]
+    PciBarReadback {
+        /// The function.
+        bdf: Bdf,
+        /// BAR index.
+        index: u8,
+        /// Address written.
+        wrote: u32,
+        /// Value read back.
+        read: u32,
+    },
+    /// The command register did not take the enable bits.
+    #[error("command register of {bdf}: wanted bits {wanted:#06x}, read {read:#06x}")]
+    PciCommandReadback {
+        /// The function.
+        bdf: Bdf,
+        /// Bits that should be set.
+        wanted: u16,
+        /// Value read back.
+        read: u16,
+    },
+
+    /// The edu identification register holds an unexpected value.
+    #[error("edu identification register is {found:#010x}, expected {expected:#010x}")]
+    EduIdentification {
+        /// Value read.
+        found: u32,
+        /// Value expected.
+        expected: u32,
+    },
+    /// The edu liveness register did not return the bitwise NOT of a written pattern.
+    #[error("edu liveness: wrote {wrote:#010x}, read {read:#010x}, expected {expected:#010x}")]
+    EduLiveness {
+        /// Pattern written.
+        wrote: u32,
+        /// Value read back.
+        read: u32,
+        /// Its bitwise NOT.
+        expected: u32,
+    },
+}
+
+impl FirmwareError {
+    /// A stable numeric code (0 is never used).
+    pub const fn code(&self) -> u32 {
+        match self {
+            Self::Hal(_) => 1,
+            Self::FdtBadMagic { .. } => 10,
+            Self::FdtTruncated { .. } => 11,
+            Self::FdtVersion { .. } => 12,
+            Self::FdtMalformed { .. } => 13,
+            Self::FdtBadProperty { .. } => 14,
+            Self::PageTablesExhausted { .. } => 20,
+            Self::RegionNotMappable { .. } => 21,
+            Self::UnsupportedExceptionLevel { .. } => 22,
+            Self::NotDeviceMemory { .. } => 23,
+            Self::PciBusNumbersExhausted { .. } => 30,
+            Self::PciTooManyFunctions { .. } => 31,
+            Self::PciAddressOutOfRange { .. } => 32,
+            Self::PciDeviceNotFound { .. } => 33,
+            Self::PciBarNotImplemented { .. } => 34,
+            Self::PciBarIndex { .. } => 35,
+            Self::PciUnexpectedBarKind { .. } => 36,
+            Self::PciWindowExhausted { .. } => 37,
+            Self::PciBarReadback { .. } => 38,
+            Self::PciCommandReadback { .. } => 39,
+            Self::PciNoMemoryWindow => 50,
+            Self::EduIdentification { .. } => 40,
+            Self::EduLiveness { .. } => 41,
+        }
+    }
+}
+
+/// Result with [`FirmwareError`].
+pub type Result<T = ()> = core::result::Result<T, FirmwareError>;

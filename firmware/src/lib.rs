@@ -1,0 +1,259 @@
+//! A small bare-metal runtime for aarch64 test programs of nprdma, and the portable logic
+//! those programs use (device-tree parsing, PCI enumeration, the edu device, page tables,
+//! exception decoding), which is unit-tested on the host against device models.
+//!
+//! # Programs
+//! Each program is a binary in `src/bin/NAME.rs`, built for `aarch64-unknown-none` and run
+//! on QEMU `virt` by `cargo xtask qemu NAME`:
+//!
+//! - `pci-probe`: finds the PCIe ECAM in the device tree, enumerates it, assigns the `edu`
+//!   device's BAR0, enables memory decoding and bus mastering, and checks edu's
+//!   identification and liveness registers.
+//! - `fault-probe`: reads an address outside the identity map on purpose; the exception
+//!   handler must report the data abort and fail the run.
+//!
+//! # Verdict protocol
+//! A run ends with exactly one line `NPRDMA-VERDICT: PASS <summary>` or
+//! `NPRDMA-VERDICT: FAIL <reason>` on the console, then power-off (PSCI SYSTEM_OFF through
+//! `hvc #0` on `virt`, which makes QEMU exit with status 0). The harness passes a run only
+//! if it saw the PASS line and QEMU exited 0. The runtime prints the line: from the value
+//! the program's run function returns, from the exception handler (FAIL with the syndrome),
+//! or from the panic handler (FAIL with location and message). See [`verdict`].
+//!
+//! # Boot flow
+//! 1. `_start` (assembly in `rt`, linked first at the image base) keeps `x0`, parks all
+//!    CPUs but the one with MPIDR.Aff0 = 0, reads `CurrentEL`, enables FP/SIMD
+//!    (CPACR_EL1.FPEN = 0b11; also CPTR_EL2.TFP = 0 at EL2, CPTR_EL3 = 0 at EL3), installs
+//!    the vector table in VBAR_ELx of the current EL, sets SP_ELx to the 16 KiB exception
+//!    stack and SP_EL0 to the 512 KiB program stack (and selects SP_EL0), clears `.bss`
+//!    and calls `__firmware_rust_entry(x0, el)`, which [`program!`] defines.
+//! 2. `rt::start` records the program's [`Platform`], initialises the console, and looks
+//!    for a device tree: at the address in `x0`, else at the platform's fallback (QEMU
+//!    copies the DTB to the start of RAM for non-Linux ELF images and leaves `x0` zero).
+//! 3. It builds the identity map (RAM from the device tree's memory nodes, else the
+//!    platform's boot RAM) and turns on the MMU with data and instruction caches at the
+//!    current EL (EL1, EL2 without VHE, or EL3). Alignment checking is off, so unaligned
+//!    accesses, atomics and cache behaviour on normal memory match a normal system.
+//! 4. It calls the program's run function with a [`Boot`] and prints the verdict it returns,
+//!    then powers off.
+//!
+//! Every exception (any of the 16 vectors) prints the vector, the decoded exception class,
+//! ESR, ELR, FAR, SPSR and x0-x30, then a FAIL verdict, then powers off. The runtime assumes
+//! it is entered with the MMU and data cache off (as QEMU and a Xilinx-style boot do).
+//!
+//! # Memory map (QEMU `virt`, `link/virt.ld`)
+//! | address | what | mapped as |
+//! |---|---|---|
+//! | `0x0000_0000..0x4000_0000` | flash, GIC, PL011 `0x0900_0000`, SMMUv3 `0x0905_0000`, PCIe MMIO `0x1000_0000..0x3eff_0000` | Device-nGnRnE, execute-never |
+//! | `0x4000_0000..0x4020_0000` | the device tree QEMU copies there (1 MiB; QEMU loads none if it does not fit below the image) | Normal write-back |
+//! | `0x4020_0000..` | the image: `.text` (entry first, vectors 2 KiB aligned), `.rodata`, `.data`, `.bss` (includes the 4 translation tables), then the exception stack (16 KiB) and program stack (512 KiB) | Normal write-back |
+//! | rest of RAM up to its end (256 MiB with `-m 256M`) | free | Normal write-back |
+//! | RAM end `..2^39` | high ECAM `0x40_1000_0000`, everything else | Device-nGnRnE, execute-never |
+//! | `2^39..` | (beyond the 39-bit VA space) | not mapped: translation fault |
+//!
+//! See [`mmu`] for the table layout. There is no allocator; programs use the stack and
+//! fixed-size collections.
+//!
+//! # Adding a program
+//! 1. Create `src/bin/NAME.rs` with `#![cfg_attr(target_os = "none", no_std, no_main)]` and
+//!    crate docs.
+//! 2. In a module gated by `#[cfg(all(target_arch = "aarch64", target_os = "none"))]`, write
+//!    `fn run(boot: &firmware::Boot) -> firmware::Verdict` and invoke
+//!    `firmware::program!("NAME", firmware::platform::virt::PLATFORM, run);`.
+//! 3. Give the host build a `fn main()` (under `#[cfg(not(target_os = "none"))]`) that says
+//!    the program runs on bare metal through `cargo xtask qemu NAME` and exits with status 2.
+//! 4. Put the logic in this library, generic over `hal::regs::RegisterBus`, and test it on
+//!    the host against a `hal::model::ModelBus` model.
+//!
+//! `build.rs` gives every `src/bin/*.rs` the linker script of its platform (`link/virt.ld`;
+//! ZynqMP programs will be named `zynqmp-*` and use `link/zynqmp.ld`), only when building
+//! for a bare-metal target.
+//!
+//! # Platforms
+//! A program selects a [`Platform`] (console UART, power-off method, boot RAM, device-tree
+//! fallback address). Only [`platform::virt`] exists. A ZynqMP program will need: a Cadence
+//! UART driver at `0xFF00_0000` as a new [`platform::ConsoleKind`], a `zynqmp.ld` linking
+//! into DDR, and [`platform::PowerOff::WaitForInterrupt`]; the entry code and MMU already
+//! handle EL3.
+#![cfg_attr(not(test), no_std)]
+
+pub mod console;
+pub mod edu;
+pub mod error;
+pub mod exception;
+pub mod fdt;
+pub mod mmu;
+pub mod pci;
+pub mod pl011;
+pub mod platform;
+pub mod psci;
+#[cfg(all(target_arch = "aarch64", target_os = "none"))]
+pub mod rt;
+pub mod verdict;
+
+use core::fmt;
+
+pub use error::{FirmwareError, Result};
+pub use platform::Platform;
+pub use verdict::Verdict;
+
+/// How many RAM regions the runtime maps.
+pub const MAX_RAM_REGIONS: usize = fdt::MAX_MEMORY_REGIONS;
+
+/// A program: its name, its platform and its run function.
+#[derive(Debug)]
+pub struct Program {
+    /// Name printed at boot (the binary's name).
+    pub name: &'static str,
+    /// The board it runs on.
+    pub platform: &'static Platform,
+    /// Runs the test and returns the verdict the runtime prints.
+    pub run: fn(&Boot) -> Verdict,
+}
+
+/// Where the device tree came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DtbOrigin {
+    /// The address the loader passed in `x0`.
+    BootRegister(u64),
+    /// The platform's fallback address (QEMU: start of RAM).
+    Fallback(u64),
+    /// No device tree was found.
+    None,
+}
+
+impl fmt::Display for DtbOrigin {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DtbOrigin::BootRegister(a) => write!(f, "passed in x0: {a:#x}"),
+            DtbOrigin::Fallback(a) => write!(f, "found at the platform's fallback {a:#x}"),
+            DtbOrigin::None => f.write_str("none"),
+        }
+    }
+}
+
+/// What the runtime hands a program's run function.
+#[derive(Clone, Debug)]
+pub struct Boot {
+    /// The platform.
+    pub platform: &'static Platform,
+    /// The exception level the program runs at.
+    pub el: u8,
+    /// The device tree, if one was found.
+    pub dtb: Option<fdt::Fdt<'static>>,
+    /// Where it came from.
+    pub dtb_origin: DtbOrigin,
+    /// RAM mapped as normal memory.
+    pub ram: heapless::Vec<platform::MemRegion, MAX_RAM_REGIONS>,
+    /// The identity map.
+    pub map: mmu::MapSummary,
+    /// Physical address bits of the CPU.
+    pub pa_bits: u32,
+}
+
+impl Boot {
+    /// Checks that `[base, base + size)` is mapped as Device memory: inside the identity
+    /// map and clear of every RAM region. Programs call this before wrapping a register
+    /// window in an `MmioBus`.
+    pub fn check_device_window(&self, base: u64, size: u64) -> Result<()> {
+        let not_device = FirmwareError::NotDeviceMemory { base, size };
+        let end = base.checked_add(size).ok_or(not_device)?;
+        if size == 0 || end > self.map.mapped_limit {
+            return Err(not_device);
+        }
+        let overlaps_ram = self
+            .ram
+            .iter()
+            .any(|r| base < r.base.saturating_add(r.size) && r.base < end);
+        if overlaps_ram {
+            return Err(not_device);
+        }
+        Ok(())
+    }
+}
+
+/// Declares the program in a firmware binary: `program!("NAME", PLATFORM, run)` defines the
+/// entry symbol the startup code calls, which hands control to `rt::start` with the
+/// program's name, platform and run function (`fn(&Boot) -> Verdict`). Expands to nothing
+/// unless building for aarch64 bare metal.
+#[macro_export]
+macro_rules! program {
+    ($name:literal, $platform:path, $run:path $(,)?) => {
+        #[cfg(all(target_arch = "aarch64", target_os = "none"))]
+        #[unsafe(no_mangle)]
+        extern "C" fn __firmware_rust_entry(boot_arg: usize, el: u64) -> ! {
+            static PROGRAM: $crate::Program = $crate::Program {
+                name: $name,
+                platform: &$platform,
+                run: $run,
+            };
+            $crate::rt::start(&PROGRAM, boot_arg, el)
+        }
+    };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use platform::MemRegion;
+
+    fn boot() -> Boot {
+        let mut ram = heapless::Vec::new();
+        ram.push(MemRegion::new(0x4000_0000, 256 << 20)).unwrap();
+        Boot {
+            platform: &platform::virt::PLATFORM,
+            el: 1,
+            dtb: None,
+            dtb_origin: DtbOrigin::None,
+            ram,
+            map: mmu::MapSummary {
+                tables: 2,
+                mapped_limit: 1 << 39,
+            },
+            pa_bits: 44,
+        }
+    }
+
+    #[test]
+    fn device_windows_must_avoid_ram_and_stay_mapped() {
+        let b = boot();
+        assert_eq!(b.check_device_window(0x40_1000_0000, 0x1000_0000), Ok(()));
+        assert_eq!(b.check_device_window(0x1000_0000, 1 << 20), Ok(()));
+        assert_eq!(b.check_device_window(0x3ff0_0000, 1 << 20), Ok(()));
+        for (base, size) in [
+            (0x3ff0_0000, 2 << 20),   // runs into RAM
+            (0x4fff_f000, 0x1000),    // inside RAM
+            (0x7f_ffff_f000, 0x2000), // crosses 2^39
+            (u64::MAX, 2),
+            (0x1000_0000, 0),
+        ] {
+            assert_eq!(
+                b.check_device_window(base, size),
+                Err(FirmwareError::NotDeviceMemory { base, size }),
+                "{base:#x}+{size:#x}"
+            );
+        }
+        assert_eq!(
+            DtbOrigin::Fallback(0x4000_0000).to_string(),
+            "found at the platform's fallback 0x40000000"
+        );
+    }
+
+    #[test]
+    fn error_codes_are_stable_and_distinct() {
+        let errors = [
+            FirmwareError::Hal(hal::HalError::EmptyRange),
+            FirmwareError::FdtBadMagic { found: 0 },
+            FirmwareError::PageTablesExhausted { available: 4 },
+            FirmwareError::NotDeviceMemory { base: 0, size: 0 },
+            FirmwareError::PciNoMemoryWindow,
+            FirmwareError::EduLiveness {
+                wrote: 0,
+                read: 0,
+                expected: !0,
+            },
+        ];
+        let codes: Vec<u32> = errors.iter().map(FirmwareError::code).collect();
+        assert_eq!(codes, [1, 10, 20, 23, 50, 41]);
+    }
+}

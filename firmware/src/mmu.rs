@@ -1,0 +1,277 @@
+//! The identity map: translation tables and the register values that turn the MMU on.
+//!
+//! VMSAv8-64 stage 1, 4 KiB granule, 39-bit virtual addresses (T0SZ = 25), so the walk
+//! starts at level 1 with 512 entries of 1 GiB (Arm ARM DDI 0487, D8.2 "Translation table
+//! walks", D8.3 "Translation table descriptor formats"). VA = PA everywhere:
+//!
+//! - every 1 GiB of the 512 GiB input range below the CPU's physical address size is mapped
+//!   as **Device-nGnRnE**, execute-never (MAIR attribute 0);
+//! - the RAM regions (from the device tree, else the platform's boot RAM) are mapped as
+//!   **Normal, inner/outer write-back read/write-allocate, inner shareable**, executable
+//!   (MAIR attribute 1): 1 GiB blocks where a whole aligned GiB is RAM, 2 MiB blocks in a
+//!   level-2 table otherwise. RAM bounds are rounded inward to 2 MiB.
+//! - addresses at or above 2^39 (or the CPU's PA size, if smaller) are not mapped: an access
+//!   there takes a translation fault.
+//!
+//! Everything is read/write at the current exception level; there is no EL0. The register
+//! values are computed here (host-tested); `rt` writes them for EL1, EL2 or EL3.
+
+use crate::error::{FirmwareError, Result};
+use crate::platform::MemRegion;
+
+/// Entries per table (4 KiB granule).
+pub const ENTRIES: usize = 512;
+/// Virtual address bits (TCR.T0SZ = 64 - 39 = 25).
+pub const VA_BITS: u32 = 39;
+/// Size of a level-1 block.
+pub const L1_BLOCK: u64 = 1 << 30;
+/// Size of a level-2 block.
+pub const L2_BLOCK: u64 = 1 << 21;
+
+/// MAIR attribute index of Device-nGnRnE.
+pub const ATTR_DEVICE: u64 = 0;
+/// MAIR attribute index of Normal write-back memory.
+pub const ATTR_NORMAL: u64 = 1;
+/// MAIR_ELx (D19.2 MAIR_EL1): Attr0 = 0x00 Device-nGnRnE; Attr1 = 0xff Normal, inner and
+/// outer write-back non-transient, read- and write-allocate.
+pub const MAIR: u64 = 0xff << (8 * ATTR_NORMAL);
+
+// Descriptor fields (D8.3.1 block/page descriptors, D8.3.2 table descriptors).
+const DESC_VALID: u64 = 1 << 0;
+const DESC_TABLE: u64 = 1 << 1; // at levels 0-2: 1 = table, 0 = block
+const DESC_ATTR_INDX_SHIFT: u32 = 2;
+const DESC_AP1: u64 = 1 << 6;
+const DESC_SH_INNER: u64 = 0b11 << 8;
+const DESC_AF: u64 = 1 << 10;
+const DESC_PXN: u64 = 1 << 53;
+const DESC_UXN_XN: u64 = 1 << 54;
+const DESC_ADDR_MASK: u64 = 0x0000_ffff_ffff_f000;
+
+/// A translation table: 512 descriptors, aligned to its size as the walk requires.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[repr(C, align(4096))]
+pub struct Table(pub [u64; ENTRIES]);
+
+impl Table {
+    /// A table of invalid descriptors.
+    pub const EMPTY: Table = Table([0; ENTRIES]);
+}
+
+/// The memory type of a mapping.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MemoryKind {
+    /// Device-nGnRnE, execute-never.
+    Device,
+    /// Normal write-back cacheable, inner shareable.
+    Normal,
+}
+
+/// The translation regime, i.e. the exception level whose MMU is configured. It decides the
+/// descriptor permission bits and the TCR layout.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Regime {
+    /// EL1&0 (two VA ranges; TTBR1 is disabled).
+    El1,
+    /// EL2 without VHE (one VA range).
+    El2,
+    /// EL3 (one VA range).
+    El3,
+}
+
+impl Regime {
+    /// The regime for the current exception level; EL0 has none of its own.
+    pub fn for_el(el: u8) -> Result<Self> {
+        match el {
+            1 => Ok(Regime::El1),
+            2 => Ok(Regime::El2),
+            3 => Ok(Regime::El3),
+            _ => Err(FirmwareError::UnsupportedExceptionLevel { el }),
+        }
+    }
+}
+
+/// A level-1 or level-2 block descriptor for output address `pa`.
+pub const fn block_descriptor(pa: u64, kind: MemoryKind, regime: Regime) -> u64 {
+    // AP[2:1]: AP[2] = 0 is read/write. In the EL1&0 regime AP[1] = 0 keeps EL0 out; in
+    // the one-range EL2/EL3 regimes AP[1] is RES1 (D8.4.1.2.1).
+    let ap = match regime {
+        Regime::El1 => 0,
+        Regime::El2 | Regime::El3 => DESC_AP1,
+    };
+    let attrs = match kind {
+        MemoryKind::Normal => (ATTR_NORMAL << DESC_ATTR_INDX_SHIFT) | DESC_SH_INNER,
+        // Shareability does not apply to Device memory. Execute-never: EL1&0 has PXN and
+        // UXN; EL2/EL3 have one XN at bit 54 (bit 53 is RES0 there).
+        MemoryKind::Device => {
+            (ATTR_DEVICE << DESC_ATTR_INDX_SHIFT)
+                | match regime {
+                    Regime::El1 => DESC_PXN | DESC_UXN_XN,
+                    Regime::El2 | Regime::El3 => DESC_UXN_XN,
+                }
+        }
+    };
+    (pa & DESC_ADDR_MASK) | attrs | ap | DESC_AF | DESC_VALID
+}
+
+/// A table descriptor pointing at the next-level table at `table_pa`.
+pub const fn table_descriptor(table_pa: u64) -> u64 {
+    (table_pa & DESC_ADDR_MASK) | DESC_TABLE | DESC_VALID
+}
+
+/// Physical address bits for ID_AA64MMFR0_EL1.PARange (D19.2 ID_AA64MMFR0_EL1), or `None`
+/// for a reserved encoding.
+pub const fn pa_bits_from_parange(parange: u64) -> Option<u32> {
+    match parange {
+        0 => Some(32),
+        1 => Some(36),
+        2 => Some(40),
+        3 => Some(42),
+        4 => Some(44),
+        5 => Some(48),
+        6 => Some(52),
+        _ => None,
+    }
+}
+
+/// The TCR_ELx.IPS / PS encoding for the output size. 52-bit output needs the 64 KiB
+/// granule or FEAT_LPA2, so with this 4 KiB map it is capped at 48 bits.
+pub const fn ps_encoding(pa_bits: u32) -> u64 {
+    match pa_bits {
+        0..=32 => 0,
+        33..=36 => 1,
+        37..=40 => 2,
+        41..=42 => 3,
+        43..=44 => 4,
+        _ => 5,
+    }
+}
+
+/// TCR_ELx for the identity map (D19.2 TCR_EL1 / TCR_EL2 / TCR_EL3): T0SZ = 25, table walks
+/// inner/outer write-back write-allocate and inner shareable (the tables live in normal RAM),
+/// 4 KiB granule, output size from `pa_bits`. In EL1 the TTBR1 half is disabled (EPD1).
+pub const fn tcr(regime: Regime, pa_bits: u32) -> u64 {
+    let t0sz = (64 - VA_BITS) as u64;
+    let walk = (0b01 << 8) | (0b01 << 10) | (0b11 << 12); // IRGN0, ORGN0, SH0; TG0 = 0 (4K)
+    let ps = ps_encoding(pa_bits);
+    match regime {
+        // EPD1 (23) = 1, TG1 (31:30) = 0b10 (4 KiB, a valid value even though unused),
+        // IPS at 34:32.
+        Regime::El1 => t0sz | walk | (1 << 23) | (0b10 << 30) | (ps << 32),
+        // PS at 18:16; bits 31 and 23 are RES1.
+        Regime::El2 | Regime::El3 => t0sz | walk | (ps << 16) | (1 << 31) | (1 << 23),
+    }
+}
+
+/// SCTLR_ELx bits the runtime sets: M (MMU), C (data cache), I (instruction cache)
+/// (D19.2 SCTLR_EL1 / EL2 / EL3).
+pub const SCTLR_SET: u64 = (1 << 0) | (1 << 2) | (1 << 12);
+/// SCTLR_ELx bits the runtime clears: A (alignment check, so unaligned normal-memory accesses
+/// behave as on a normal system) and WXN.
+pub const SCTLR_CLEAR: u64 = (1 << 1) | (1 << 19);
+
+/// How the identity map was built.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MapSummary {
+    /// Tables used (the level-1 table plus level-2 tables).
+    pub tables: usize,
+    /// Top of the mapped range: `2^min(39, pa_bits)`.
+    pub mapped_limit: u64,
+}
+
+/// Fills `tables` with the identity map: `tables[0]` becomes the level-1 table (the TTBR0
+/// value is its address), further tables are level-2 tables as needed. `table_pa` gives the
+/// physical address of a table (its address in the identity map; on the host, whatever the
+/// test's walker uses). `normal` lists the RAM regions; everything else below
+/// `2^min(39, pa_bits)` is Device memory.
+pub fn build_identity_map(
+    tables: &mut [Table],
+    table_pa: impl Fn(&Table) -> u64,
+    normal: &[MemRegion],
+    pa_bits: u32,
+    regime: Regime,
+) -> Result<MapSummary> {
+    let available = tables.len();
+    let (l1, l2s) = tables
+        .split_first_mut()
+        .ok_or(FirmwareError::PageTablesExhausted { available })?;
+    let mapped_limit = 1u64 << VA_BITS.min(pa_bits);
+    for (i, entry) in l1.0.iter_mut().enumerate() {
+        let base = i as u64 * L1_BLOCK;
+        *entry = if base < mapped_limit {
+            block_descriptor(base, MemoryKind::Device, regime)
+        } else {
+            0
+        };
+    }
+
+    // Which level-2 table (index into `l2s`) covers which GiB.
+    let mut l2_of_gib: [Option<usize>; ENTRIES] = [None; ENTRIES];
+    let mut used = 0usize;
+    for region in normal {
+        let not_mappable = FirmwareError::RegionNotMappable {
+            base: region.base,
+            size: region.size,
+        };
+        let end = region.end().ok_or(not_mappable)?;
+        let start = region.base.div_ceil(L2_BLOCK) * L2_BLOCK;
+        let end = end / L2_BLOCK * L2_BLOCK;
+        if start >= end || end > mapped_limit {
+            return Err(not_mappable);
+        }
+        let mut at = start;
+        while at < end {
+            let gib = (at / L1_BLOCK) as usize;
+            let whole_gib = at.is_multiple_of(L1_BLOCK) && end - at >= L1_BLOCK;
+            if whole_gib && l2_of_gib.get(gib).copied().flatten().is_none() {
+                if let Some(entry) = l1.0.get_mut(gib) {
+                    *entry = block_descriptor(at, MemoryKind::Normal, regime);
+                }
+                at += L1_BLOCK;
+                continue;
+            }
+            let slot = l2_of_gib.get_mut(gib).ok_or(not_mappable)?;
+            let index = match *slot {
+                Some(index) => index,
+                None => {
+                    let table = l2s
+                        .get_mut(used)
+                        .ok_or(FirmwareError::PageTablesExhausted { available })?;
+                    // Split the GiB's current block (device, or normal from an earlier
+                    // region) into 512 blocks of the same kind.
+                    let gib_base = gib as u64 * L1_BLOCK;
+                    let old = l1.0.get(gib).copied().unwrap_or(0);
+                    let kind = if (old >> DESC_ATTR_INDX_SHIFT) & 0b111 == ATTR_NORMAL {
+                        MemoryKind::Normal
+                    } else {
+                        MemoryKind::Device
+                    };
+                    for (j, e) in table.0.iter_mut().enumerate() {
+                        *e = block_descriptor(gib_base + j as u64 * L2_BLOCK, kind, regime);
+                    }
+                    if let Some(entry) = l1.0.get_mut(gib) {
+                        *entry = table_descriptor(table_pa(table));
+                    }
+                    *slot = Some(used);
+                    used += 1;
+                    used - 1
+                }
+            };
+            let table = l2s.get_mut(index).ok_or(not_mappable)?;
+            let gib_end = (gib as u64 + 1) * L1_BLOCK;
+            while at < end.min(gib_end) {
+                let j = ((at % L1_BLOCK) / L2_BLOCK) as usize;
+                if let Some(e) = table.0.get_mut(j) {
+                    *e = block_descriptor(at, MemoryKind::Normal, regime);
+                }
+                at += L2_BLOCK;
+            }
+        }
+    }
+    Ok(MapSummary {
+        tables: 1 + used,
+        mapped_limit,
+    })
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,268 @@
+use proptest::prelude::*;
+
+use super::*;
+
+const GIB: u64 = 1 << 30;
+const MIB: u64 = 1 << 20;
+
+/// What a stage-1 walk (Arm ARM D8.2, 4 KiB granule, start at level 1) yields for a VA.
+#[derive(Debug, PartialEq, Eq)]
+struct Walk {
+    pa: u64,
+    attr_index: u64,
+    /// Bits 53 (PXN) and 54 (UXN/XN).
+    xn: (bool, bool),
+    /// AP[2:1].
+    ap: u64,
+    shareability: u64,
+    access_flag: bool,
+    /// 1 or 2.
+    level: u32,
+}
+
+fn pa_of(t: &Table) -> u64 {
+    t as *const Table as u64
+}
+
+/// An independent walker: decodes descriptors by the field positions of D8.3.
+fn walk(tables: &[Table], va: u64) -> Option<Walk> {
+    if va >> VA_BITS != 0 {
+        return None; // outside the TTBR0 range: translation fault
+    }
+    let leaf = |desc: u64, level: u32, block_bits: u32| Walk {
+        pa: (desc & 0x0000_ffff_ffff_f000 & !((1u64 << block_bits) - 1))
+            | (va & ((1u64 << block_bits) - 1)),
+        attr_index: (desc >> 2) & 7,
+        xn: (desc >> 53 & 1 == 1, desc >> 54 & 1 == 1),
+        ap: (desc >> 6) & 3,
+        shareability: (desc >> 8) & 3,
+        access_flag: desc >> 10 & 1 == 1,
+        level,
+    };
+    let l1 = tables[0].0[((va >> 30) & 511) as usize];
+    match l1 & 3 {
+        0b01 => Some(leaf(l1, 1, 30)),
+        0b11 => {
+            let next = l1 & 0x0000_ffff_ffff_f000;
+            let table = tables.iter().find(|t| pa_of(t) == next)?;
+            let l2 = table.0[((va >> 21) & 511) as usize];
+            match l2 & 3 {
+                0b01 => Some(leaf(l2, 2, 21)),
+                _ => None,
+            }
+        }
+        _ => None,
+    }
+}
+
+fn build(
+    normal: &[MemRegion],
+    pa_bits: u32,
+    regime: Regime,
+    n: usize,
+) -> (Vec<Table>, Result<MapSummary>) {
+    let mut tables = vec![Table::EMPTY; n];
+    let r = build_identity_map(&mut tables, pa_of, normal, pa_bits, regime);
+    (tables, r)
+}
+
+#[test]
+fn descriptors_match_the_architecture_encoding() {
+    // Device block at 0, EL1: valid | AttrIndx 0 | AF (bit 10) | PXN (53) | UXN (54).
+    assert_eq!(
+        block_descriptor(0, MemoryKind::Device, Regime::El1),
+        0x0060_0000_0000_0401
+    );
+    // Normal block at 1 GiB, EL1: AttrIndx 1 (bits 4:2 = 0b001), SH = 0b11 (bits 9:8), AF.
+    assert_eq!(
+        block_descriptor(0x4000_0000, MemoryKind::Normal, Regime::El1),
+        0x4000_0705
+    );
+    // EL2/EL3: AP[1] (bit 6) is RES1; device XN is bit 54 only.
+    assert_eq!(
+        block_descriptor(0x4000_0000, MemoryKind::Normal, Regime::El2),
+        0x4000_0745
+    );
+    assert_eq!(
+        block_descriptor(0xff00_0000, MemoryKind::Device, Regime::El3),
+        0x0040_0000_ff00_0441
+    );
+    assert_eq!(table_descriptor(0x4009_3000), 0x4009_3003);
+    assert_eq!(MAIR, 0xff00);
+}
+
+#[test]
+fn tcr_values_match_the_register_layout() {
+    // T0SZ 25 (0x19), IRGN0/ORGN0 = WBWA (bits 8, 10), SH0 = inner (13:12), EPD1 (23),
+    // TG1 = 4K (0b10 at 31:30), IPS = 44 bits (0b100 at 34:32).
+    assert_eq!(tcr(Regime::El1, 44), 0x4_8080_3519);
+    // TCR_EL3 with 40-bit PA: PS = 0b010 at 18:16, RES1 bits 31 and 23.
+    assert_eq!(tcr(Regime::El3, 40), 0x8082_3519);
+    assert_eq!(tcr(Regime::El2, 48), 0x8085_3519);
+    assert_eq!(ps_encoding(52), 5, "52-bit output needs LPA2; capped at 48");
+    assert_eq!(pa_bits_from_parange(4), Some(44));
+    assert_eq!(pa_bits_from_parange(7), None);
+    assert_eq!(
+        Regime::for_el(0),
+        Err(FirmwareError::UnsupportedExceptionLevel { el: 0 })
+    );
+}
+
+#[test]
+fn qemu_virt_map() {
+    let ram = [MemRegion::new(0x4000_0000, 256 * MIB)];
+    let (tables, summary) = build(&ram, 44, Regime::El1, 4);
+    assert_eq!(
+        summary.unwrap(),
+        MapSummary {
+            tables: 2,
+            mapped_limit: 1 << 39
+        }
+    );
+    let device = |va| {
+        let w = walk(&tables, va).unwrap();
+        assert_eq!(w.pa, va);
+        assert_eq!(w.attr_index, ATTR_DEVICE, "{va:#x}");
+        assert_eq!(w.xn, (true, true), "{va:#x}");
+        assert!(w.access_flag);
+        assert_eq!(w.ap, 0);
+    };
+    let normal = |va| {
+        let w = walk(&tables, va).unwrap();
+        assert_eq!(w.pa, va);
+        assert_eq!(w.attr_index, ATTR_NORMAL, "{va:#x}");
+        assert_eq!(w.xn, (false, false));
+        assert_eq!(w.shareability, 0b11);
+        assert_eq!(w.level, 2);
+    };
+    device(0x0900_0000); // PL011
+    device(0x0905_0000); // SMMUv3
+    device(0x1000_0000); // PCIe 32-bit window
+    device(0x3fff_ffff);
+    normal(0x4000_0000); // device tree
+    normal(0x4008_0000); // image
+    normal(0x4fff_fff8);
+    device(0x5000_0000);
+    device(0x40_1000_0000); // high ECAM
+    device(0x7f_ffff_fff8);
+    assert_eq!(walk(&tables, 1 << 39), None);
+}
+
+#[test]
+fn small_pa_size_leaves_the_rest_unmapped() {
+    let ram = [MemRegion::new(0x4000_0000, 256 * MIB)];
+    let (tables, summary) = build(&ram, 36, Regime::El1, 2);
+    assert_eq!(summary.unwrap().mapped_limit, 1 << 36);
+    assert!(walk(&tables, (1 << 36) - 8).is_some());
+    assert_eq!(walk(&tables, 1 << 36), None);
+}
+
+#[test]
+fn whole_gigabytes_use_level_1_blocks() {
+    // ZynqMP-like: 2 GiB of DDR at 0, more at 32 GiB.
+    let ram = [
+        MemRegion::new(0, 2 * GIB),
+        MemRegion::new(0x8_0000_0000, 2 * GIB),
+    ];
+    let (tables, summary) = build(&ram, 40, Regime::El3, 1);
+    assert_eq!(summary.unwrap().tables, 1);
+    let w = walk(&tables, 0x7fff_fff0).unwrap();
+    assert_eq!((w.level, w.attr_index, w.ap), (1, ATTR_NORMAL, 0b01));
+    let w = walk(&tables, 0xff00_0000).unwrap();
+    assert_eq!(
+        (w.level, w.attr_index, w.xn),
+        (1, ATTR_DEVICE, (false, true))
+    );
+    assert_eq!(
+        walk(&tables, 0x8_7fff_fff0).unwrap().attr_index,
+        ATTR_NORMAL
+    );
+    assert_eq!(
+        walk(&tables, 0x8_8000_0000).unwrap().attr_index,
+        ATTR_DEVICE
+    );
+}
+
+#[test]
+fn unaligned_regions_are_rounded_inward() {
+    let ram = [MemRegion::new(0x4010_0000, 4 * MIB)];
+    let (tables, summary) = build(&ram, 44, Regime::El1, 2);
+    summary.unwrap();
+    assert_eq!(walk(&tables, 0x401f_ffff).unwrap().attr_index, ATTR_DEVICE);
+    assert_eq!(walk(&tables, 0x4020_0000).unwrap().attr_index, ATTR_NORMAL);
+    assert_eq!(walk(&tables, 0x403f_ffff).unwrap().attr_index, ATTR_NORMAL);
+    assert_eq!(walk(&tables, 0x4040_0000).unwrap().attr_index, ATTR_DEVICE);
+}
+
+#[test]
+fn impossible_maps_are_errors() {
+    // Two partial GiBs need two level-2 tables.
+    let ram = [
+        MemRegion::new(0x4000_0000, 2 * MIB),
+        MemRegion::new(0x8000_0000, 2 * MIB),
+    ];
+    let (_, r) = build(&ram, 44, Regime::El1, 2);
+    assert_eq!(r, Err(FirmwareError::PageTablesExhausted { available: 2 }));
+    let (_, r) = build(&ram, 44, Regime::El1, 0);
+    assert_eq!(r, Err(FirmwareError::PageTablesExhausted { available: 0 }));
+
+    for bad in [
+        MemRegion::new(0x4010_0000, MIB), // nothing left after rounding
+        MemRegion::new(1 << 39, 2 * MIB), // beyond the VA range
+        MemRegion::new(u64::MAX - MIB, 2 * MIB),
+    ] {
+        let (_, r) = build(&[bad], 44, Regime::El1, 4);
+        assert_eq!(
+            r,
+            Err(FirmwareError::RegionNotMappable {
+                base: bad.base,
+                size: bad.size
+            })
+        );
+    }
+}
+
+#[test]
+fn overlapping_regions_keep_everything_normal() {
+    let ram = [
+        MemRegion::new(0x4000_0000, GIB),
+        MemRegion::new(0x7000_0000, 0x2000_0000), // overlaps the end of the first GiB
+    ];
+    let (tables, summary) = build(&ram, 44, Regime::El1, 4);
+    summary.unwrap();
+    for va in [0x4000_0000, 0x6fff_fff0, 0x7000_0000, 0x8fff_fff0] {
+        assert_eq!(
+            walk(&tables, va).unwrap().attr_index,
+            ATTR_NORMAL,
+            "{va:#x}"
+        );
+    }
+    assert_eq!(walk(&tables, 0x9000_0000).unwrap().attr_index, ATTR_DEVICE);
+}
+
+proptest! {
+    /// The walk of the built tables agrees with the region list for any address: identity,
+    /// normal exactly inside the (2 MiB-rounded) regions, device elsewhere below 2^39.
+    #[test]
+    fn walk_agrees_with_the_region_list(
+        regions in proptest::collection::vec((0u64..(32 * 512), 1u64..2048), 1..4),
+        probes in proptest::collection::vec(0u64..(1 << 36), 64),
+    ) {
+        // Regions in units of 2 MiB below 32 GiB, so rounding is a no-op.
+        let ram: Vec<MemRegion> = regions
+            .iter()
+            .map(|&(start, len)| MemRegion::new(start * L2_BLOCK, len * L2_BLOCK))
+            .collect();
+        let (tables, summary) = build(&ram, 40, Regime::El1, 8);
+        let summary = summary.unwrap();
+        prop_assert!(summary.tables <= 7);
+        for va in probes.into_iter().chain(ram.iter().flat_map(|r| [r.base, r.base + r.size - 1, r.base + r.size])) {
+            let w = walk(&tables, va).unwrap();
+            prop_assert_eq!(w.pa, va);
+            let inside = ram.iter().any(|r| va >= r.base && va < r.base + r.size);
+            let expected = if inside { ATTR_NORMAL } else { ATTR_DEVICE };
+            prop_assert_eq!(w.attr_index, expected, "va {:#x}", va);
+            prop_assert!(w.access_flag);
+        }
+    }
+}

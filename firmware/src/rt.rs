@@ -1,0 +1,617 @@
+//! The bare-metal runtime (aarch64-unknown-none only): entry code, exception vectors, MMU
+//! bring-up, the console, power-off and the panic handler. See the crate docs for the boot
+//! flow.
+
+use core::arch::{asm, global_asm};
+use core::fmt::{self, Write as _};
+use core::panic::PanicInfo;
+use core::ptr::{self, NonNull};
+use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU8, Ordering};
+
+use hal::regs::MmioBus;
+
+use crate::error::{FirmwareError, Result};
+use crate::exception::{Syndrome, Vector};
+use crate::fdt::{self, Fdt};
+use crate::mmu::{self, MapSummary, Regime, Table};
+use crate::pl011::Pl011;
+use crate::platform::{Conduit, ConsoleKind, MemRegion, Platform, PowerOff};
+use crate::verdict::{self, Outcome};
+use crate::{Boot, DtbOrigin, MAX_RAM_REGIONS, Program, println, psci};
+
+// Entry. Works at EL3, EL2 or EL1 (Arm ARM D1.3 for CurrentEL, D19.2 for CPACR_EL1.FPEN
+// (bits 21:20), CPTR_EL2 (non-VHE: TFP bit 10, RES1 bits 13:12 and 9:0) and CPTR_EL3 (TFP
+// bit 10, TTA, TCPAC: zero traps nothing)):
+// - keep x0 (a device-tree pointer under the Linux boot protocol) in x19;
+// - park every CPU but Aff0 == 0 (ZynqMP may release all four A53s);
+// - let FP/SIMD through at every level before any Rust code (which uses SIMD registers) runs;
+// - install the vector table for the current EL;
+// - exception stack on SP_ELx, program stack on SP_EL0, so a program that overflows its stack
+//   still gets its fault reported;
+// - zero .bss, then call `__firmware_rust_entry(boot_arg, el)` (defined by `program!`).
+global_asm!(
+    r#"
+    .section .text.boot, "ax"
+    .global _start
+    .type _start, %function
+_start:
+    mov     x19, x0
+    mrs     x1, mpidr_el1
+    and     x1, x1, #0xff
+    cbnz    x1, 9f
+    mrs     x20, CurrentEL
+    ubfx    x20, x20, #2, #2
+    mov     x1, #(3 << 20)
+    msr     cpacr_el1, x1
+    adrp    x2, __firmware_vectors
+    add     x2, x2, :lo12:__firmware_vectors
+    cmp     x20, #3
+    b.eq    3f
+    cmp     x20, #2
+    b.eq    2f
+    cmp     x20, #1
+    b.ne    9f
+    msr     vbar_el1, x2
+    b       4f
+2:  mov     x1, #0x33ff
+    msr     cptr_el2, x1
+    msr     vbar_el2, x2
+    b       4f
+3:  msr     cptr_el3, xzr
+    msr     vbar_el3, x2
+4:  isb
+    adrp    x1, __exception_stack_top
+    add     x1, x1, :lo12:__exception_stack_top
+    mov     sp, x1
+    adrp    x1, __stack_top
+    add     x1, x1, :lo12:__stack_top
+    msr     sp_el0, x1
+    msr     spsel, #0
+    adrp    x1, __bss_start
+    add     x1, x1, :lo12:__bss_start
+    adrp    x2, __bss_end
+    add     x2, x2, :lo12:__bss_end
+5:  cmp     x1, x2
+    b.hs    6f
+    str     xzr, [x1], #8
+    b       5b
+6:  mov     x0, x19
+    mov     x1, x20
+    bl      __firmware_rust_entry
+9:  wfe
+    b       9b
+    .size _start, . - _start
+"#
+);
+
+// Exception vectors (Arm ARM D1.3.1: 16 entries of 0x80 bytes, table aligned to 2 KiB):
+// each entry saves x0/x1, passes its index in x0 and joins the common path, which saves the
+// rest of x0-x30 into an `ExceptionFrame` on the exception stack and calls Rust.
+global_asm!(
+    r#"
+    .section .text.vectors, "ax"
+    .balign 0x800
+    .global __firmware_vectors
+__firmware_vectors:
+    .irp index, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15
+    .balign 0x80
+    sub     sp, sp, #256
+    stp     x0, x1, [sp]
+    mov     x0, #\index
+    b       __firmware_vector_common
+    .endr
+__firmware_vector_common:
+    stp     x2, x3, [sp, #16]
+    stp     x4, x5, [sp, #32]
+    stp     x6, x7, [sp, #48]
+    stp     x8, x9, [sp, #64]
+    stp     x10, x11, [sp, #80]
+    stp     x12, x13, [sp, #96]
+    stp     x14, x15, [sp, #112]
+    stp     x16, x17, [sp, #128]
+    stp     x18, x19, [sp, #144]
+    stp     x20, x21, [sp, #160]
+    stp     x22, x23, [sp, #176]
+    stp     x24, x25, [sp, #192]
+    stp     x26, x27, [sp, #208]
+    stp     x28, x29, [sp, #224]
+    str     x30, [sp, #240]
+    mov     x1, sp
+    bl      __firmware_exception
+7:  wfe
+    b       7b
+"#
+);
+
+/// General-purpose registers at the time of an exception, as the vector stubs save them.
+#[repr(C)]
+#[derive(Debug)]
+pub struct ExceptionFrame {
+    /// x0-x30.
+    pub x: [u64; 31],
+    _pad: u64,
+}
+
+static PLATFORM: AtomicPtr<Platform> = AtomicPtr::new(ptr::null_mut());
+/// PSCI conduit from the device tree: 0 = no usable tree (use the platform's), 1 HVC, 2 SMC,
+/// 3 the tree has no PSCI node (nothing to call: e.g. QEMU `virt,secure=on` at EL3).
+static DT_CONDUIT: AtomicU8 = AtomicU8::new(0);
+static IN_EXCEPTION: AtomicBool = AtomicBool::new(false);
+/// Set once the verdict line is out: a later exception or panic (e.g. a power-off call that
+/// traps) is reported but must not print a second verdict.
+static VERDICT_PRINTED: AtomicBool = AtomicBool::new(false);
+static IN_PANIC: AtomicBool = AtomicBool::new(false);
+
+/// Translation tables for the identity map; only `enable_mmu` touches them, once, before the
+/// MMU is on. Table::EMPTY is all zeroes, so this lives in .bss.
+static mut TABLES: [Table; 4] = [const { Table::EMPTY }; 4];
+
+unsafe extern "C" {
+    static __image_start: u8;
+    static __image_end: u8;
+}
+
+/// The platform the running program selected (none before `start` ran).
+pub fn platform() -> Option<&'static Platform> {
+    let p = PLATFORM.load(Ordering::Relaxed);
+    // SAFETY: the only non-null value ever stored is a `&'static Platform`.
+    unsafe { p.as_ref() }
+}
+
+/// Runs `f` with the platform console as a `fmt::Write`; does nothing before the platform is
+/// known.
+pub fn with_console(f: impl FnOnce(&mut dyn fmt::Write)) {
+    let Some(platform) = platform() else {
+        return;
+    };
+    match platform.console {
+        ConsoleKind::Pl011 { base } => {
+            let Some(base) = NonNull::new(base as *mut u8) else {
+                return;
+            };
+            // SAFETY: the platform names a PL011 register window at `base`; it is Device
+            // memory both with the MMU off and in the identity map, and no Rust object lives
+            // there.
+            let bus = unsafe { MmioBus::new(base, crate::pl011::Pl011Regs::<MmioBus>::SIZE) };
+            if let Ok(mut uart) = Pl011::new(&bus) {
+                f(&mut uart);
+                uart.wait_idle();
+            }
+        }
+    }
+}
+
+fn init_console(platform: &Platform) {
+    match platform.console {
+        ConsoleKind::Pl011 { base } => {
+            let Some(base) = NonNull::new(base as *mut u8) else {
+                return;
+            };
+            // SAFETY: as in `with_console`.
+            let bus = unsafe { MmioBus::new(base, crate::pl011::Pl011Regs::<MmioBus>::SIZE) };
+            if let Ok(uart) = Pl011::new(&bus) {
+                uart.init();
+            }
+        }
+    }
+}
+
+/// The current exception level.
+pub fn current_el() -> u8 {
+    hal::sysreg::current_el()
+}
+
+/// Ends the run: waits for the console to drain, then PSCI SYSTEM_OFF (or, without PSCI,
+/// waits for interrupts forever).
+pub fn power_off() -> ! {
+    if let Some(platform) = platform()
+        && let PowerOff::Psci { default_conduit } = platform.power_off
+    {
+        let conduit = match DT_CONDUIT.load(Ordering::Relaxed) {
+            1 => Some(Conduit::Hvc),
+            2 => Some(Conduit::Smc),
+            3 => None,
+            _ => Some(default_conduit),
+        };
+        match conduit {
+            Some(conduit) => {
+                psci::call(conduit, psci::SYSTEM_OFF, [0; 3]);
+                println!("PSCI SYSTEM_OFF returned; halting");
+            }
+            None => println!("no PSCI in the device tree; halting"),
+        }
+    }
+    halt()
+}
+
+fn halt() -> ! {
+    loop {
+        // SAFETY: `wfi` only waits; nothing is enabled to wake the CPU.
+        unsafe { asm!("wfi", options(nomem, nostack, preserves_flags)) };
+    }
+}
+
+/// Prints the verdict line and powers off. If a verdict was already printed, only halts.
+pub fn finish(outcome: Outcome, args: fmt::Arguments<'_>) -> ! {
+    if VERDICT_PRINTED.load(Ordering::Relaxed) {
+        println!("(after the verdict) {args}");
+        halt();
+    }
+    VERDICT_PRINTED.store(true, Ordering::Relaxed);
+    with_console(|console| {
+        let _ = verdict::write_line(console, outcome, args);
+    });
+    power_off()
+}
+
+/// Prints a FAIL verdict with `args` as the reason and powers off.
+pub fn fail(args: fmt::Arguments<'_>) -> ! {
+    finish(Outcome::Fail, args)
+}
+
+/// The Rust side of the entry: everything between `_start` and the program's run function.
+/// Called by the `__firmware_rust_entry` symbol that [`crate::program!`] defines.
+pub fn start(program: &'static Program, boot_arg: usize, el: u64) -> ! {
+    PLATFORM.store(
+        ptr::from_ref(program.platform).cast_mut(),
+        Ordering::Relaxed,
+    );
+    let platform = program.platform;
+    init_console(platform);
+    let el = (el & 3) as u8;
+    println!();
+    println!(
+        "nprdma firmware `{}` on {} at EL{el}",
+        program.name, platform.name
+    );
+
+    let (dtb, dtb_origin) = find_dtb(platform, boot_arg as u64);
+    if let Some(fdt) = &dtb {
+        match fdt.psci_conduit() {
+            Ok(Some(Conduit::Hvc)) => DT_CONDUIT.store(1, Ordering::Relaxed),
+            Ok(Some(Conduit::Smc)) => DT_CONDUIT.store(2, Ordering::Relaxed),
+            Ok(None) => DT_CONDUIT.store(3, Ordering::Relaxed),
+            Err(e) => println!("device tree /psci: {e}; using the platform's conduit"),
+        }
+    }
+    let ram = ram_regions(platform, dtb.as_ref());
+    let pa_bits = physical_address_bits();
+
+    let map = match enable_mmu(el, &ram, pa_bits) {
+        Ok(map) => map,
+        Err(e) => fail(format_args!("MMU setup at EL{el}: {e}")),
+    };
+    for r in &ram {
+        println!(
+            "RAM {:#x}..{:#x} normal write-back",
+            r.base,
+            r.base.saturating_add(r.size)
+        );
+    }
+    println!(
+        "MMU on: identity map below {:#x} ({} PA bits), {} tables, everything else Device-nGnRnE",
+        map.mapped_limit, pa_bits, map.tables
+    );
+
+    let boot = Boot {
+        platform,
+        el,
+        dtb,
+        dtb_origin,
+        ram,
+        map,
+        pa_bits,
+    };
+    let verdict = (program.run)(&boot);
+    finish(verdict.outcome, format_args!("{}", verdict.message))
+}
+
+/// The image's address range (linker-script symbols; only their addresses are used).
+fn image_range() -> (u64, u64) {
+    (
+        ptr::addr_of!(__image_start) as u64,
+        ptr::addr_of!(__image_end) as u64,
+    )
+}
+
+/// Looks for a device tree at the boot register's address, then at the platform's fallback
+/// address. A candidate counts only if it lies in the platform's boot RAM, outside the image,
+/// and parses.
+fn find_dtb(platform: &Platform, boot_arg: u64) -> (Option<Fdt<'static>>, DtbOrigin) {
+    let candidates = [
+        (boot_arg, DtbOrigin::BootRegister(boot_arg)),
+        (
+            platform.dtb_fallback.unwrap_or(0),
+            DtbOrigin::Fallback(platform.dtb_fallback.unwrap_or(0)),
+        ),
+    ];
+    let (image_start, image_end) = image_range();
+    let outside_image =
+        |addr: u64, len: u64| addr.saturating_add(len) <= image_start || addr >= image_end;
+    for (addr, origin) in candidates {
+        if addr == 0 {
+            continue;
+        }
+        let header_len = fdt::HEADER_SIZE as u64;
+        if !platform.boot_ram.contains_range(addr, header_len) || !outside_image(addr, header_len) {
+            println!("device tree: ignoring {addr:#x} (not in boot RAM outside the image)");
+            continue;
+        }
+        // SAFETY: the header lies in RAM that is always present and is not part of this
+        // image (checked above); nothing writes it while the slice lives.
+        let header = unsafe { core::slice::from_raw_parts(addr as *const u8, fdt::HEADER_SIZE) };
+        let total = match Fdt::total_size(header) {
+            Ok(total) => total as u64,
+            Err(e) => {
+                println!("device tree: nothing at {addr:#x}: {e}");
+                continue;
+            }
+        };
+        if !platform.boot_ram.contains_range(addr, total) || !outside_image(addr, total) {
+            println!("device tree at {addr:#x}: {total:#x} bytes overlap the image or leave RAM");
+            continue;
+        }
+        // SAFETY: as for the header, for the `totalsize` bytes checked just above.
+        let blob = unsafe { core::slice::from_raw_parts(addr as *const u8, total as usize) };
+        match Fdt::new(blob) {
+            Ok(fdt) => {
+                println!("device tree: {total} bytes at {addr:#x} ({origin})");
+                return (Some(fdt), origin);
+            }
+            Err(e) => println!("device tree at {addr:#x}: {e}"),
+        }
+    }
+    println!("device tree: none found; using the platform defaults");
+    (None, DtbOrigin::None)
+}
+
+/// RAM from the device tree's memory nodes, else the platform's boot RAM.
+fn ram_regions(
+    platform: &Platform,
+    dtb: Option<&Fdt<'_>>,
+) -> heapless::Vec<MemRegion, MAX_RAM_REGIONS> {
+    let mut ram = heapless::Vec::new();
+    if let Some(fdt) = dtb {
+        match fdt.memory_regions() {
+            Ok(regions) => {
+                for r in regions.iter().filter(|r| r.size > 0) {
+                    let _ = ram.push(*r);
+                }
+            }
+            Err(e) => println!("device tree memory nodes: {e}"),
+        }
+    }
+    if ram.is_empty() {
+        let _ = ram.push(platform.boot_ram);
+    }
+    ram
+}
+
+fn physical_address_bits() -> u32 {
+    let mmfr0: u64;
+    // SAFETY: reading an ID register has no side effects.
+    unsafe { asm!("mrs {}, id_aa64mmfr0_el1", out(reg) mmfr0, options(nomem, nostack)) };
+    mmu::pa_bits_from_parange(mmfr0 & 0xf).unwrap_or(32)
+}
+
+/// Builds the identity map and turns on the MMU and caches at the current EL.
+fn enable_mmu(el: u8, ram: &[MemRegion], pa_bits: u32) -> Result<MapSummary> {
+    let regime = Regime::for_el(el)?;
+    if regime == Regime::El2 {
+        let hcr: u64;
+        // SAFETY: reading HCR_EL2 at EL2 has no side effects.
+        unsafe { asm!("mrs {}, hcr_el2", out(reg) hcr, options(nomem, nostack)) };
+        // E2H (bit 34) changes the EL2 register formats (VHE); not supported.
+        if hcr & (1 << 34) != 0 {
+            return Err(FirmwareError::UnsupportedExceptionLevel { el });
+        }
+    }
+    // SAFETY: single CPU, called once from `start` before anything else can reach TABLES.
+    let tables = unsafe { &mut *ptr::addr_of_mut!(TABLES) };
+    let map = mmu::build_identity_map(tables, |t| ptr::from_ref(t) as u64, ram, pa_bits, regime)?;
+    let root = ptr::from_ref(&tables[0]) as u64;
+    let (start, end) = {
+        let start = ptr::addr_of!(TABLES) as u64;
+        (start, start + core::mem::size_of::<[Table; 4]>() as u64)
+    };
+    let mair = mmu::MAIR;
+    let tcr = mmu::tcr(regime, pa_bits);
+    // SAFETY: the tables describe an identity map of all RAM (code, data, stacks, device
+    // tree) as normal memory and of the platform's devices as Device memory, so every
+    // address in use keeps its meaning when translation starts. The sequence follows
+    // Arm ARM D8.16 / the usual bring-up: tables written (MMU off, so straight to memory),
+    // stale cache lines for them discarded, registers set, TLB invalidated, then SCTLR.
+    unsafe {
+        invalidate_dcache_range(start, end);
+        match regime {
+            Regime::El1 => asm!(
+                "msr mair_el1, {mair}",
+                "msr tcr_el1, {tcr}",
+                "msr ttbr0_el1, {root}",
+                "isb",
+                "tlbi vmalle1",
+                "dsb nsh",
+                "isb",
+                "ic iallu",
+                "dsb nsh",
+                "isb",
+                "mrs {tmp}, sctlr_el1",
+                "orr {tmp}, {tmp}, {set}",
+                "bic {tmp}, {tmp}, {clear}",
+                "msr sctlr_el1, {tmp}",
+                "isb",
+                mair = in(reg) mair,
+                tcr = in(reg) tcr,
+                root = in(reg) root,
+                set = in(reg) mmu::SCTLR_SET,
+                clear = in(reg) mmu::SCTLR_CLEAR,
+                tmp = out(reg) _,
+                options(nostack),
+            ),
+            Regime::El2 => asm!(
+                "msr mair_el2, {mair}",
+                "msr tcr_el2, {tcr}",
+                "msr ttbr0_el2, {root}",
+                "isb",
+                "tlbi alle2",
+                "dsb nsh",
+                "isb",
+                "ic iallu",
+                "dsb nsh",
+                "isb",
+                "mrs {tmp}, sctlr_el2",
+                "orr {tmp}, {tmp}, {set}",
+                "bic {tmp}, {tmp}, {clear}",
+                "msr sctlr_el2, {tmp}",
+                "isb",
+                mair = in(reg) mair,
+                tcr = in(reg) tcr,
+                root = in(reg) root,
+                set = in(reg) mmu::SCTLR_SET,
+                clear = in(reg) mmu::SCTLR_CLEAR,
+                tmp = out(reg) _,
+                options(nostack),
+            ),
+            Regime::El3 => asm!(
+                "msr mair_el3, {mair}",
+                "msr tcr_el3, {tcr}",
+                "msr ttbr0_el3, {root}",
+                "isb",
+                "tlbi alle3",
+                "dsb nsh",
+                "isb",
+                "ic iallu",
+                "dsb nsh",
+                "isb",
+                "mrs {tmp}, sctlr_el3",
+                "orr {tmp}, {tmp}, {set}",
+                "bic {tmp}, {tmp}, {clear}",
+                "msr sctlr_el3, {tmp}",
+                "isb",
+                mair = in(reg) mair,
+                tcr = in(reg) tcr,
+                root = in(reg) root,
+                set = in(reg) mmu::SCTLR_SET,
+                clear = in(reg) mmu::SCTLR_CLEAR,
+                tmp = out(reg) _,
+                options(nostack),
+            ),
+        }
+    }
+    Ok(map)
+}
+
+/// `dc ivac` over `[start, end)`, by the smallest data cache line (CTR_EL0.DminLine).
+///
+/// # Safety
+/// The range must hold nothing that lives only in the data cache (true before the caches
+/// are first enabled: every write went to memory).
+unsafe fn invalidate_dcache_range(start: u64, end: u64) {
+    let ctr: u64;
+    // SAFETY: reading CTR_EL0 has no side effects.
+    unsafe { asm!("mrs {}, ctr_el0", out(reg) ctr, options(nomem, nostack)) };
+    let line = 4u64 << ((ctr >> 16) & 0xf);
+    let mut at = start & !(line - 1);
+    // SAFETY: the caller guarantees there is no dirty data to lose; ordering barriers
+    // around the maintenance as D7.5.9 asks.
+    unsafe { asm!("dsb sy", options(nostack)) };
+    while at < end {
+        // SAFETY: as above.
+        unsafe { asm!("dc ivac, {}", in(reg) at, options(nostack)) };
+        at += line;
+    }
+    // SAFETY: a barrier only orders.
+    unsafe { asm!("dsb sy", "isb", options(nostack)) };
+}
+
+fn syndrome_registers(el: u8) -> (u64, u64, u64, u64) {
+    let (esr, elr, far, spsr): (u64, u64, u64, u64);
+    // SAFETY: reading the exception registers of the current EL has no side effects.
+    unsafe {
+        match el {
+            3 => asm!(
+                "mrs {0}, esr_el3", "mrs {1}, elr_el3", "mrs {2}, far_el3", "mrs {3}, spsr_el3",
+                out(reg) esr, out(reg) elr, out(reg) far, out(reg) spsr,
+                options(nomem, nostack),
+            ),
+            2 => asm!(
+                "mrs {0}, esr_el2", "mrs {1}, elr_el2", "mrs {2}, far_el2", "mrs {3}, spsr_el2",
+                out(reg) esr, out(reg) elr, out(reg) far, out(reg) spsr,
+                options(nomem, nostack),
+            ),
+            _ => asm!(
+                "mrs {0}, esr_el1", "mrs {1}, elr_el1", "mrs {2}, far_el1", "mrs {3}, spsr_el1",
+                out(reg) esr, out(reg) elr, out(reg) far, out(reg) spsr,
+                options(nomem, nostack),
+            ),
+        }
+    }
+    (esr, elr, far, spsr)
+}
+
+/// Called by the vector stubs with the vector index and the saved registers.
+#[unsafe(no_mangle)]
+extern "C" fn __firmware_exception(index: u64, frame: *const ExceptionFrame) -> ! {
+    if IN_EXCEPTION.load(Ordering::Relaxed) {
+        // An exception while reporting one: printing or powering off is what failed.
+        halt();
+    }
+    IN_EXCEPTION.store(true, Ordering::Relaxed);
+    let el = current_el();
+    let (esr, elr, far, spsr) = syndrome_registers(el);
+    let syndrome = Syndrome(esr);
+    let Some(vector) = Vector::from_index(index) else {
+        fail(format_args!("exception with bad vector index {index}"));
+    };
+    println!();
+    println!("*** {vector} at EL{el}");
+    if vector.has_syndrome() {
+        println!("    class: {syndrome}");
+    }
+    println!("    ESR  {esr:#018x}");
+    println!("    ELR  {elr:#018x}");
+    println!(
+        "    FAR  {far:#018x}{}",
+        if syndrome.far_valid() {
+            ""
+        } else {
+            " (not valid)"
+        }
+    );
+    println!("    SPSR {spsr:#018x}");
+    // SAFETY: the vector stub passed a pointer to the 256-byte frame it just filled on the
+    // exception stack, which stays untouched until this function (which never returns) ends.
+    if let Some(frame) = unsafe { frame.as_ref() } {
+        for (row, regs) in frame.x.chunks(4).enumerate() {
+            let mut line = crate::verdict::Message::new();
+            for (i, r) in regs.iter().enumerate() {
+                let _ = write!(line, "x{:<2} {r:#018x}  ", row * 4 + i);
+            }
+            println!("    {}", line.as_str().trim_end());
+        }
+    }
+    if vector.has_syndrome() {
+        fail(format_args!(
+            "{vector} at EL{el}: {syndrome}, ESR {esr:#x}, ELR {elr:#x}, FAR {far:#x}"
+        ))
+    } else {
+        fail(format_args!("unexpected {vector} at EL{el}, ELR {elr:#x}"))
+    }
+}
+
+#[panic_handler]
+fn panic(info: &PanicInfo<'_>) -> ! {
+    if IN_PANIC.load(Ordering::Relaxed) {
+        halt();
+    }
+    IN_PANIC.store(true, Ordering::Relaxed);
+    let (file, line, column) = info
+        .location()
+        .map_or(("?", 0, 0), |l| (l.file(), l.line(), l.column()));
+    println!();
+    println!("*** panic at {file}:{line}:{column}: {}", info.message());
+    fail(format_args!(
+        "panic at {file}:{line}:{column}: {}",
+        info.message()
+    ))
+}

@@ -1,0 +1,410 @@
+//! Bare-metal programs: the registry, the cross build, and the QEMU runner.
+//!
+//! The verdict protocol (see the `firmware` crate): a program prints exactly one line
+//! `NPRDMA-VERDICT: PASS <summary>` or `NPRDMA-VERDICT: FAIL <reason>` and powers off through
+//! PSCI, which ends QEMU with status 0. A run passes only if the PASS line was seen and QEMU
+//! exited 0 in time; a FAIL line, no line, a non-zero exit or a timeout is a failure.
+
+use std::io::{BufRead, BufReader, Read};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use crate::util::{XtaskError, require_tool, run_status, workspace_root};
+
+/// The machine a program is built for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Machine {
+    /// QEMU `virt` with an SMMUv3 and the `edu` device: runs here.
+    Virt,
+}
+
+impl Machine {
+    pub fn name(self) -> &'static str {
+        match self {
+            Machine::Virt => "virt",
+        }
+    }
+}
+
+/// What a program is expected to do when run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Expect {
+    /// Print a PASS verdict.
+    Pass,
+    /// Take an exception on purpose: the runtime must print the syndrome and a FAIL verdict.
+    /// Proves that `cargo xtask qemu` turns a crashing firmware into a failure.
+    Exception,
+}
+
+/// A firmware program.
+pub struct Program {
+    /// Binary name in the `firmware` crate.
+    pub name: &'static str,
+    pub machine: Machine,
+    pub expect: Expect,
+    /// Wall-clock limit for one QEMU run.
+    pub timeout: Duration,
+}
+
+impl Program {
+    pub fn describe_expectation(&self) -> &'static str {
+        match self.expect {
+            Expect::Pass => "runs on QEMU, must pass",
+            Expect::Exception => "runs on QEMU, must fault and report the exception syndrome",
+        }
+    }
+}
+
+/// Every program, and what `cargo xtask test` expects of it.
+pub const PROGRAMS: &[Program] = &[
+    Program {
+        name: "pci-probe",
+        machine: Machine::Virt,
+        expect: Expect::Pass,
+        timeout: Duration::from_secs(60),
+    },
+    Program {
+        name: "fault-probe",
+        machine: Machine::Virt,
+        expect: Expect::Exception,
+        timeout: Duration::from_secs(60),
+    },
+];
+
+/// Looks a program up by name.
+pub fn find(name: &str) -> Result<&'static Program, XtaskError> {
+    PROGRAMS.iter().find(|p| p.name == name).ok_or_else(|| {
+        let names: Vec<&str> = PROGRAMS.iter().map(|p| p.name).collect();
+        XtaskError::Other(format!(
+            "no firmware program `{name}` (known: {})",
+            names.join(", ")
+        ))
+    })
+}
+
+const CROSS_TARGET: &str = "aarch64-unknown-none";
+/// rustc-web's compiler; rustup's proxies stay first on PATH, so call it by full path.
+const DEBIAN_RUSTC: &str = "/usr/bin/rustc";
+const DEBIAN_CARGO: &str = "/usr/bin/cargo";
+/// Edition 2024 and let-chains need at least this.
+const MIN_CROSS_RUSTC: (u32, u32) = (1, 88);
+
+/// Checks the cross toolchain and returns the environment-ready `cargo` command.
+pub fn cross_cargo() -> Result<Command, XtaskError> {
+    require_tool(DEBIAN_RUSTC, "rustc-web")?;
+    require_tool(DEBIAN_CARGO, "cargo-web")?;
+    require_tool("ld.lld", "lld")?;
+    let version = Command::new(DEBIAN_RUSTC)
+        .arg("--version")
+        .output()
+        .map_err(|error| XtaskError::Spawn {
+            what: DEBIAN_RUSTC.into(),
+            error,
+        })?;
+    let version = String::from_utf8_lossy(&version.stdout).to_string();
+    let mut parts = version
+        .split_whitespace()
+        .nth(1)
+        .unwrap_or("0.0")
+        .split('.');
+    let major: u32 = parts.next().and_then(|p| p.parse().ok()).unwrap_or(0);
+    let minor: u32 = parts.next().and_then(|p| p.parse().ok()).unwrap_or(0);
+    if (major, minor) < MIN_CROSS_RUSTC {
+        return Err(XtaskError::MissingTool {
+            tool: format!(
+                "{DEBIAN_RUSTC} >= {}.{} (found {})",
+                MIN_CROSS_RUSTC.0,
+                MIN_CROSS_RUSTC.1,
+                version.trim()
+            ),
+            package: "rustc-web",
+        });
+    }
+    let sysroot = Command::new(DEBIAN_RUSTC)
+        .args(["--print", "sysroot"])
+        .output()
+        .map_err(|error| XtaskError::Spawn {
+            what: DEBIAN_RUSTC.into(),
+            error,
+        })?;
+    let src = PathBuf::from(String::from_utf8_lossy(&sysroot.stdout).trim())
+        .join("lib/rustlib/src/rust/library/core");
+    if !src.is_dir() {
+        return Err(XtaskError::MissingTool {
+            tool: src.display().to_string(),
+            package: "rust-web-src",
+        });
+    }
+
+    let mut cmd = Command::new(DEBIAN_CARGO);
+    cmd.current_dir(workspace_root())
+        .env("RUSTC_BOOTSTRAP", "1")
+        .env("RUSTC", DEBIAN_RUSTC)
+        // A separate target directory: the host toolchain is a different rustc, and sharing one
+        // directory would make each toolchain rebuild the other's artifacts.
+        .env("CARGO_TARGET_DIR", cross_target_dir())
+        // Set by the rustup cargo that runs xtask; they would point Debian's cargo at rustup's.
+        .env_remove("CARGO")
+        .env_remove("RUSTUP_TOOLCHAIN")
+        .env_remove("RUSTC_WRAPPER")
+        .env_remove("RUSTC_WORKSPACE_WRAPPER");
+    Ok(cmd)
+}
+
+fn cross_target_dir() -> PathBuf {
+    workspace_root().join("target").join("cross")
+}
+
+/// `cargo build` for aarch64-unknown-none with `-Zbuild-std` of the given package arguments.
+pub fn cross_build(package_args: &[&str], release: bool) -> Result<(), XtaskError> {
+    let mut cmd = cross_cargo()?;
+    cmd.args([
+        "build",
+        "--quiet",
+        "-Zbuild-std=core,alloc",
+        "--target",
+        CROSS_TARGET,
+    ])
+    .args(package_args);
+    if release {
+        cmd.arg("--release");
+    }
+    run_status(
+        &format!("cross build ({})", package_args.join(" ")),
+        &mut cmd,
+    )
+}
+
+/// Builds one program; returns the ELF's path.
+pub fn build(program: &Program, release: bool) -> Result<PathBuf, XtaskError> {
+    cross_build(&["-p", "firmware", "--bin", program.name], release)?;
+    let profile = if release { "release" } else { "debug" };
+    let elf = cross_target_dir()
+        .join(CROSS_TARGET)
+        .join(profile)
+        .join(program.name);
+    if elf.is_file() {
+        Ok(elf)
+    } else {
+        Err(XtaskError::Other(format!(
+            "the build succeeded but {} is missing",
+            elf.display()
+        )))
+    }
+}
+
+/// How a QEMU run ended.
+#[derive(Debug)]
+pub enum Outcome {
+    /// PASS verdict and a clean power-off.
+    Passed { name: String, summary: String },
+    /// Anything else.
+    Failed {
+        name: String,
+        reason: String,
+        output: String,
+    },
+}
+
+impl Outcome {
+    pub fn into_result(self) -> Result<(), XtaskError> {
+        match self {
+            Outcome::Passed { name, summary } => {
+                println!("xtask: `{name}` passed: {summary}");
+                Ok(())
+            }
+            Outcome::Failed { name, reason, .. } => {
+                Err(XtaskError::FirmwareFailed { name, reason })
+            }
+        }
+    }
+}
+
+/// The verdict line prefix the firmware prints.
+pub const VERDICT_PREFIX: &str = "NPRDMA-VERDICT: ";
+
+/// The QEMU command line for `virt` (facts in ../shared/reference/toolchains.md §3 and
+/// smmu.md §3.2): SMMUv3 in front of the PCIe root complex, GICv3, an AArch64 CPU, the `edu`
+/// device at slot 2 (stream ID 0x10), nothing else.
+fn qemu_command(elf: &std::path::Path) -> Result<Command, XtaskError> {
+    let qemu = require_tool("qemu-system-aarch64", "qemu-system-arm")?;
+    let mut cmd = Command::new(qemu);
+    cmd.args([
+        "-M",
+        "virt,iommu=smmuv3,gic-version=3",
+        "-cpu",
+        "cortex-a57",
+        "-m",
+        "256M",
+    ])
+    .args([
+        "-nographic",
+        "-nodefaults",
+        "-serial",
+        "stdio",
+        "-device",
+        "edu,addr=2",
+    ])
+    .arg("-kernel")
+    .arg(elf);
+    Ok(cmd)
+}
+
+/// Builds and runs a program; returns how it ended (an `Err` only when it could not run).
+pub fn build_and_run(
+    program: &Program,
+    release: bool,
+    timeout_s: Option<u64>,
+) -> Result<Outcome, XtaskError> {
+    let elf = build(program, release)?;
+    let timeout = timeout_s
+        .map(Duration::from_secs)
+        .unwrap_or(program.timeout);
+    run_qemu(program.name, &elf, timeout)
+}
+
+fn run_qemu(name: &str, elf: &std::path::Path, timeout: Duration) -> Result<Outcome, XtaskError> {
+    let mut child = qemu_command(elf)?
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|error| XtaskError::Spawn {
+            what: "qemu-system-aarch64".into(),
+            error,
+        })?;
+
+    // Stream the console as it comes, and keep a copy to find the verdict.
+    let (tx, rx) = mpsc::channel::<String>();
+    let stdout = child.stdout.take();
+    let reader = std::thread::spawn(move || {
+        if let Some(out) = stdout {
+            for line in BufReader::new(out).lines().map_while(Result::ok) {
+                println!("  | {line}");
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        }
+    });
+    let mut stderr = child.stderr.take();
+    let err_reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        if let Some(e) = stderr.as_mut() {
+            let _ = e.read_to_string(&mut s);
+        }
+        s
+    });
+
+    let start = Instant::now();
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break Some(status),
+            Ok(None) if start.elapsed() >= timeout => {
+                let _ = child.kill();
+                let _ = child.wait();
+                break None;
+            }
+            Ok(None) => std::thread::sleep(Duration::from_millis(20)),
+            Err(error) => {
+                return Err(XtaskError::Spawn {
+                    what: "qemu-system-aarch64 (wait)".into(),
+                    error,
+                });
+            }
+        }
+    };
+    let _ = reader.join();
+    let stderr_text = err_reader.join().unwrap_or_default();
+    let lines: Vec<String> = rx.try_iter().collect();
+    let output = lines.join("\n");
+    let verdicts: Vec<&str> = lines
+        .iter()
+        .filter_map(|l| l.trim_end().strip_prefix(VERDICT_PREFIX))
+        .collect();
+
+    let name = name.to_string();
+    let fail = |reason: String| {
+        Ok(Outcome::Failed {
+            name: name.clone(),
+            reason,
+            output: output.clone(),
+        })
+    };
+    let Some(status) = status else {
+        return fail(format!("timed out after {} s", timeout.as_secs()));
+    };
+    if !stderr_text.trim().is_empty() {
+        eprintln!("qemu stderr:\n{}", stderr_text.trim_end());
+    }
+    match verdicts.as_slice() {
+        [] => fail(format!("no verdict line; QEMU exited with {status}")),
+        [one] => {
+            if let Some(reason) = one.strip_prefix("FAIL") {
+                fail(format!("FAIL{reason}"))
+            } else if let Some(summary) = one.strip_prefix("PASS") {
+                if status.success() {
+                    Ok(Outcome::Passed {
+                        name: name.clone(),
+                        summary: summary.trim().to_string(),
+                    })
+                } else {
+                    fail(format!("PASS printed but QEMU exited with {status}"))
+                }
+            } else {
+                fail(format!("malformed verdict `{one}`"))
+            }
+        }
+        many => fail(format!(
+            "{} verdict lines (exactly one expected)",
+            many.len()
+        )),
+    }
+}
+
+/// Runs every program as `cargo xtask test` expects; returns the names that did not behave.
+pub fn test_all() -> Result<Vec<String>, XtaskError> {
+    let mut failed = Vec::new();
+    for program in PROGRAMS {
+        crate::util::section(&format!(
+            "firmware {} ({})",
+            program.name,
+            program.describe_expectation()
+        ));
+        match program.expect {
+            Expect::Pass => match build_and_run(program, false, None)? {
+                Outcome::Passed { summary, .. } => {
+                    println!("xtask: `{}` passed: {summary}", program.name)
+                }
+                Outcome::Failed { reason, .. } => {
+                    failed.push(format!("{}: {reason}", program.name))
+                }
+            },
+            Expect::Exception => match build_and_run(program, false, None)? {
+                Outcome::Passed { .. } => failed.push(format!(
+                    "{}: passed but was expected to fault",
+                    program.name
+                )),
+                Outcome::Failed { reason, output, .. } => {
+                    // The runtime must have reported the syndrome, not just died.
+                    let reported =
+                        output.contains("ESR") && output.contains("ELR") && output.contains("FAR");
+                    if reason.starts_with("FAIL") && reported {
+                        println!(
+                            "xtask: `{}` faulted as expected and reported the syndrome",
+                            program.name
+                        );
+                    } else {
+                        failed.push(format!(
+                            "{}: expected a reported exception, got: {reason}",
+                            program.name
+                        ));
+                    }
+                }
+            },
+        }
+    }
+    Ok(failed)
+}

@@ -1,0 +1,103 @@
+//! `cargo xtask`: the project's automation.
+//!
+//! - `setup`: installs the Debian packages the project needs (idempotent, quiet when done).
+//! - `firmware NAME`: cross-builds a bare-metal program for `aarch64-unknown-none` with
+//!   Debian's rustc-web and `-Zbuild-std`.
+//! - `qemu NAME`: builds it and runs it on QEMU's `virt` machine with an SMMUv3 and the `edu`
+//!   device; the firmware's verdict line becomes the exit status.
+//! - `test`: everything CI checks.
+//!
+//! Errors are one line naming what is missing and how to get it; the exit status is 1 for a
+//! failure and 2 for a usage error.
+
+mod firmware;
+mod layers;
+mod setup;
+mod test;
+mod util;
+
+use std::process::ExitCode;
+
+use util::XtaskError;
+
+const USAGE: &str = "\
+usage: cargo xtask <command>
+
+commands:
+  setup                       install the Debian packages the project needs (idempotent)
+  firmware <name> [--release] cross-build a bare-metal program for aarch64-unknown-none
+  qemu <name> [--release] [--timeout <seconds>]
+                              build a program and run it on qemu-system-aarch64 (virt + SMMUv3 + edu)
+  test [--skip-setup]         everything CI checks: fmt, clippy, host tests, no_std cross builds,
+                              every firmware test on QEMU
+  list                        list the firmware programs and what each is expected to do
+";
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    match run(&args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(XtaskError::Usage(msg)) => {
+            eprintln!("error: {msg}\n\n{USAGE}");
+            ExitCode::from(2)
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(args: &[String]) -> Result<(), XtaskError> {
+    let (cmd, rest) = match args.split_first() {
+        Some((c, r)) => (c.as_str(), r),
+        None => return Err(XtaskError::Usage("no command given".into())),
+    };
+    let mut opts = util::Options::parse(rest)?;
+    match cmd {
+        "setup" => {
+            opts.finish()?;
+            setup::ensure_packages(setup::ALL_PACKAGES)
+        }
+        "firmware" => {
+            let name = opts.positional("program name")?;
+            let release = opts.flag("--release");
+            opts.finish()?;
+            let program = firmware::find(&name)?;
+            let elf = firmware::build(program, release)?;
+            println!("{}", elf.display());
+            Ok(())
+        }
+        "qemu" => {
+            let name = opts.positional("program name")?;
+            let release = opts.flag("--release");
+            let timeout = opts.value_u64("--timeout")?;
+            opts.finish()?;
+            let program = firmware::find(&name)?;
+            let outcome = firmware::build_and_run(program, release, timeout)?;
+            outcome.into_result()
+        }
+        "test" => {
+            let skip_setup = opts.flag("--skip-setup");
+            opts.finish()?;
+            test::run_all(skip_setup)
+        }
+        "list" => {
+            opts.finish()?;
+            for p in firmware::PROGRAMS {
+                println!(
+                    "{:<22} {:<8} {}",
+                    p.name,
+                    p.machine.name(),
+                    p.describe_expectation()
+                );
+            }
+            Ok(())
+        }
+        "help" | "--help" | "-h" => {
+            print!("{USAGE}");
+            Ok(())
+        }
+        other => Err(XtaskError::Usage(format!("unknown command `{other}`"))),
+    }
+}

@@ -1,0 +1,106 @@
+//! `cargo xtask test`: everything CI checks, in one command.
+//!
+//! Order: set-up (Debian packages), formatting, the layering rule, clippy, host tests, cross builds of the
+//! `no_std` crates, then every firmware program on QEMU. Every step runs even if an earlier one
+//! failed, so one CI run reports all problems; the command fails if any step failed.
+
+use std::process::Command;
+use std::time::Instant;
+
+use crate::util::{XtaskError, run_status, section, workspace_root};
+use crate::{firmware, setup};
+
+/// Crates that must build for `aarch64-unknown-none` (they run on the boards).
+pub const NO_STD_CRATES: &[&str] = &["hal", "smmu-driver"];
+
+fn host_cargo() -> Command {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let mut cmd = Command::new(cargo);
+    cmd.current_dir(workspace_root());
+    cmd
+}
+
+pub fn run_all(skip_setup: bool) -> Result<(), XtaskError> {
+    let started = Instant::now();
+    if !skip_setup {
+        section("setup: Debian packages");
+        setup::ensure_packages(setup::ALL_PACKAGES)?;
+    }
+    let mut failed: Vec<String> = Vec::new();
+    let mut step = |name: &str, result: Result<(), XtaskError>| {
+        if let Err(e) = result {
+            eprintln!("xtask: step `{name}` failed: {e}");
+            failed.push(name.to_string());
+        }
+    };
+
+    section("cargo fmt --check");
+    step(
+        "fmt",
+        run_status(
+            "cargo fmt",
+            host_cargo().args(["fmt", "--all", "--", "--check"]),
+        ),
+    );
+
+    section("layering (docs/architecture.md)");
+    step(
+        "layering",
+        crate::layers::check().and_then(|problems| {
+            if problems.is_empty() {
+                Ok(())
+            } else {
+                Err(XtaskError::Checks(problems))
+            }
+        }),
+    );
+
+    section("cargo clippy (all targets, warnings are errors)");
+    step(
+        "clippy",
+        run_status(
+            "cargo clippy",
+            host_cargo().args([
+                "clippy",
+                "--workspace",
+                "--all-targets",
+                "--quiet",
+                "--",
+                "-D",
+                "warnings",
+            ]),
+        ),
+    );
+
+    section("host tests");
+    step(
+        "test",
+        run_status("cargo test", host_cargo().args(["test", "--workspace"])),
+    );
+
+    section(&format!(
+        "no_std crates for aarch64-unknown-none: {}",
+        NO_STD_CRATES.join(", ")
+    ));
+    let mut args = Vec::new();
+    for c in NO_STD_CRATES {
+        args.extend(["-p", c]);
+    }
+    step("cross-build", firmware::cross_build(&args, false));
+
+    match firmware::test_all() {
+        Ok(fw_failed) => failed.extend(fw_failed.into_iter().map(|f| format!("firmware {f}"))),
+        Err(e) => {
+            eprintln!("xtask: firmware tests could not run: {e}");
+            failed.push("firmware".into());
+        }
+    }
+
+    let secs = started.elapsed().as_secs();
+    if failed.is_empty() {
+        println!("\nxtask test: all steps passed in {secs} s");
+        Ok(())
+    } else {
+        Err(XtaskError::Checks(failed))
+    }
+}
