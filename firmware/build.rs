@@ -24,6 +24,8 @@ fn main() {
     }
     let manifest_dir = env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR");
     let manifest_dir = Path::new(&manifest_dir);
+    // The `.defmt` section of format strings (the script comes with the defmt crate).
+    println!("cargo:rustc-link-arg-bins=-Tdefmt.x");
     let bins = fs::read_dir(manifest_dir.join("src/bin")).expect("firmware/src/bin is readable");
     for entry in bins {
         let path = entry.expect("firmware/src/bin entry").path();

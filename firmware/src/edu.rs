@@ -180,6 +180,11 @@ where
     let regs = EduRegs::new(&bus, 0)?;
     let identification = check_identification(&regs)?;
     let liveness_checks = check_liveness(&regs)?;
+    hal::info!(
+        "edu: identification {:#x}, liveness {} patterns",
+        identification,
+        liveness_checks
+    );
     Ok(EduReport {
         function,
         bar0,

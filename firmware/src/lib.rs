@@ -20,6 +20,12 @@
 //! the program's run function returns, from the exception handler (FAIL with the syndrome),
 //! or from the panic handler (FAIL with location and message). See [`verdict`].
 //!
+//! # Logging
+//! Library code logs through `hal`'s shim (`hal::info!` etc.). On the target the shim is
+//! defmt, and [`logger`] sends each defmt frame as one console line `NPRDMA-DEFMT: <hex>`,
+//! which `cargo xtask qemu` decodes with the program's ELF and prints as text. On the host the
+//! same calls compile to nothing (or to `log` where a crate enables it).
+//!
 //! # Boot flow
 //! 1. `_start` (assembly in `rt`, linked first at the image base) keeps `x0`, parks all
 //!    CPUs but the one with MPIDR.Aff0 = 0, reads `CurrentEL`, enables FP/SIMD
@@ -82,6 +88,7 @@ pub mod edu;
 pub mod error;
 pub mod exception;
 pub mod fdt;
+pub mod logger;
 pub mod mmu;
 pub mod pci;
 pub mod pl011;

@@ -14,7 +14,12 @@ macro_rules! define_log_macro {
         #[cfg(feature = "defmt")]
         #[macro_export]
         macro_rules! $name {
-                            ($d($d arg:tt)*) => { $crate::__private::defmt::$level!($d($d arg)*) };
+                            // defmt's macros emit `defmt::...` paths resolved at the call site: bring the crate
+            // into scope so callers need no defmt dependency of their own.
+            ($d($d arg:tt)*) => {{
+                use $crate::__private::defmt;
+                defmt::$level!($d($d arg)*)
+            }};
                         }
         #[doc = concat!("Logs at `", stringify!($level), "` level through the shim.")]
         #[cfg(all(feature = "log", not(feature = "defmt")))]

@@ -145,6 +145,8 @@ pub fn cross_cargo() -> Result<Command, XtaskError> {
         // A separate target directory: the host toolchain is a different rustc, and sharing one
         // directory would make each toolchain rebuild the other's artifacts.
         .env("CARGO_TARGET_DIR", cross_target_dir())
+        // Log levels compiled into firmware (defmt filters at build time).
+        .env("DEFMT_LOG", "info")
         // Set by the rustup cargo that runs xtask; they would point Debian's cargo at rustup's.
         .env_remove("CARGO")
         .env_remove("RUSTUP_TOOLCHAIN")
@@ -276,14 +278,18 @@ fn run_qemu(name: &str, elf: &std::path::Path, timeout: Duration) -> Result<Outc
             error,
         })?;
 
-    // Stream the console as it comes, and keep a copy to find the verdict.
+    // Stream the console as it comes (decoding defmt frames), and keep a copy to find the
+    // verdict.
+    let defmt = DefmtLines::load(elf);
     let (tx, rx) = mpsc::channel::<String>();
     let stdout = child.stdout.take();
     let reader = std::thread::spawn(move || {
+        let mut defmt = defmt;
         if let Some(out) = stdout {
             for line in BufReader::new(out).lines().map_while(Result::ok) {
-                println!("  | {line}");
-                if tx.send(line).is_err() {
+                let shown = defmt.render(&line).unwrap_or_else(|| line.clone());
+                println!("  | {shown}");
+                if tx.send(shown).is_err() {
                     break;
                 }
             }
@@ -361,6 +367,62 @@ fn run_qemu(name: &str, elf: &std::path::Path, timeout: Duration) -> Result<Outc
             "{} verdict lines (exactly one expected)",
             many.len()
         )),
+    }
+}
+
+/// Prefix of a console line that carries one defmt frame in hex (see `firmware::logger`).
+const DEFMT_PREFIX: &str = "NPRDMA-DEFMT: ";
+
+/// Decodes the firmware's defmt frame lines with the format strings in its ELF.
+struct DefmtLines {
+    table: Option<defmt_decoder::Table>,
+    elf: String,
+}
+
+impl DefmtLines {
+    fn load(elf: &std::path::Path) -> Self {
+        let table = std::fs::read(elf)
+            .ok()
+            .and_then(|bytes| defmt_decoder::Table::parse(&bytes).ok().flatten());
+        Self {
+            table,
+            elf: elf.display().to_string(),
+        }
+    }
+
+    /// The text to show for a defmt line; `None` for ordinary lines.
+    fn render(&mut self, line: &str) -> Option<String> {
+        let hex = line.trim_end().strip_prefix(DEFMT_PREFIX)?;
+        let Some(table) = &self.table else {
+            return Some(format!(
+                "[defmt frame, no format table in {}] {hex}",
+                self.elf
+            ));
+        };
+        let bytes: Option<Vec<u8>> = (0..hex.len())
+            .step_by(2)
+            .map(|i| {
+                hex.get(i..i + 2)
+                    .and_then(|h| u8::from_str_radix(h, 16).ok())
+            })
+            .collect();
+        let Some(bytes) = bytes else {
+            return Some(format!("[malformed defmt line] {hex}"));
+        };
+        let mut decoder = table.new_stream_decoder();
+        decoder.received(&bytes);
+        let mut out = Vec::new();
+        loop {
+            match decoder.decode() {
+                Ok(frame) => out.push(frame.display(false).to_string()),
+                Err(defmt_decoder::DecodeError::UnexpectedEof) => break,
+                Err(defmt_decoder::DecodeError::Malformed) => {
+                    out.push(format!("[undecodable defmt frame] {hex}"));
+                    break;
+                }
+            }
+        }
+        Some(out.join(" | "))
     }
 }
 
