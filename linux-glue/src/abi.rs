@@ -1,0 +1,473 @@
+//! The kernel-module ABI: what the user-space half and the nprdma kernel module exchange.
+//!
+//! On a board (or a host that can load modules) the job user space approximates here is done
+//! in the kernel: an `mmu_interval_notifier` per registered region plus `hmm_range_fault` for
+//! fault-in (np-rdma reference notes §2.2, §2.4). The module exposes:
+//!
+//! - a character device (`DEVICE_NODE`) with the ioctls below;
+//! - per region, a **page-state table** (mmap'd read-only): a [`TableHeader`] followed by one
+//!   [`PageStateEntry`] (a u64) per 4 KiB page, `{present, writable, huge, version}`; the
+//!   version is bumped on every invalidation and every remap, and the header's `generation` on
+//!   any invalidation in the region (the optimistic check of np-rdma §2.4/§2.5 option B);
+//! - one **invalidation event ring** per open file (mmap'd): a [`RingHeader`] followed by
+//!   `entries` [`InvalidationRecord`]s. The module writes a record at `producer % entries`, then
+//!   publishes it with a release store of `producer + 1`; user space reads up to `producer`
+//!   (acquire) and releases slots with a release store of `consumer`. When the ring is full the
+//!   module drops the event and increments `dropped` (never overwrites), so user space that sees
+//!   `dropped` change must rescan its tables.
+//!
+//! Every ioctl argument starts with an [`AbiHeader`] carrying the ABI version and the struct
+//! size the caller was built with. The module answers a version it does not speak with
+//! `EPROTO` (except for `IOC_VERSION`, which always reports the module's version) and a size it
+//! does not expect with `EINVAL`. Semantic failures are reported in the `status` field as
+//! [`crate::GlueError::code`] values (0 = success).
+//!
+//! All structs are `#[repr(C)]` with explicit padding, so their layout is the same for a C
+//! module on any 64-bit Linux target; the size and offset assertions below pin it.
+
+use std::mem::offset_of;
+use std::sync::atomic::AtomicU64;
+
+use crate::sys::{IOC_READ, IOC_WRITE, ioc};
+
+/// The ABI version this crate speaks.
+pub const ABI_VERSION: u32 = 1;
+/// The module's character device.
+pub const DEVICE_NODE: &str = "/dev/nprdma-glue";
+/// ioctl type byte. Unassigned in Documentation/userspace-api/ioctl/ioctl-number.rst as read
+/// (the 0xD0-0xDA row is empty); reserve it there before the module goes upstream.
+pub const IOCTL_MAGIC: u8 = 0xD7;
+
+/// Leads every ioctl argument.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct AbiHeader {
+    /// [`ABI_VERSION`] of the caller.
+    pub abi_version: u32,
+    /// `size_of` the whole argument struct as the caller knows it.
+    pub struct_size: u32,
+}
+
+impl AbiHeader {
+    /// A header for struct `T` at [`ABI_VERSION`].
+    pub const fn for_struct<T>() -> Self {
+        Self {
+            abi_version: ABI_VERSION,
+            struct_size: size_of::<T>() as u32,
+        }
+    }
+}
+
+/// `IOC_VERSION`: handshake.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct VersionArgs {
+    /// In.
+    pub hdr: AbiHeader,
+    /// Out: the version the module speaks.
+    pub module_version: u32,
+    /// Out: feature bits (`FEATURE_*`).
+    pub features: u32,
+}
+
+/// Module feature: fault-in reports huge (2 MiB) blocks.
+pub const FEATURE_HUGE: u32 = 1 << 0;
+/// Module feature: the event ring is available.
+pub const FEATURE_RING: u32 = 1 << 1;
+
+/// Device access: read (device reads memory).
+pub const ACCESS_READ: u32 = 1;
+/// Device access: write (device writes memory; implies read).
+pub const ACCESS_WRITE: u32 = 2;
+
+/// `IOC_REGISTER`: register `[addr, addr + len)` without pinning.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RegisterArgs {
+    /// In.
+    pub hdr: AbiHeader,
+    /// In: first byte (4 KiB aligned).
+    pub addr: u64,
+    /// In: length (multiple of 4 KiB).
+    pub len: u64,
+    /// In: `ACCESS_READ` or `ACCESS_WRITE`.
+    pub access: u32,
+    /// In: reserved, 0.
+    pub flags: u32,
+    /// Out: region id (never 0).
+    pub region_id: u64,
+    /// Out: mmap offset of the page-state table.
+    pub table_offset: u64,
+    /// Out: number of table entries (pages).
+    pub table_entries: u64,
+    /// Out: 0 or an error code.
+    pub status: u32,
+    /// Padding, 0.
+    pub reserved: u32,
+}
+
+/// `IOC_UNREGISTER`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct UnregisterArgs {
+    /// In.
+    pub hdr: AbiHeader,
+    /// In: the region.
+    pub region_id: u64,
+    /// Out: 0 or an error code.
+    pub status: u32,
+    /// Padding, 0.
+    pub reserved: u32,
+}
+
+/// Fault-in flag: do not fault, only report (refresh the table from the page tables).
+pub const FAULT_IN_QUERY_ONLY: u32 = 1 << 0;
+
+/// `IOC_FAULT_IN`: fault in `[addr, addr + len)` of a region and map it for the device.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FaultInArgs {
+    /// In.
+    pub hdr: AbiHeader,
+    /// In: the region.
+    pub region_id: u64,
+    /// In: first byte (4 KiB aligned).
+    pub addr: u64,
+    /// In: length (multiple of 4 KiB).
+    pub len: u64,
+    /// In: `ACCESS_READ` or `ACCESS_WRITE`.
+    pub access: u32,
+    /// In: `FAULT_IN_*`.
+    pub flags: u32,
+    /// Out: pages now present and mapped.
+    pub pages_mapped: u64,
+    /// Out: minor faults taken.
+    pub minor_faults: u32,
+    /// Out: major faults taken.
+    pub major_faults: u32,
+    /// Out: 2 MiB blocks mapped as one unit.
+    pub huge_blocks: u32,
+    /// Out: 0 or an error code.
+    pub status: u32,
+}
+
+/// `IOC_RING_SETUP`: create the invalidation event ring of this open file.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RingSetupArgs {
+    /// In.
+    pub hdr: AbiHeader,
+    /// In: number of records, a power of two.
+    pub entries: u32,
+    /// In: reserved, 0.
+    pub flags: u32,
+    /// Out: mmap offset of the ring.
+    pub ring_offset: u64,
+    /// Out: bytes to map (header + records).
+    pub ring_bytes: u64,
+    /// Out: 0 or an error code.
+    pub status: u32,
+    /// Padding, 0.
+    pub reserved: u32,
+}
+
+/// The shared header of the event ring. `producer` and `consumer` sit on their own 64-byte
+/// lines so the two writers do not false-share.
+#[repr(C)]
+#[derive(Debug)]
+pub struct RingHeader {
+    /// Version and size of this header.
+    pub hdr: AbiHeader,
+    /// Number of records (power of two).
+    pub entries: u32,
+    /// `size_of::<InvalidationRecord>()`.
+    pub entry_size: u32,
+    /// Events dropped because the ring was full (module writes).
+    pub dropped: AtomicU64,
+    /// Padding to the producer line.
+    pub reserved0: [u64; 5],
+    /// Records published (module writes, release).
+    pub producer: AtomicU64,
+    /// Padding to the consumer line.
+    pub reserved1: [u64; 7],
+    /// Records consumed (user writes, release).
+    pub consumer: AtomicU64,
+    /// Padding to the end of the line.
+    pub reserved2: [u64; 7],
+}
+
+/// Invalidation causes in [`InvalidationRecord::cause`].
+pub mod cause {
+    /// MADV_DONTNEED/FREE/REMOVE.
+    pub const REMOVED: u32 = 1;
+    /// munmap.
+    pub const UNMAPPED: u32 = 2;
+    /// mremap moved the range to `new_start`.
+    pub const REMAPPED: u32 = 3;
+    /// Reclaimed to swap.
+    pub const SWAPPED_OUT: u32 = 4;
+    /// Reclaimed without swap (file page dropped).
+    pub const DROPPED: u32 = 5;
+    /// Migrated / compacted / COW / KSM / THP collapse: a new frame.
+    pub const FRAME_CHANGED: u32 = 6;
+}
+
+/// One record of the event ring.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct InvalidationRecord {
+    /// Sequence number (0, 1, 2, ... per ring).
+    pub seq: u64,
+    /// The region.
+    pub region_id: u64,
+    /// First byte invalidated.
+    pub start: u64,
+    /// Bytes invalidated.
+    pub len: u64,
+    /// A [`cause`] value.
+    pub cause: u32,
+    /// Reserved, 0.
+    pub flags: u32,
+    /// For `REMAPPED`: the new address of `start`; otherwise 0.
+    pub new_start: u64,
+}
+
+/// The header of a region's page-state table; entries follow it.
+#[repr(C)]
+#[derive(Debug)]
+pub struct TableHeader {
+    /// Version and size of this header.
+    pub hdr: AbiHeader,
+    /// The region.
+    pub region_id: u64,
+    /// Number of entries.
+    pub entries: u64,
+    /// Bumped on every invalidation in the region (module writes, release).
+    pub generation: AtomicU64,
+}
+
+/// One page-state table entry: bit 0 present, bit 1 writable (mapped for device writes), bit 2
+/// part of a 2 MiB block mapping, bits 32-63 the page's version. The module updates an entry
+/// with one 64-bit store, so readers never see a torn entry.
+#[repr(transparent)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PageStateEntry(pub u64);
+
+impl PageStateEntry {
+    /// Bit 0.
+    pub const PRESENT: u64 = 1 << 0;
+    /// Bit 1.
+    pub const WRITABLE: u64 = 1 << 1;
+    /// Bit 2.
+    pub const HUGE: u64 = 1 << 2;
+
+    /// Builds an entry.
+    pub const fn new(present: bool, writable: bool, huge: bool, version: u32) -> Self {
+        Self(
+            ((present as u64) * Self::PRESENT)
+                | ((writable as u64) * Self::WRITABLE)
+                | ((huge as u64) * Self::HUGE)
+                | (version as u64) << 32,
+        )
+    }
+    /// Present and mapped for the device.
+    pub const fn present(self) -> bool {
+        self.0 & Self::PRESENT != 0
+    }
+    /// Mapped for device writes.
+    pub const fn writable(self) -> bool {
+        self.0 & Self::WRITABLE != 0
+    }
+    /// Part of a 2 MiB block mapping.
+    pub const fn huge(self) -> bool {
+        self.0 & Self::HUGE != 0
+    }
+    /// The page's version.
+    pub const fn version(self) -> u32 {
+        (self.0 >> 32) as u32
+    }
+}
+
+/// `IOC_VERSION = _IOWR(0xD7, 0x00, VersionArgs)`.
+pub const IOC_VERSION: u32 = ioc(
+    IOC_READ | IOC_WRITE,
+    IOCTL_MAGIC,
+    0x00,
+    size_of::<VersionArgs>(),
+);
+/// `IOC_REGISTER = _IOWR(0xD7, 0x01, RegisterArgs)`.
+pub const IOC_REGISTER: u32 = ioc(
+    IOC_READ | IOC_WRITE,
+    IOCTL_MAGIC,
+    0x01,
+    size_of::<RegisterArgs>(),
+);
+/// `IOC_UNREGISTER = _IOWR(0xD7, 0x02, UnregisterArgs)`.
+pub const IOC_UNREGISTER: u32 = ioc(
+    IOC_READ | IOC_WRITE,
+    IOCTL_MAGIC,
+    0x02,
+    size_of::<UnregisterArgs>(),
+);
+/// `IOC_FAULT_IN = _IOWR(0xD7, 0x03, FaultInArgs)`.
+pub const IOC_FAULT_IN: u32 = ioc(
+    IOC_READ | IOC_WRITE,
+    IOCTL_MAGIC,
+    0x03,
+    size_of::<FaultInArgs>(),
+);
+/// `IOC_RING_SETUP = _IOWR(0xD7, 0x04, RingSetupArgs)`.
+pub const IOC_RING_SETUP: u32 = ioc(
+    IOC_READ | IOC_WRITE,
+    IOCTL_MAGIC,
+    0x04,
+    size_of::<RingSetupArgs>(),
+);
+
+// Layout pins: a change here is an ABI break and needs ABI_VERSION + 1.
+const _: () = {
+    assert!(size_of::<AbiHeader>() == 8);
+    assert!(size_of::<VersionArgs>() == 16);
+    assert!(size_of::<RegisterArgs>() == 64);
+    assert!(offset_of!(RegisterArgs, addr) == 8);
+    assert!(offset_of!(RegisterArgs, len) == 16);
+    assert!(offset_of!(RegisterArgs, access) == 24);
+    assert!(offset_of!(RegisterArgs, region_id) == 32);
+    assert!(offset_of!(RegisterArgs, table_offset) == 40);
+    assert!(offset_of!(RegisterArgs, table_entries) == 48);
+    assert!(offset_of!(RegisterArgs, status) == 56);
+    assert!(size_of::<UnregisterArgs>() == 24);
+    assert!(offset_of!(UnregisterArgs, status) == 16);
+    assert!(size_of::<FaultInArgs>() == 64);
+    assert!(offset_of!(FaultInArgs, region_id) == 8);
+    assert!(offset_of!(FaultInArgs, access) == 32);
+    assert!(offset_of!(FaultInArgs, pages_mapped) == 40);
+    assert!(offset_of!(FaultInArgs, minor_faults) == 48);
+    assert!(offset_of!(FaultInArgs, status) == 60);
+    assert!(size_of::<RingSetupArgs>() == 40);
+    assert!(offset_of!(RingSetupArgs, ring_offset) == 16);
+    assert!(size_of::<RingHeader>() == 192);
+    assert!(offset_of!(RingHeader, dropped) == 16);
+    assert!(offset_of!(RingHeader, producer) == 64);
+    assert!(offset_of!(RingHeader, consumer) == 128);
+    assert!(size_of::<InvalidationRecord>() == 48);
+    assert!(offset_of!(InvalidationRecord, cause) == 32);
+    assert!(offset_of!(InvalidationRecord, new_start) == 40);
+    assert!(size_of::<TableHeader>() == 32);
+    assert!(offset_of!(TableHeader, generation) == 24);
+    assert!(size_of::<PageStateEntry>() == 8);
+};
+
+/// Plain-old-data ABI structs that may be viewed as bytes and rebuilt from bytes.
+///
+/// # Safety
+/// Implementors are `#[repr(C)]`, contain no padding (checked by the layout assertions above)
+/// and every bit pattern is a valid value.
+pub unsafe trait AbiStruct: Copy + Default {
+    /// Name for error messages.
+    const NAME: &'static str;
+
+    /// The bytes of `self`.
+    fn as_bytes_mut(&mut self) -> &mut [u8] {
+        // SAFETY: Self is POD without padding (trait contract), so all size_of::<Self>() bytes
+        // are initialised and any bytes written back form a valid Self.
+        unsafe {
+            std::slice::from_raw_parts_mut((self as *mut Self).cast::<u8>(), size_of::<Self>())
+        }
+    }
+
+    /// Rebuilds a value from `bytes` (exactly `size_of::<Self>()` long).
+    fn from_bytes(bytes: &[u8]) -> Option<Self> {
+        if bytes.len() != size_of::<Self>() {
+            return None;
+        }
+        // SAFETY: the length matches and every bit pattern is a valid Self (trait contract);
+        // read_unaligned copes with any alignment of the byte buffer.
+        Some(unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast::<Self>()) })
+    }
+
+    /// The header at the start of the struct.
+    fn header(bytes: &[u8]) -> Option<AbiHeader> {
+        AbiHeader::from_bytes(bytes.get(..size_of::<AbiHeader>())?)
+    }
+}
+
+// SAFETY: repr(C), two u32, no padding, any bits valid.
+unsafe impl AbiStruct for AbiHeader {
+    const NAME: &'static str = "AbiHeader";
+}
+// SAFETY: repr(C), layout pinned above without padding, integers only.
+unsafe impl AbiStruct for VersionArgs {
+    const NAME: &'static str = "VersionArgs";
+}
+// SAFETY: as above.
+unsafe impl AbiStruct for RegisterArgs {
+    const NAME: &'static str = "RegisterArgs";
+}
+// SAFETY: as above.
+unsafe impl AbiStruct for UnregisterArgs {
+    const NAME: &'static str = "UnregisterArgs";
+}
+// SAFETY: as above.
+unsafe impl AbiStruct for FaultInArgs {
+    const NAME: &'static str = "FaultInArgs";
+}
+// SAFETY: as above.
+unsafe impl AbiStruct for RingSetupArgs {
+    const NAME: &'static str = "RingSetupArgs";
+}
+// SAFETY: as above.
+unsafe impl AbiStruct for InvalidationRecord {
+    const NAME: &'static str = "InvalidationRecord";
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ioctl_numbers_use_the_generic_encoding() {
+        // dir=3 (read|write) << 30 | size << 16 | 0xD7 << 8 | nr, by hand.
+        assert_eq!(IOC_VERSION, 0xC010_D700);
+        assert_eq!(IOC_REGISTER, 0xC040_D701);
+        assert_eq!(IOC_UNREGISTER, 0xC018_D702);
+        assert_eq!(IOC_FAULT_IN, 0xC040_D703);
+        assert_eq!(IOC_RING_SETUP, 0xC028_D704);
+    }
+
+    #[test]
+    fn entries_pack_per_the_documented_bits() {
+        let e = PageStateEntry::new(true, false, true, 0xABCD_0001);
+        assert_eq!(e.0, 0xABCD_0001_0000_0005);
+        assert!(e.present() && !e.writable() && e.huge());
+        assert_eq!(e.version(), 0xABCD_0001);
+        assert_eq!(PageStateEntry::new(false, true, false, 0).0, 2);
+    }
+
+    #[test]
+    fn structs_round_trip_through_bytes() {
+        let mut a = FaultInArgs {
+            hdr: AbiHeader::for_struct::<FaultInArgs>(),
+            region_id: 7,
+            addr: 0x7000_0000,
+            len: 0x3000,
+            access: ACCESS_WRITE,
+            status: 5,
+            ..Default::default()
+        };
+        let bytes = a.as_bytes_mut().to_vec();
+        assert_eq!(bytes.len(), 64);
+        // Little-endian hosts: region_id at offset 8, status at 60.
+        assert_eq!(u64::from_ne_bytes(bytes[8..16].try_into().unwrap()), 7);
+        assert_eq!(u32::from_ne_bytes(bytes[60..64].try_into().unwrap()), 5);
+        assert_eq!(FaultInArgs::from_bytes(&bytes), Some(a));
+        assert_eq!(FaultInArgs::from_bytes(&bytes[..63]), None);
+        assert_eq!(
+            FaultInArgs::header(&bytes),
+            Some(AbiHeader {
+                abi_version: ABI_VERSION,
+                struct_size: 64
+            })
+        );
+    }
+}

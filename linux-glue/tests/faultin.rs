@@ -1,0 +1,408 @@
+//! Fault-in, resolution and page state on real memory.
+#![cfg(target_os = "linux")]
+
+mod common;
+
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use common::*;
+use hal::{AlignedRange, PageSize, VirtAddr};
+use linux_glue::mapping::{Advice, Mapping, Protection};
+use linux_glue::{
+    Access, FaultInMethod, FaultKind, Glue, GlueConfig, StatePreference, StateSource, ThpMode,
+};
+
+fn range(start: VirtAddr, len: u64) -> AlignedRange<VirtAddr> {
+    AlignedRange::new(start, len, PageSize::Size4K).unwrap()
+}
+
+#[test]
+fn first_touch_is_a_minor_fault_and_the_frame_matches_pagemap() {
+    let (glue, _rx) = glue();
+    let m = Mapping::anonymous(8 * PAGE, Protection::ReadWrite).unwrap();
+    m.advise(0, m.len(), Advice::NoHugePage).unwrap();
+    glue.register(m.addr(), m.len(), Access::Write).unwrap();
+    let r = glue.resolver();
+
+    assert_eq!(r.lookup(m.at(3 * PAGE)), None, "nothing handed out yet");
+    let first = r.resolve(m.at(3 * PAGE + 100), Access::Write).unwrap();
+    let tracked = r.lookup(m.at(3 * PAGE + 8)).unwrap();
+    assert_eq!(
+        (tracked.addr, tracked.frame, tracked.huge),
+        (m.at(3 * PAGE), first.frame, false)
+    );
+    assert_eq!(r.lookup(m.at(4 * PAGE)), None);
+    assert_eq!(first.addr, m.at(3 * PAGE));
+    assert_eq!(first.kind, FaultKind::Minor);
+    assert_eq!(first.size, PageSize::Size4K);
+    assert_eq!(first.mapping, range(m.at(3 * PAGE), PAGE));
+    assert!(!first.huge);
+
+    let state = glue.page_states(range(m.at(3 * PAGE), PAGE)).unwrap()[0];
+    assert!(state.present && state.exclusive && !state.swapped);
+    assert_eq!(state.source, StateSource::Pagemap);
+    if glue.capabilities().pfn_visible {
+        assert!(first.frame.is_some());
+        assert_eq!(first.frame, state.frame);
+        assert!(!state.zero_page);
+    } else {
+        skip("frame check", "PFNs need CAP_SYS_ADMIN");
+        assert_eq!(first.frame, None);
+    }
+
+    let again = r.resolve(m.at(3 * PAGE), Access::Write).unwrap();
+    assert_eq!(again.kind, FaultKind::AlreadyPresent);
+    assert_eq!(again.frame, first.frame);
+    // Only the resolved page was faulted in.
+    let states = glue.page_states(m.range().unwrap()).unwrap();
+    assert_eq!(states.iter().filter(|s| s.present).count(), 1);
+}
+
+#[test]
+fn reads_of_private_memory_get_a_stable_frame_not_the_zero_page() {
+    let m = Mapping::anonymous(4 * PAGE, Protection::ReadWrite).unwrap();
+    m.advise(0, m.len(), Advice::NoHugePage).unwrap();
+
+    let (exact, _rx) = Glue::new(GlueConfig {
+        stable_frames: false,
+        ..Default::default()
+    })
+    .unwrap();
+    exact.register(m.addr(), 2 * PAGE, Access::Read).unwrap();
+    let res = exact.resolver().resolve(m.addr(), Access::Read).unwrap();
+    assert_eq!(res.faulted_for, Access::Read);
+    let s = exact.page_states(range(m.addr(), PAGE)).unwrap()[0];
+    assert!(s.present);
+    if exact.capabilities().kpageflags {
+        assert!(
+            s.zero_page,
+            "a read fault on untouched anonymous memory maps the shared zero page"
+        );
+    }
+
+    let (stable, _rx) = glue();
+    stable
+        .register(m.at(2 * PAGE), 2 * PAGE, Access::Read)
+        .unwrap();
+    let res = stable
+        .resolver()
+        .resolve(m.at(2 * PAGE), Access::Read)
+        .unwrap();
+    assert_eq!(res.faulted_for, Access::Write);
+    let s = stable.page_states(range(m.at(2 * PAGE), PAGE)).unwrap()[0];
+    assert!(s.present && s.exclusive && !s.zero_page);
+}
+
+#[test]
+fn touch_ahead_faults_in_the_range() {
+    let (glue, _rx) = glue();
+    let m = Mapping::anonymous(64 * PAGE, Protection::ReadWrite).unwrap();
+    m.advise(0, m.len(), Advice::NoHugePage).unwrap();
+    let id = glue.register(m.addr(), m.len(), Access::Write).unwrap();
+    let rep = glue
+        .fault_in(range(m.at(16 * PAGE), 32 * PAGE), Access::Write)
+        .unwrap();
+    assert_eq!(rep.pages_present, 32);
+    assert_eq!(rep.minor_faults, 32, "one zero-fill fault per 4 KiB page");
+    assert_eq!(rep.major_faults, 0);
+    assert_eq!(rep.huge_blocks, 0);
+    assert_eq!(rep.method, FaultInMethod::Populate);
+    assert_eq!(glue.region(id).unwrap().tracked_pages, 32);
+    let states = glue.page_states(m.range().unwrap()).unwrap();
+    let present: Vec<bool> = states.iter().map(|s| s.present).collect();
+    let expected: Vec<bool> = (0..64).map(|i| (16..48).contains(&i)).collect();
+    assert_eq!(present, expected);
+    // Faulting in again costs nothing.
+    let rep = glue
+        .fault_in(range(m.at(16 * PAGE), 32 * PAGE), Access::Write)
+        .unwrap();
+    assert_eq!((rep.minor_faults, rep.major_faults), (0, 0));
+}
+
+#[test]
+fn the_touch_fallback_faults_in_without_losing_concurrent_writes() {
+    let (glue, _rx) = Glue::new(GlueConfig {
+        fault_in: FaultInMethod::Touch,
+        ..Default::default()
+    })
+    .unwrap();
+    let m = Mapping::anonymous(16 * PAGE, Protection::ReadWrite).unwrap();
+    m.advise(0, m.len(), Advice::NoHugePage).unwrap();
+    m.stamp_pages(0x77).unwrap();
+    m.advise(8 * PAGE, 8 * PAGE, Advice::DontNeed).unwrap();
+    glue.register(m.addr(), m.len(), Access::Write).unwrap();
+
+    let rep = glue.fault_in(m.range().unwrap(), Access::Write).unwrap();
+    assert_eq!(rep.method, FaultInMethod::Touch);
+    assert_eq!(rep.pages_present, 16);
+    assert_eq!(
+        rep.minor_faults, 8,
+        "the 8 dropped pages are zero-filled; the others were present"
+    );
+    for i in 0..8 {
+        assert_eq!(
+            m.read_u64(i * PAGE).unwrap(),
+            0x77 ^ i,
+            "touching must not change data"
+        );
+    }
+
+    // A writer increments the first word of page 0 while the resolver write-touches it many
+    // times (each touch is a CAS of the word with itself): no increment may be lost.
+    let counter = m.addr().as_u64() as usize;
+    m.write_u64(0, 0).unwrap();
+    let r = glue.resolver();
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            // SAFETY: the word lies in the mapping owned by this test and is only accessed
+            // atomically while the threads run.
+            let w = unsafe { AtomicU64::from_ptr(counter as *mut u64) };
+            for _ in 0..200_000 {
+                w.fetch_add(1, Ordering::Relaxed);
+            }
+        });
+        s.spawn(|| {
+            for _ in 0..2_000 {
+                r.resolve(m.addr(), Access::Write).unwrap();
+            }
+        });
+    });
+    assert_eq!(m.read_u64(0).unwrap(), 200_000);
+}
+
+#[test]
+fn huge_pages_are_resolved_as_2m_blocks() {
+    let (glue, _rx) = glue();
+    let caps = glue.capabilities();
+    if caps.thp_mode == ThpMode::Never || caps.thp_mode == ThpMode::Unknown {
+        skip("huge_pages", "transparent huge pages are disabled");
+        return;
+    }
+    let m = Mapping::anonymous_aligned(4 * MIB, 2 * MIB, Protection::ReadWrite).unwrap();
+    m.advise(0, m.len(), Advice::HugePage).unwrap();
+    let id = glue.register(m.addr(), m.len(), Access::Write).unwrap();
+    assert_eq!(glue.region(id).unwrap().vmas[0].thp_eligible, Some(true));
+    let before = linux_glue::swap::vmstat("thp_fault_alloc").unwrap_or(0);
+    let res = glue
+        .resolver()
+        .resolve(m.at(2 * MIB + 5 * PAGE), Access::Write)
+        .unwrap();
+    if !res.huge {
+        let fallback = linux_glue::swap::vmstat("thp_fault_fallback").unwrap_or(0);
+        let after = linux_glue::swap::vmstat("thp_fault_alloc").unwrap_or(0);
+        assert_eq!(after, before, "a THP was allocated but not reported");
+        skip(
+            "huge_pages",
+            &format!("the kernel fell back to 4 KiB pages (thp_fault_fallback {fallback})"),
+        );
+        return;
+    }
+    assert_eq!(
+        res.kind,
+        FaultKind::Minor,
+        "one fault maps the whole 2 MiB block"
+    );
+    assert_eq!(res.size, PageSize::Size2M);
+    assert_eq!(
+        res.mapping,
+        AlignedRange::new(m.at(2 * MIB), 2 * MIB, PageSize::Size2M).unwrap()
+    );
+    let states = glue.page_states(m.range().unwrap()).unwrap();
+    assert!(
+        states[..512].iter().all(|s| !s.present),
+        "the first block was not touched"
+    );
+    assert!(states[512..].iter().all(|s| s.present && s.huge));
+    if caps.pfn_visible {
+        let frame = res.frame.unwrap().as_u64();
+        assert_eq!(frame % (2 * MIB), 0, "a PMD maps a 2 MiB-aligned frame");
+        for (i, s) in states[512..].iter().enumerate() {
+            assert_eq!(s.frame.unwrap().as_u64(), frame + i as u64 * PAGE);
+        }
+    }
+    if caps.kpageflags {
+        assert!(states[512..].iter().all(|s| s.thp));
+    }
+    assert_eq!(glue.region(id).unwrap().tracked_pages, 512);
+    // Touch-ahead over both blocks reports one more huge block and one fault.
+    let rep = glue.fault_in(m.range().unwrap(), Access::Write).unwrap();
+    assert_eq!(rep.huge_blocks, 2);
+    assert_eq!(rep.minor_faults, 1);
+}
+
+#[test]
+fn page_cache_faults_are_minor_then_major_after_the_cache_is_dropped() {
+    let path = std::env::temp_dir().join(format!("linux-glue-pagecache-{}", std::process::id()));
+    let data: Vec<u8> = (0..64 * PAGE).map(|i| (i / PAGE) as u8).collect();
+    std::fs::write(&path, &data).unwrap();
+    let f = std::fs::File::open(&path).unwrap();
+    let m = Mapping::file(&f, 64 * PAGE, Protection::Read, true).unwrap();
+    std::fs::remove_file(&path).unwrap();
+    let (glue, _rx) = glue();
+    glue.register(m.addr(), m.len(), Access::Read).unwrap();
+    let r = glue.resolver();
+
+    // In the page cache (just written): a minor fault, which maps neighbours too (fault-around).
+    let res = r.resolve(m.at(5 * PAGE), Access::Read).unwrap();
+    assert_eq!(res.kind, FaultKind::Minor);
+    assert_eq!(
+        res.faulted_for,
+        Access::Read,
+        "a shared mapping keeps its frame on CPU writes"
+    );
+    assert_eq!(m.read_u64(5 * PAGE).unwrap(), 0x0505_0505_0505_0505);
+
+    // Write back, unmap from us and drop the cache: the next fault reads the disk.
+    // SAFETY: fsync/fadvise on an fd this test owns.
+    unsafe {
+        libc::fsync(f.as_raw_fd());
+    }
+    m.advise(0, m.len(), Advice::DontNeed).unwrap();
+    // SAFETY: as above.
+    let rc = unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+    assert_eq!(rc, 0);
+    let res = r.resolve(m.at(40 * PAGE), Access::Read).unwrap();
+    assert_eq!(res.kind, FaultKind::Major);
+    assert_eq!(m.read_u64(40 * PAGE).unwrap(), 0x2828_2828_2828_2828);
+}
+
+#[test]
+fn mincore_answers_presence_when_asked_to() {
+    let (glue, _rx) = Glue::new(GlueConfig {
+        state_source: StatePreference::Mincore,
+        ..Default::default()
+    })
+    .unwrap();
+    let m = Mapping::anonymous(8 * PAGE, Protection::ReadWrite).unwrap();
+    m.advise(0, m.len(), Advice::NoHugePage).unwrap();
+    m.write_u64(2 * PAGE, 1).unwrap();
+    m.write_u64(5 * PAGE, 1).unwrap();
+    let states = glue.page_states(m.range().unwrap()).unwrap();
+    assert!(
+        states
+            .iter()
+            .all(|s| s.source == StateSource::Mincore && s.frame.is_none())
+    );
+    let present: Vec<usize> = states
+        .iter()
+        .enumerate()
+        .filter(|(_, s)| s.present)
+        .map(|(i, _)| i)
+        .collect();
+    assert_eq!(present, vec![2, 5]);
+    // mincore reports ENOMEM for unmapped memory.
+    m.unmap_part(6 * PAGE, 2 * PAGE).unwrap();
+    assert!(matches!(
+        glue.page_states(m.range().unwrap()),
+        Err(linux_glue::GlueError::Unmapped { .. })
+    ));
+}
+
+#[test]
+fn file_pages_reclaimed_behind_our_back_are_found_by_the_scan() {
+    let path = std::env::temp_dir().join(format!("linux-glue-reclaim-{}", std::process::id()));
+    std::fs::write(&path, vec![9u8; 16 * PAGE as usize]).unwrap();
+    let f = std::fs::File::open(&path).unwrap();
+    // Clean pages read back from disk: reclaim does not write back dirty file pages for
+    // MADV_PAGEOUT.
+    f.sync_all().unwrap();
+    // SAFETY: fadvise on an fd this test owns.
+    unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+    let m = Mapping::file(&f, 16 * PAGE, Protection::Read, false).unwrap();
+    std::fs::remove_file(&path).unwrap();
+    let (glue, rx) = glue();
+    let id = glue.register(m.addr(), m.len(), Access::Read).unwrap();
+    glue.fault_in(m.range().unwrap(), Access::Read).unwrap();
+    assert!(
+        glue.scan_for_reclaim().unwrap().is_empty(),
+        "nothing changed yet"
+    );
+
+    // Reclaim (clean page-cache pages mapped only here): no userfaultfd event exists for it.
+    m.advise(0, 8 * PAGE, Advice::PageOut).unwrap();
+    let gone = glue
+        .page_states(range(m.addr(), 8 * PAGE))
+        .unwrap()
+        .iter()
+        .filter(|s| !s.present)
+        .count() as u64;
+    if gone == 0 {
+        skip(
+            "file reclaim",
+            "MADV_PAGEOUT reclaimed nothing (page shared elsewhere?)",
+        );
+        return;
+    }
+    let invs = glue.scan_for_reclaim().unwrap();
+    let pages: u64 = invs.iter().map(|i| i.range.page_count()).sum();
+    assert_eq!(pages, gone);
+    assert!(
+        invs.iter()
+            .all(|i| i.region == id && i.cause == linux_glue::InvalidationCause::Dropped)
+    );
+    assert!(invs.iter().all(|i| i.range.end() <= m.at(8 * PAGE)));
+    // Delivered on the channel too, and not reported twice.
+    assert_eq!(rx.try_iter().count(), invs.len());
+    assert!(glue.scan_for_reclaim().unwrap().is_empty());
+}
+
+#[test]
+fn hugetlb_pages_resolve_with_their_page_size() {
+    if !root() {
+        skip("hugetlb", "reserving huge pages needs root");
+        return;
+    }
+    // Serialise system-setting changes with the swap users (same lock).
+    let _lock = linux_glue::swap::SwapLock::acquire().unwrap();
+    let old: u64 = std::fs::read_to_string("/proc/sys/vm/nr_hugepages")
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let Ok(_guard) = linux_glue::swap::SysctlGuard::set("vm.nr_hugepages", &(old + 2).to_string())
+    else {
+        skip("hugetlb", "cannot change vm.nr_hugepages");
+        return;
+    };
+    let Ok(m) = Mapping::hugetlb_2m(4 * MIB) else {
+        skip("hugetlb", "no 2 MiB huge pages could be reserved");
+        return;
+    };
+    let (glue, _rx) = glue();
+    // Registration must follow the VMA's page size.
+    assert_eq!(
+        glue.register(m.at(PAGE), PAGE, Access::Write),
+        Err(linux_glue::GlueError::Misaligned {
+            value: m.at(PAGE).as_u64(),
+            align: 2 * MIB
+        })
+    );
+    let id = glue.register(m.addr(), m.len(), Access::Write).unwrap();
+    assert_eq!(glue.region(id).unwrap().vmas[0].page_size, PageSize::Size2M);
+    let res = glue
+        .resolver()
+        .resolve(m.at(2 * MIB + 7 * PAGE), Access::Write);
+    let res = match res {
+        Ok(r) => r,
+        Err(e) => {
+            skip("hugetlb", &format!("fault-in failed: {e}"));
+            return;
+        }
+    };
+    assert!(res.huge);
+    assert_eq!(res.size, PageSize::Size2M);
+    assert_eq!(
+        res.mapping,
+        AlignedRange::new(m.at(2 * MIB), 2 * MIB, PageSize::Size2M).unwrap()
+    );
+    assert_eq!(res.kind, FaultKind::Minor);
+    if let Some(f) = res.frame {
+        assert_eq!(f.as_u64() % (2 * MIB), 0);
+    }
+    let states = glue.page_states(m.range().unwrap()).unwrap();
+    assert!(states[512..].iter().all(|s| s.present && s.huge));
+    assert!(states[..512].iter().all(|s| !s.present));
+    drop(glue);
+    drop(m);
+}

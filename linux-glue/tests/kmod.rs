@@ -1,0 +1,339 @@
+//! The user-space half of the kernel-module ABI, against the fake module.
+#![cfg(target_os = "linux")]
+
+mod common;
+
+use std::sync::Arc;
+
+use common::*;
+use hal::{AlignedRange, PageSize, VirtAddr};
+use linux_glue::abi::{self, AbiHeader, AbiStruct, FaultInArgs, InvalidationRecord};
+use linux_glue::kmod::{FakeModule, ModuleBackend, ModuleClient, RealModule};
+use linux_glue::{Access, GlueError};
+
+const BASE: u64 = 0x7f00_0000_0000;
+
+fn range(start: u64, len: u64) -> AlignedRange<VirtAddr> {
+    AlignedRange::new(VirtAddr::new(start), len, PageSize::Size4K).unwrap()
+}
+
+fn client() -> (Arc<FakeModule>, ModuleClient<Arc<FakeModule>>) {
+    let fake = Arc::new(FakeModule::new());
+    let c = ModuleClient::connect(Arc::clone(&fake)).unwrap();
+    (fake, c)
+}
+
+#[test]
+fn the_handshake_refuses_another_abi_version() {
+    let e = ModuleClient::connect(FakeModule::with_version(2)).unwrap_err();
+    assert_eq!(
+        e,
+        GlueError::AbiVersion {
+            ours: abi::ABI_VERSION,
+            theirs: 2
+        }
+    );
+    let (_, c) = client();
+    assert_eq!(c.features(), abi::FEATURE_HUGE | abi::FEATURE_RING);
+}
+
+#[test]
+fn the_module_rejects_wrong_sizes_and_versions() {
+    let fake = FakeModule::new();
+    let mut a = FaultInArgs {
+        hdr: AbiHeader::for_struct::<FaultInArgs>(),
+        ..Default::default()
+    };
+    let bytes = a.as_bytes_mut();
+    // A struct one word short, and a header that claims another size.
+    assert_eq!(
+        fake.ioctl(abi::IOC_FAULT_IN, &mut bytes[..56]),
+        Err(libc::EINVAL)
+    );
+    let mut wrong_size = FaultInArgs {
+        hdr: AbiHeader {
+            abi_version: abi::ABI_VERSION,
+            struct_size: 60,
+        },
+        ..Default::default()
+    };
+    assert_eq!(
+        fake.ioctl(abi::IOC_FAULT_IN, wrong_size.as_bytes_mut()),
+        Err(libc::EINVAL)
+    );
+    let mut wrong_version = FaultInArgs {
+        hdr: AbiHeader {
+            abi_version: 9,
+            struct_size: 64,
+        },
+        ..Default::default()
+    };
+    assert_eq!(
+        fake.ioctl(abi::IOC_FAULT_IN, wrong_version.as_bytes_mut()),
+        Err(libc::EPROTO)
+    );
+    assert_eq!(fake.ioctl(0xdead_beef, a.as_bytes_mut()), Err(libc::ENOTTY));
+}
+
+#[test]
+fn registration_errors_come_back_as_typed_status_codes() {
+    let (fake, c) = client();
+    let r = c
+        .register(VirtAddr::new(BASE), 16 * PAGE, Access::Write)
+        .unwrap();
+    assert_eq!(r.range, range(BASE, 16 * PAGE));
+    assert!(
+        matches!(c.register(VirtAddr::new(BASE + 8 * PAGE), PAGE, Access::Read), Err(GlueError::AlreadyRegistered { existing }) if existing == r.id)
+    );
+    assert!(matches!(
+        c.register(VirtAddr::new(BASE + 1), PAGE, Access::Read),
+        Err(GlueError::Misaligned { .. })
+    ));
+    assert_eq!(
+        c.register(VirtAddr::new(BASE), 0, Access::Read)
+            .unwrap_err(),
+        GlueError::EmptyRange
+    );
+    assert!(matches!(
+        c.register(VirtAddr::new(!0xfff), 2 * PAGE, Access::Read),
+        Err(GlueError::Overflow { .. })
+    ));
+    let id = r.id;
+    // Fault-in beyond the region, and write access on a read region.
+    let ro = c
+        .register(VirtAddr::new(BASE + 64 * PAGE), 4 * PAGE, Access::Read)
+        .unwrap();
+    assert!(matches!(
+        c.fault_in(&r, range(BASE + 15 * PAGE, 2 * PAGE), Access::Read),
+        Err(GlueError::NotRegistered { .. })
+    ));
+    assert!(matches!(
+        c.fault_in(&ro, ro.range, Access::Write),
+        Err(GlueError::NotWritable { .. })
+    ));
+    c.unregister(r).unwrap();
+    // The id is unknown now: unregistering it again is a typed status.
+    let mut u = abi::UnregisterArgs {
+        hdr: AbiHeader::for_struct::<abi::UnregisterArgs>(),
+        region_id: id,
+        ..Default::default()
+    };
+    fake.ioctl(abi::IOC_UNREGISTER, u.as_bytes_mut()).unwrap();
+    assert_eq!(u.status, GlueError::UnknownRegion { id }.code());
+    let again = c
+        .register(VirtAddr::new(BASE), 16 * PAGE, Access::Write)
+        .unwrap();
+    assert_ne!(again.id, id);
+}
+
+#[test]
+fn ensure_present_faults_only_absent_pages_and_snapshots_validate() {
+    let (fake, c) = client();
+    let r = c
+        .register(VirtAddr::new(BASE), 32 * PAGE, Access::Write)
+        .unwrap();
+    let whole = r.range;
+    assert!(whole.pages().all(|p| !r.entry(p).unwrap().present()));
+
+    let snap = c
+        .ensure_present(&r, range(BASE + 4 * PAGE, 8 * PAGE), Access::Write)
+        .unwrap();
+    for i in 0..32 {
+        let e = r.entry(VirtAddr::new(BASE + i * PAGE)).unwrap();
+        assert_eq!(e.present(), (4..12).contains(&i), "page {i}");
+        if e.present() {
+            assert!(e.writable());
+            assert_eq!(e.version(), 1, "one remap since registration");
+        }
+    }
+    assert!(r.still_valid(&snap));
+
+    // A second call with an overlapping range faults in only the new pages.
+    let rep = c
+        .fault_in(&r, range(BASE + 8 * PAGE, 8 * PAGE), Access::Write)
+        .unwrap();
+    assert_eq!(
+        (rep.pages_mapped, rep.minor_faults, rep.major_faults),
+        (8, 4, 0)
+    );
+
+    // Invalidate two pages (the MMU-notifier path): the snapshot is no longer valid.
+    let generation = r.generation();
+    fake.invalidate(
+        VirtAddr::new(BASE + 6 * PAGE),
+        2 * PAGE,
+        abi::cause::REMOVED,
+        0,
+    );
+    assert_eq!(r.generation(), generation + 1);
+    let e = r.entry(VirtAddr::new(BASE + 6 * PAGE)).unwrap();
+    assert!(!e.present());
+    assert_eq!(e.version(), 2);
+    assert!(!r.still_valid(&snap));
+    // A snapshot of untouched pages survives an unrelated invalidation (per-page versions).
+    let other = c
+        .ensure_present(&r, range(BASE + 20 * PAGE, 2 * PAGE), Access::Read)
+        .unwrap();
+    fake.invalidate(VirtAddr::new(BASE + 6 * PAGE), PAGE, abi::cause::REMOVED, 0);
+    assert!(r.still_valid(&other));
+    // Re-faulting repairs the range.
+    let snap2 = c
+        .ensure_present(&r, range(BASE + 4 * PAGE, 8 * PAGE), Access::Write)
+        .unwrap();
+    assert!(r.still_valid(&snap2));
+    assert_eq!(
+        r.entry(VirtAddr::new(BASE + 6 * PAGE)).unwrap().version(),
+        4
+    );
+}
+
+#[test]
+fn invalidations_arrive_on_the_ring_in_order() {
+    let (fake, mut c) = client();
+    assert!(
+        matches!(c.setup_ring(3), Err(GlueError::InvalidArgument { .. })),
+        "not a power of two"
+    );
+    c.setup_ring(8).unwrap();
+    let a = c
+        .register(VirtAddr::new(BASE), 16 * PAGE, Access::Write)
+        .unwrap();
+    let b = c
+        .register(VirtAddr::new(BASE + 32 * PAGE), 16 * PAGE, Access::Write)
+        .unwrap();
+    // Spanning both regions and the gap between them: one record per region, clipped.
+    assert_eq!(
+        fake.invalidate(
+            VirtAddr::new(BASE + 12 * PAGE),
+            24 * PAGE,
+            abi::cause::UNMAPPED,
+            0
+        ),
+        2
+    );
+    fake.invalidate(
+        VirtAddr::new(BASE + 20 * PAGE),
+        4 * PAGE,
+        abi::cause::UNMAPPED,
+        0,
+    );
+    fake.invalidate(
+        VirtAddr::new(BASE),
+        2 * PAGE,
+        abi::cause::REMAPPED,
+        BASE + 0x100_0000,
+    );
+    let mut out = Vec::new();
+    assert_eq!(c.poll_invalidations(&mut out).unwrap(), 3);
+    assert_eq!(
+        out,
+        vec![
+            InvalidationRecord {
+                seq: 0,
+                region_id: a.id,
+                start: BASE + 12 * PAGE,
+                len: 4 * PAGE,
+                cause: abi::cause::UNMAPPED,
+                flags: 0,
+                new_start: 0
+            },
+            InvalidationRecord {
+                seq: 1,
+                region_id: b.id,
+                start: BASE + 32 * PAGE,
+                len: 4 * PAGE,
+                cause: abi::cause::UNMAPPED,
+                flags: 0,
+                new_start: 0
+            },
+            InvalidationRecord {
+                seq: 2,
+                region_id: a.id,
+                start: BASE,
+                len: 2 * PAGE,
+                cause: abi::cause::REMAPPED,
+                flags: 0,
+                new_start: BASE + 0x100_0000
+            },
+        ]
+    );
+    out.clear();
+    assert_eq!(c.poll_invalidations(&mut out).unwrap(), 0);
+    // Wrap around the ring several times.
+    for i in 0..20 {
+        fake.invalidate(
+            VirtAddr::new(BASE + (i % 16) * PAGE),
+            PAGE,
+            abi::cause::SWAPPED_OUT,
+            0,
+        );
+        c.poll_invalidations(&mut out).unwrap();
+    }
+    assert_eq!(
+        out.iter().map(|r| r.seq).collect::<Vec<_>>(),
+        (3..23).collect::<Vec<_>>()
+    );
+}
+
+#[test]
+fn a_full_ring_drops_and_says_how_many_were_lost() {
+    let (fake, mut c) = client();
+    c.setup_ring(2).unwrap();
+    let _r = c
+        .register(VirtAddr::new(BASE), 16 * PAGE, Access::Write)
+        .unwrap();
+    for i in 0..5 {
+        fake.invalidate(VirtAddr::new(BASE + i * PAGE), PAGE, abi::cause::DROPPED, 0);
+    }
+    let mut out = Vec::new();
+    assert_eq!(
+        c.poll_invalidations(&mut out),
+        Err(GlueError::RingOverrun { lost: 3 })
+    );
+    assert_eq!(out.len(), 2, "the records that fit are not lost");
+    assert_eq!(out[1].start, BASE + PAGE);
+    out.clear();
+    assert_eq!(c.poll_invalidations(&mut out), Ok(0));
+}
+
+#[test]
+fn huge_backing_and_swap_are_reported_by_fault_in() {
+    let (fake, c) = client();
+    let base = BASE; // 2 MiB aligned
+    let r = c
+        .register(VirtAddr::new(base), 4 * MIB, Access::Write)
+        .unwrap();
+    fake.back_with_huge_pages(VirtAddr::new(base), 2 * MIB);
+    let rep = c.fault_in(&r, range(base, 4 * MIB), Access::Write).unwrap();
+    assert_eq!(rep.huge_blocks, 1);
+    assert_eq!(rep.pages_mapped, 1024);
+    assert!(r.entry(VirtAddr::new(base + 100 * PAGE)).unwrap().huge());
+    assert!(!r.entry(VirtAddr::new(base + 2 * MIB)).unwrap().huge());
+
+    fake.swap_out(VirtAddr::new(base + 2 * MIB), 3 * PAGE);
+    let rep = c
+        .fault_in(&r, range(base + 2 * MIB, 4 * PAGE), Access::Write)
+        .unwrap();
+    assert_eq!((rep.major_faults, rep.minor_faults), (3, 0));
+}
+
+#[test]
+fn the_real_backend_says_the_module_is_not_loaded() {
+    if std::path::Path::new(abi::DEVICE_NODE).exists() {
+        skip("real backend", "the module is loaded on this machine");
+        return;
+    }
+    assert_eq!(
+        RealModule::open().unwrap_err(),
+        GlueError::ModuleNotLoaded {
+            path: abi::DEVICE_NODE.to_string()
+        }
+    );
+    assert_eq!(
+        GlueError::ModuleNotLoaded {
+            path: String::new()
+        }
+        .code(),
+        14
+    );
+}

@@ -1,0 +1,188 @@
+//! Swap: reclaim detection, major faults from the swap device, and cleanup guarantees.
+//!
+//! These need root (swapon, sysctl, PFNs) and a file system that takes swap files; they skip
+//! with a message otherwise. Every swap user (these tests and the benchmark, in any process)
+//! takes `SwapLock`, so they never interleave their sysctl changes.
+#![cfg(target_os = "linux")]
+
+mod common;
+
+use std::path::PathBuf;
+use std::sync::Mutex;
+
+use common::*;
+use linux_glue::mapping::{Advice, Mapping, Protection};
+use linux_glue::swap::{self, SwapLab};
+use linux_glue::{Access, FaultKind, GlueError, InvalidationCause};
+
+fn page_cluster() -> String {
+    std::fs::read_to_string("/proc/sys/vm/page-cluster")
+        .unwrap()
+        .trim()
+        .to_string()
+}
+
+fn open_lab(test: &str, bytes: u64) -> Option<SwapLab> {
+    if !root() {
+        skip(test, "swap needs root (swapon, sysctl)");
+        return None;
+    }
+    match SwapLab::open(&std::env::temp_dir(), bytes, Some(0)) {
+        Ok(lab) => Some(lab),
+        Err(e @ (GlueError::Unavailable { .. } | GlueError::PermissionDenied { .. })) => {
+            skip(test, &format!("cannot enable a swap file here: {e}"));
+            None
+        }
+        Err(e) => panic!("{test}: {e}"),
+    }
+}
+
+#[test]
+fn swap_out_is_detected_and_swap_in_reads_the_device() {
+    let Some(lab) = open_lab("swap lifecycle", 64 * MIB) else {
+        return;
+    };
+    let saved = lab.saved_page_cluster().map(str::to_string);
+    let file = lab.swap().path().to_path_buf();
+    assert!(lab.swap().is_listed());
+    assert_eq!(page_cluster(), "0");
+
+    let (glue, rx) = glue();
+    let pages = 256;
+    let m = Mapping::anonymous(pages * PAGE, Protection::ReadWrite).unwrap();
+    m.advise(0, m.len(), Advice::NoHugePage).unwrap();
+    m.stamp_pages(0xfeed).unwrap();
+    let id = glue.register(m.addr(), m.len(), Access::Write).unwrap();
+    glue.fault_in(m.range().unwrap(), Access::Write).unwrap();
+    let frames_before: Vec<_> = glue
+        .page_states(m.range().unwrap())
+        .unwrap()
+        .iter()
+        .map(|s| s.frame)
+        .collect();
+
+    let pswpout = swap::vmstat("pswpout").unwrap();
+    let ev = swap::evict(m.range().unwrap()).unwrap();
+    assert!(
+        swap::vmstat("pswpout").unwrap() >= pswpout + ev.on_device,
+        "pages on the device were written"
+    );
+    assert!(ev.on_device > 0, "nothing reached the swap device: {ev:?}");
+
+    // Reclaim is silent for userfaultfd; the scan finds it.
+    let swapped: u64 = glue
+        .page_states(m.range().unwrap())
+        .unwrap()
+        .iter()
+        .filter(|s| s.swapped)
+        .count() as u64;
+    assert_eq!(swapped, ev.on_device + ev.in_swap_cache);
+    let invs = glue.scan_for_reclaim().unwrap();
+    let reported: u64 = invs
+        .iter()
+        .filter(|i| i.cause == InvalidationCause::SwappedOut)
+        .map(|i| i.range.page_count())
+        .sum();
+    assert_eq!(reported, swapped);
+    assert!(invs.iter().all(|i| i.region == id));
+    assert_eq!(
+        rx.try_iter().count(),
+        invs.len(),
+        "delivered on the channel as well"
+    );
+
+    // Resolving reads the pages back from the device: major faults, and pswpin rises.
+    let pswpin = swap::vmstat("pswpin").unwrap();
+    let r = glue.resolver();
+    let mut majors = 0;
+    for i in 0..pages {
+        let res = r.resolve(m.at(i * PAGE), Access::Write).unwrap();
+        if res.kind == FaultKind::Major {
+            majors += 1;
+        }
+    }
+    let read = swap::vmstat("pswpin").unwrap() - pswpin;
+    println!("eviction {ev:?}; {majors} major faults; pswpin +{read}");
+    assert!(
+        majors > 0 && majors <= ev.on_device,
+        "majors {majors}, evicted {ev:?}"
+    );
+    assert!(
+        read >= majors,
+        "each major fault read a page from the device (pswpin +{read})"
+    );
+    for i in 0..pages {
+        assert_eq!(
+            m.read_u64(i * PAGE).unwrap(),
+            0xfeed ^ i,
+            "page {i} came back intact"
+        );
+    }
+    // The resolver re-tracked the pages with their new frames: the scan is quiet.
+    assert!(glue.scan_for_reclaim().unwrap().is_empty());
+
+    // Swapped out and back in *between* two scans: only a frame change can tell.
+    if glue.capabilities().pfn_visible {
+        glue.fault_in(m.range().unwrap(), Access::Write).unwrap();
+        let before: Vec<_> = glue
+            .page_states(m.range().unwrap())
+            .unwrap()
+            .iter()
+            .map(|s| s.frame)
+            .collect();
+        swap::evict(m.range().unwrap()).unwrap();
+        m.advise(0, m.len(), Advice::PopulateWrite).unwrap();
+        let after: Vec<_> = glue
+            .page_states(m.range().unwrap())
+            .unwrap()
+            .iter()
+            .map(|s| s.frame)
+            .collect();
+        let moved = before.iter().zip(&after).filter(|(a, b)| a != b).count() as u64;
+        let invs = glue.scan_for_reclaim().unwrap();
+        let changed: u64 = invs
+            .iter()
+            .filter(|i| i.cause == InvalidationCause::FrameChanged)
+            .map(|i| i.range.page_count())
+            .sum();
+        assert_eq!(changed, moved);
+        assert!(moved > 0, "swap-in put at least one page in a new frame");
+    }
+    let _ = frames_before;
+
+    drop(glue);
+    drop(m);
+    drop(lab);
+    assert!(!swap::listed(&file), "swap switched off");
+    assert!(!file.exists(), "swap file removed");
+    assert_eq!(Some(page_cluster()), saved, "vm.page-cluster restored");
+}
+
+#[test]
+fn swap_and_sysctl_are_restored_even_when_a_test_panics() {
+    if !root() {
+        skip("swap cleanup on panic", "swap needs root");
+        return;
+    }
+    let seen: Mutex<Option<(PathBuf, String)>> = Mutex::new(None);
+    let before = page_cluster();
+    let outcome = std::panic::catch_unwind(|| {
+        let Some(lab) = open_lab("swap cleanup on panic", 16 * MIB) else {
+            return;
+        };
+        *seen.lock().unwrap() = Some((lab.swap().path().to_path_buf(), page_cluster()));
+        panic!("deliberate panic with swap enabled");
+    });
+    let Some((file, during)) = seen.into_inner().unwrap() else {
+        return;
+    };
+    assert!(outcome.is_err(), "the closure panicked");
+    assert_eq!(during, "0", "the sysctl was changed while the lab was open");
+    assert!(!swap::listed(&file), "swap switched off during unwinding");
+    assert!(!file.exists(), "swap file removed during unwinding");
+    assert_eq!(
+        page_cluster(),
+        before,
+        "vm.page-cluster restored during unwinding"
+    );
+}
