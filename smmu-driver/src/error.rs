@@ -153,6 +153,137 @@ pub enum SmmuError {
         /// The faulting IOVA.
         iova: Iova,
     },
+    /// The SMMU lacks a feature the driver needs (SMMUv2 probe).
+    #[error("SMMU does not support {what}")]
+    Unsupported {
+        /// The missing feature.
+        what: &'static str,
+    },
+    /// Every instance of a hardware resource is in use (context banks, stream-match groups).
+    #[error("no free {what} (all {capacity} in use)")]
+    ResourceExhausted {
+        /// Which resource.
+        what: &'static str,
+        /// How many there are.
+        capacity: u32,
+    },
+    /// A stream ID or mask has bits the SMMU does not implement.
+    #[error("stream ID/mask {id:#x} exceeds the SMMU's {bits}-bit stream IDs")]
+    StreamIdOutOfRange {
+        /// The offending ID or mask.
+        id: u32,
+        /// Implemented stream ID bits.
+        bits: u8,
+    },
+    /// A stream-match entry would match a stream another entry already matches (SMMUv2 SMR
+    /// overlap: a stream-match conflict on silicon).
+    #[error("stream match {id:#x}/{mask:#x} overlaps stream-match entry {index}")]
+    StreamMatchConflict {
+        /// Requested ID.
+        id: u32,
+        /// Requested mask.
+        mask: u32,
+        /// The entry it overlaps.
+        index: u16,
+    },
+    /// A context bank index that does not exist or is not allocated by this driver.
+    #[error("context bank {index} is not allocated")]
+    UnknownContextBank {
+        /// The index.
+        index: u16,
+    },
+    /// A stream-match entry index that does not exist or is not in use.
+    #[error("stream-match entry {index} is not in use")]
+    UnknownStreamMatch {
+        /// The index.
+        index: u16,
+    },
+    /// A context bank still has streams routed to it.
+    #[error("context bank {index} still has {streams} stream(s) attached")]
+    ContextInUse {
+        /// The context bank.
+        index: u16,
+        /// Streams attached.
+        streams: u16,
+    },
+    /// A stream that must never stall (PCIe, or not declared stall-tolerant) was routed to a
+    /// context bank that stalls on faults.
+    #[error("stream {stream:#x} is not stall-tolerant and cannot use a stalling context")]
+    StallOnIntolerantStream {
+        /// The stream ID (SMR ID).
+        stream: u32,
+    },
+    /// A TLB synchronisation did not complete in time (context bank index, or `None` for the
+    /// global sync): the SMMU may be deadlocked; the TLB state is unknown.
+    #[error("TLB sync did not complete (context {context:?})")]
+    TlbSyncTimeout {
+        /// The context bank, or `None` for sTLBGSYNC.
+        context: Option<u16>,
+    },
+    /// RESUME was asked for a context bank with no stalled transaction.
+    #[error("context bank {context} has no stalled transaction to resume")]
+    NoStallPending {
+        /// The context bank.
+        context: u16,
+    },
+    /// RESUME was written but the stalled transaction was not released (FSR.SS stayed set):
+    /// the SMMU ignored it, e.g. because FSR still held fault bits (SMMU notes §1.7).
+    #[error("context bank {context}: RESUME ignored, the transaction is still stalled")]
+    StallNotReleased {
+        /// The context bank.
+        context: u16,
+    },
+    /// SMMUv3: a CMD_SYNC was not consumed in time (IHI0070 §4.7.3); the commands before it
+    /// may not have taken effect.
+    #[error("SMMUv3 CMD_SYNC not consumed after {waited_us} us")]
+    CommandSyncTimeout {
+        /// How long was waited.
+        waited_us: u64,
+    },
+    /// SMMUv3: the command queue stayed full.
+    #[error("SMMUv3 command queue full for {waited_us} us")]
+    CommandQueueFull {
+        /// How long was waited.
+        waited_us: u64,
+    },
+    /// SMMUv3: the SMMU refused a command (CMDQ_CONS.ERR, IHI0070 §7.1). The driver replaced
+    /// it with a CMD_SYNC and restarted the queue; the command had no effect.
+    #[error("SMMUv3 rejected command {opcode:#04x} at queue index {index} (CERROR {reason})")]
+    CommandRejected {
+        /// CMDQ_CONS.ERR: 1 illegal, 2 fetch abort, 3 ATC invalidation timeout.
+        reason: u8,
+        /// Opcode of the rejected command.
+        opcode: u8,
+        /// Its queue index.
+        index: u32,
+    },
+    /// SMMUv3: an event record with an EventID the architecture does not define.
+    #[error("SMMUv3 event record with unknown EventID {id:#04x}")]
+    UnknownEvent {
+        /// The EventID.
+        id: u8,
+    },
+    /// SMMUv3: an event record whose fields contradict the SMMU's capabilities.
+    #[error("SMMUv3 malformed event record {id:#04x}: {reason}")]
+    MalformedEvent {
+        /// The EventID.
+        id: u8,
+        /// What is wrong.
+        reason: &'static str,
+    },
+    /// SMMUv3: an acknowledge register (CR0ACK, IRQ_CTRLACK) did not follow its control
+    /// register in time.
+    #[error("SMMUv3 {register} did not acknowledge")]
+    AckTimeout {
+        /// The register waited for.
+        register: &'static str,
+    },
+    /// SMMUv3: the stream has no configuration installed by this driver.
+    #[error("SMMUv3 stream {stream:#x} is not attached")]
+    StreamNotAttached {
+        /// The stream.
+        stream: u32,
+    },
 }
 
 impl SmmuError {
@@ -177,6 +308,25 @@ impl SmmuError {
             Self::TransferLost { .. } => 16,
             Self::ResolveFailed { .. } => 17,
             Self::ResolverContract { .. } => 18,
+            Self::Unsupported { .. } => 19,
+            Self::ResourceExhausted { .. } => 20,
+            Self::StreamIdOutOfRange { .. } => 21,
+            Self::StreamMatchConflict { .. } => 22,
+            Self::UnknownContextBank { .. } => 23,
+            Self::UnknownStreamMatch { .. } => 24,
+            Self::ContextInUse { .. } => 25,
+            Self::StallOnIntolerantStream { .. } => 26,
+            Self::TlbSyncTimeout { .. } => 27,
+            Self::NoStallPending { .. } => 28,
+            Self::StallNotReleased { .. } => 29,
+            // SMMUv3 driver: 40-49.
+            Self::CommandSyncTimeout { .. } => 40,
+            Self::CommandQueueFull { .. } => 41,
+            Self::CommandRejected { .. } => 42,
+            Self::UnknownEvent { .. } => 43,
+            Self::MalformedEvent { .. } => 44,
+            Self::AckTimeout { .. } => 45,
+            Self::StreamNotAttached { .. } => 46,
         }
     }
 }

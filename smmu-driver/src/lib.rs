@@ -13,16 +13,21 @@
 //!   manager's side), [`fault::FaultPolicy`] (resume, terminate and retransmit, or abort)
 //!   and [`fault::FaultHandler`] tying them to a page table.
 //!
-//! The register drivers come as sibling modules (`v3` for SMMUv3, `v2` for SMMUv2/MMU-500):
-//! they decode their hardware's fault reports into `FaultRecord`s and implement
+//! The register drivers are sibling modules ([`v2`] for SMMUv2/MMU-500, [`v3`] for
+//! SMMUv3): they decode their hardware's fault reports into `FaultRecord`s and implement
 //! [`pagetable::TlbMaintenance`] with their own invalidation commands.
 //!
 //! `no_std`; nothing here allocates from a heap. Design notes: `docs/smmu-driver.md`.
 #![cfg_attr(not(test), no_std)]
 
+// The SMMUv3 register model (`model` feature) is a host tool and uses std.
+#[cfg(all(feature = "model", not(test)))]
+extern crate std;
+
 mod error;
 pub mod fault;
 pub mod pagetable;
+pub mod v2;
 pub mod walk;
 
 pub use error::{Result, SmmuError};

@@ -11,7 +11,7 @@ use crate::util::{XtaskError, run_status, section, workspace_root};
 use crate::{firmware, setup};
 
 /// Crates that must build for `aarch64-unknown-none` (they run on the boards).
-pub const NO_STD_CRATES: &[&str] = &["hal", "smmu-driver", "protocol"];
+pub const NO_STD_CRATES: &[&str] = &["hal", "smmu-driver", "protocol", "dma-engine", "boards"];
 
 fn host_cargo() -> Command {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());

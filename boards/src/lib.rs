@@ -1,0 +1,18 @@
+//! Board descriptions for nprdma, and what runs on them.
+//!
+//! - [`zynqmp`]: the Zynq UltraScale+ MPSoC as the ZCU102 and the ExaNeSt QFDB (four MPSoCs)
+//!   use it: memory map, the MMU-500's geometry and interrupt, stream IDs of the PL ports and
+//!   of the GDMA/ADMA channels, UARTs; and [`zynqmp::scenario`], the SMMU fault scenario,
+//!   written once and generic over the register buses so it runs against the `sim` models on
+//!   the host and against MMIO in firmware.
+//!
+//! Values are marked in their docs: **\[C\]** stated by a source (named), **\[I\]** inferred
+//! (see the project's `zynqmp-exanest.md` notes for the reasoning).
+//!
+//! `no_std`, no heap.
+#![cfg_attr(not(test), no_std)]
+
+mod error;
+pub mod zynqmp;
+
+pub use error::{BoardError, Result};

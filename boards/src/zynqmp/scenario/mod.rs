@@ -1,0 +1,931 @@
+//! The SMMU fault scenario, written once for the simulator and for silicon.
+//!
+//! It drives the MMU-500 ([`SmmuV2`]) and two zDMA channels ([`ZdmaChannel`]) through
+//! register buses only, so the same code runs against `sim`'s models on the host
+//! (`cargo test -p sim`) and against MMIO in the `zynqmp-smmu-faults` firmware program. Each
+//! [`Phase`] gets a fresh context bank and page table, a [`Pager`] with frames and a backing
+//! store, and copies data with the zDMA through the SMMU while pages are missing. The fault
+//! path is `smmu-driver`'s: [`SmmuV2::service_context`] with
+//! [`StandardPolicy::Hybrid`] (stall and resume a minor fault within the stall budget,
+//! otherwise terminate and retransmit; never resume a stream that is not stall-tolerant).
+//!
+//! Every completed transfer is checked byte for byte against its source (read back through
+//! the pager), and every destination is overwritten with a sentinel before the transfer, so
+//! a DMA that did nothing, or read stale memory, fails the check.
+//!
+//! | phase | context | what happens |
+//! |---|---|---|
+//! | [`Phase::MinorStallResume`] | stall | source pages resident but unmapped: each fault is minor, resolved while the transaction is stalled, then RESUME retry |
+//! | [`Phase::MajorRetransmit`] | stall | source and destination absent: each fault is major, so the transaction is terminated at once, the page paged in, and the transfer retransmitted |
+//! | [`Phase::TerminateOnly`] | terminate | a stream that must never stall (as PCIe): minor faults are still terminated and retransmitted |
+//! | [`Phase::MultiStall`] | stall | two channels fault at once on one context: the second fault sets FSR.MULTI and waits behind the first stall |
+//! | [`Phase::MultiTerminate`] | terminate | the same with terminate: the second channel's fault is lost (MULTI), its AXI error is retransmitted anyway |
+//! | [`Phase::OutsideRegion`] | stall | a source outside every registered region and a write to a read-only region: aborted, never mapped, destination untouched |
+//! | [`Phase::Eviction`] | stall | a page is evicted (unmap + TLBIVA + TLBSYNC) and its frame reused; reading the old IOVA must fault, not return the new page's data |
+//!
+//! The scenario returns counters per phase ([`PhaseReport`]) and checks invariants that hold
+//! on any correct SMMU and DMA ([`PhaseReport::check`]); exact counts are asserted by the
+//! host tests against the model.
+
+pub mod pager;
+
+use dma_engine::DmaError;
+use dma_engine::zdma::{ChannelStatus, Transfer, ZdmaChannel, ZdmaConfig};
+use hal::Iova;
+use hal::delay::DelayNs;
+use hal::dma::DmaMemory;
+use hal::regs::RegisterBus;
+use smmu_driver::SmmuError;
+use smmu_driver::fault::{
+    FaultCost, FaultDecision, FaultHandler, StandardPolicy, StreamFaultConfig, StreamId,
+};
+use smmu_driver::pagetable::{PageTable, PageTableConfig};
+use smmu_driver::v2::{
+    ContextBank, ContextConfig, DriverConfig, FaultModel, SmmuV2, StreamMatch, StreamMatchIndex,
+    StreamRoute, UnmatchedStreams,
+};
+
+pub use pager::{Fill, Pager, PagerStats, Residency, pattern_byte};
+
+use crate::{BoardError, Result};
+
+const PAGE: u64 = 4096;
+/// Byte written over every destination before a transfer.
+pub const SENTINEL: u8 = 0xa5;
+/// Frames per phase.
+pub const FRAMES_PER_PHASE: usize = 16;
+const MAX_SERVICE_PER_CALL: usize = 64;
+
+/// One part of the scenario (see the module docs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Phase {
+    /// Minor faults on a stalling context: stall, resolve, resume.
+    MinorStallResume,
+    /// Major faults on a stalling context: terminate, page in, retransmit.
+    MajorRetransmit,
+    /// A terminate-only context (a stream that must never stall).
+    TerminateOnly,
+    /// Two channels fault at once on a stalling context (FSR.MULTI).
+    MultiStall,
+    /// Two channels fault at once on a terminating context (FSR.MULTI, a lost record).
+    MultiTerminate,
+    /// Faults outside every registered region, and writes to a read-only region: aborted.
+    OutsideRegion,
+    /// Eviction and frame reuse: the TLB must be invalidated.
+    Eviction,
+}
+
+impl Phase {
+    /// Every phase, in the order [`run`] runs them.
+    pub const ALL: [Phase; 7] = [
+        Phase::MinorStallResume,
+        Phase::MajorRetransmit,
+        Phase::TerminateOnly,
+        Phase::MultiStall,
+        Phase::MultiTerminate,
+        Phase::OutsideRegion,
+        Phase::Eviction,
+    ];
+
+    /// A short name for verdict lines.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Phase::MinorStallResume => "minor-stall-resume",
+            Phase::MajorRetransmit => "major-retransmit",
+            Phase::TerminateOnly => "terminate-only",
+            Phase::MultiStall => "multi-stall",
+            Phase::MultiTerminate => "multi-terminate",
+            Phase::OutsideRegion => "outside-region",
+            Phase::Eviction => "eviction",
+        }
+    }
+
+    /// The context bank's fault model.
+    pub const fn fault_model(self) -> FaultModel {
+        match self {
+            Phase::TerminateOnly | Phase::MultiTerminate => FaultModel::Terminate,
+            _ => FaultModel::Stall,
+        }
+    }
+
+    /// Whether the phase's streams are declared stall-tolerant.
+    pub const fn stall_tolerant(self) -> bool {
+        !matches!(self, Phase::TerminateOnly)
+    }
+
+    /// DMA channels the phase uses.
+    pub const fn channels(self) -> usize {
+        match self {
+            Phase::MultiStall | Phase::MultiTerminate => 2,
+            _ => 1,
+        }
+    }
+}
+
+/// What a phase counted.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Counters {
+    /// Transfers completed and checked.
+    pub transfers: u32,
+    /// Bytes of completed transfers.
+    pub bytes: u64,
+    /// Context faults with a record.
+    pub faults: u32,
+    /// Stalled transactions resumed (retried).
+    pub resumes: u32,
+    /// Transfers restarted after an AXI error.
+    pub retransmissions: u32,
+    /// Transfers aborted by the fault path.
+    pub aborts: u32,
+    /// Fault records with FSR.MULTI (lost syndromes).
+    pub multi: u32,
+    /// Minor resolutions.
+    pub minor: u32,
+    /// Major resolutions.
+    pub major: u32,
+    /// Pages evicted.
+    pub evictions: u32,
+    /// Global faults.
+    pub global_faults: u32,
+}
+
+impl Counters {
+    fn add(&mut self, other: &Counters) {
+        self.transfers += other.transfers;
+        self.bytes += other.bytes;
+        self.faults += other.faults;
+        self.resumes += other.resumes;
+        self.retransmissions += other.retransmissions;
+        self.aborts += other.aborts;
+        self.multi += other.multi;
+        self.minor += other.minor;
+        self.major += other.major;
+        self.evictions += other.evictions;
+        self.global_faults += other.global_faults;
+    }
+}
+
+/// One phase's result.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PhaseReport {
+    /// The phase.
+    pub phase: Phase,
+    /// Its counters.
+    pub counters: Counters,
+}
+
+impl PhaseReport {
+    /// Checks the invariants of the phase that hold on any correct SMMU and DMA engine (on
+    /// silicon the exact counts may differ from the model's: a channel may have several reads
+    /// outstanding, so more faults and MULTI may be seen).
+    pub fn check(&self) -> Result<()> {
+        let c = &self.counters;
+        let fail = |what| {
+            Err(BoardError::InvariantViolated {
+                phase: self.phase,
+                what,
+            })
+        };
+        if c.global_faults != 0 {
+            return fail("no global fault may happen");
+        }
+        match self.phase {
+            Phase::MinorStallResume => {
+                if c.transfers != 2 || c.faults == 0 || c.resumes == 0 {
+                    return fail("minor faults on a stalling context must be resumed");
+                }
+                if c.retransmissions != 0 || c.aborts != 0 || c.major != 0 {
+                    return fail("minor faults within budget must never be retransmitted");
+                }
+            }
+            Phase::MajorRetransmit => {
+                if c.transfers != 1 || c.retransmissions == 0 || c.major == 0 {
+                    return fail("major faults must be terminated and retransmitted");
+                }
+                if c.resumes != 0 || c.aborts != 0 {
+                    return fail("a major fault must never be resumed");
+                }
+            }
+            Phase::TerminateOnly => {
+                if c.transfers != 1 || c.retransmissions == 0 {
+                    return fail("terminated faults must be retransmitted");
+                }
+                if c.resumes != 0 {
+                    return fail("a stream that must not stall was resumed");
+                }
+            }
+            Phase::MultiStall => {
+                if c.transfers != 2 || c.retransmissions != 0 || c.aborts != 0 {
+                    return fail("both stalled channels must complete without retransmission");
+                }
+            }
+            Phase::MultiTerminate => {
+                if c.transfers != 2 || c.resumes != 0 || c.retransmissions < 2 {
+                    return fail("both terminated channels must retransmit and complete");
+                }
+            }
+            Phase::OutsideRegion => {
+                if c.aborts != 2 || c.transfers != 0 || c.resumes != 0 {
+                    return fail("faults outside the regions must be aborted");
+                }
+            }
+            Phase::Eviction => {
+                if c.transfers != 2 || c.evictions == 0 || c.faults == 0 {
+                    return fail("an evicted page must fault again");
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The scenario's result.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ScenarioReport {
+    /// One report per phase run.
+    pub phases: heapless::Vec<PhaseReport, 8>,
+}
+
+impl ScenarioReport {
+    /// The sum over all phases.
+    pub fn total(&self) -> Counters {
+        let mut total = Counters::default();
+        for p in &self.phases {
+            total.add(&p.counters);
+        }
+        total
+    }
+
+    /// The report of `phase`, if it ran.
+    pub fn phase(&self, phase: Phase) -> Option<&PhaseReport> {
+        self.phases.iter().find(|p| p.phase == phase)
+    }
+}
+
+/// Scenario settings.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ScenarioConfig {
+    /// The phases to run, in order.
+    pub phases: &'static [Phase],
+    /// What the pager estimates a minor fault costs (ns).
+    pub minor_fault_ns: u64,
+    /// Stall budget of the stall-tolerant streams (ns).
+    pub stall_budget_ns: u64,
+    /// Attempts per transfer before giving up.
+    pub max_attempts: u32,
+    /// How long a transfer may make no progress (us).
+    pub dma_timeout_us: u64,
+    /// Poll interval (us).
+    pub poll_interval_us: u32,
+    /// First IOVA of the phases' regions (4 KiB aligned, below 2^48 - 16 MiB).
+    pub iova_base: u64,
+}
+
+impl ScenarioConfig {
+    /// All phases; minor faults estimated at 2 us against a 20 us stall budget.
+    pub const DEFAULT: ScenarioConfig = ScenarioConfig {
+        phases: &Phase::ALL,
+        minor_fault_ns: 2_000,
+        stall_budget_ns: 20_000,
+        max_attempts: 8,
+        dma_timeout_us: 100_000,
+        poll_interval_us: 1,
+        iova_base: 0x1000_0000,
+    };
+}
+
+impl Default for ScenarioConfig {
+    fn default() -> Self {
+        Self::DEFAULT
+    }
+}
+
+/// What the scenario runs on: the MMU-500's register window, two zDMA channel windows with
+/// their stream IDs, DMA memory (page tables, frames, backing store) and a delay.
+#[derive(Debug)]
+pub struct Machine<'m, S, Z, M, D> {
+    /// The MMU-500 window (0xFD80_0000, 128 KiB on ZynqMP).
+    pub smmu: S,
+    /// Two zDMA channel windows.
+    pub channels: [Z; 2],
+    /// Their stream IDs.
+    pub streams: [StreamId; 2],
+    /// DMA memory the SMMU and the channels can reach.
+    pub dma: &'m M,
+    /// Delay for bounded polls.
+    pub delay: D,
+}
+
+impl<'m, S, Z, M, D> Machine<'m, S, Z, M, D> {
+    /// A ZynqMP machine using GDMA channels 0 and 1 (stream IDs 0x14E8 and 0x14E9).
+    pub fn zynqmp(smmu: S, gdma0: Z, gdma1: Z, dma: &'m M, delay: D) -> Self {
+        Machine {
+            smmu,
+            channels: [gdma0, gdma1],
+            streams: [super::GDMA[0].stream, super::GDMA[1].stream],
+            dma,
+            delay,
+        }
+    }
+}
+
+/// Runs `config.phases` on `machine`.
+pub fn run<S, Z, M, D>(
+    machine: Machine<'_, S, Z, M, D>,
+    config: &ScenarioConfig,
+) -> Result<ScenarioReport>
+where
+    S: RegisterBus,
+    Z: RegisterBus,
+    M: DmaMemory,
+    D: DelayNs + Clone,
+{
+    let mut rig = Rig::new(machine, config)?;
+    rig.run_all()
+}
+
+/// How a transfer ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Outcome {
+    Completed,
+    Aborted(SmmuError),
+}
+
+/// One transfer of a batch.
+#[derive(Clone, Copy, Debug)]
+struct Spec {
+    channel: usize,
+    src: u64,
+    dst: u64,
+    len: u32,
+}
+
+/// What the fault path said about a running transfer's stream.
+#[derive(Clone, Copy, Debug, Default)]
+struct FaultLog {
+    terminated: bool,
+    lost: bool,
+    abort: Option<SmmuError>,
+}
+
+#[derive(Clone, Copy, Debug, Default)]
+struct Running {
+    attempts: u32,
+    outcome: Option<Outcome>,
+    log: FaultLog,
+}
+
+/// A phase's address space: page table, pager and context bank.
+struct Space<'m, M: DmaMemory> {
+    table: PageTable<&'m M>,
+    pager: Pager<'m, M>,
+    cb: ContextBank,
+    counters: Counters,
+    transfers: u32,
+}
+
+/// The scenario's drivers, kept between phases. Tests use it to reach the SMMU driver (e.g.
+/// to switch on an injected bug) between [`Rig::new`] and [`Rig::run_phase`].
+pub struct Rig<'m, S, Z, M, D> {
+    smmu: SmmuV2<S, D>,
+    channels: [ZdmaChannel<Z, D>; 2],
+    streams: [StreamId; 2],
+    dma: &'m M,
+    delay: D,
+    config: ScenarioConfig,
+    handler: FaultHandler<StandardPolicy>,
+}
+
+impl<'m, S, Z, M, D> Rig<'m, S, Z, M, D>
+where
+    S: RegisterBus,
+    Z: RegisterBus,
+    M: DmaMemory,
+    D: DelayNs + Clone,
+{
+    /// Probes and resets the SMMU (unmatched streams fault) and initialises both channels.
+    pub fn new(machine: Machine<'m, S, Z, M, D>, config: &ScenarioConfig) -> Result<Self> {
+        let Machine {
+            smmu,
+            channels,
+            streams,
+            dma,
+            delay,
+        } = machine;
+        if config.iova_base & (PAGE - 1) != 0 || config.iova_base > (1 << 48) - 0x100_0000 {
+            return Err(SmmuError::InvalidConfig {
+                what: "scenario iova_base must be 4 KiB aligned and below 2^48 - 16 MiB",
+            }
+            .into());
+        }
+        let driver_config = DriverConfig {
+            unmatched: UnmatchedStreams::Fault,
+            poll_interval_us: config.poll_interval_us,
+            ..DriverConfig::DEFAULT
+        };
+        let mut smmu = SmmuV2::probe(smmu, delay.clone(), driver_config)?;
+        smmu.reset()?;
+        let zdma = ZdmaConfig {
+            timeout_us: config.dma_timeout_us,
+            poll_interval_us: config.poll_interval_us,
+            ..ZdmaConfig::DEFAULT
+        };
+        let [c0, c1] = channels;
+        let mut channels = [
+            ZdmaChannel::new(c0, delay.clone(), zdma)?,
+            ZdmaChannel::new(c1, delay.clone(), zdma)?,
+        ];
+        for ch in &mut channels {
+            ch.init()?;
+        }
+        Ok(Rig {
+            smmu,
+            channels,
+            streams,
+            dma,
+            delay,
+            config: *config,
+            handler: FaultHandler::new(StandardPolicy::Hybrid),
+        })
+    }
+
+    /// The SMMU driver.
+    pub fn smmu(&self) -> &SmmuV2<S, D> {
+        &self.smmu
+    }
+
+    /// The SMMU driver, mutable (tests switch injected bugs on through it).
+    pub fn smmu_mut(&mut self) -> &mut SmmuV2<S, D> {
+        &mut self.smmu
+    }
+
+    /// The fault handler's counters (accumulated over every phase).
+    pub fn handler_stats(&self) -> &smmu_driver::fault::FaultStats {
+        self.handler.stats()
+    }
+
+    /// Runs every configured phase and checks each report's invariants.
+    pub fn run_all(&mut self) -> Result<ScenarioReport> {
+        let mut report = ScenarioReport::default();
+        for &phase in self.config.phases {
+            let r = self.run_phase(phase)?;
+            report
+                .phases
+                .push(r)
+                .map_err(|_| BoardError::InvariantViolated {
+                    phase,
+                    what: "more than 8 phases",
+                })?;
+        }
+        Ok(report)
+    }
+
+    /// Runs one phase on a fresh context bank and page table, tears them down, and checks the
+    /// phase's invariants.
+    pub fn run_phase(&mut self, phase: Phase) -> Result<PhaseReport> {
+        let output_bits = self.smmu.capabilities().output_bits.min(48);
+        let table = PageTable::new(
+            self.dma,
+            PageTableConfig {
+                output_bits,
+                chunk_pages: 4,
+                max_chunks: 4,
+            },
+        )?;
+        let pager = Pager::new(self.dma, FRAMES_PER_PHASE, self.config.minor_fault_ns)?;
+        let context = ContextConfig::new(table.root(), &table.walk_config(), phase.fault_model());
+        let cb = self.smmu.alloc_context(&context)?;
+        let fault = if phase.stall_tolerant() {
+            StreamFaultConfig::stall_tolerant(self.config.stall_budget_ns)
+        } else {
+            StreamFaultConfig::NEVER_STALL
+        };
+        let mut entries: [Option<StreamMatchIndex>; 2] = [None, None];
+        let mut attached = Ok(());
+        for (i, entry) in entries.iter_mut().enumerate().take(phase.channels()) {
+            match self.smmu.attach(
+                StreamMatch::exact(self.streams[i].0 as u16),
+                StreamRoute::Translate(cb),
+                fault,
+            ) {
+                Ok(e) => *entry = Some(e),
+                Err(e) => {
+                    attached = Err(e);
+                    break;
+                }
+            }
+        }
+        let mut space = Space {
+            table,
+            pager,
+            cb,
+            counters: Counters::default(),
+            transfers: 0,
+        };
+        let body = match attached {
+            Ok(()) => self.phase_body(phase, &mut space),
+            Err(e) => Err(e.into()),
+        };
+        // Tear down even after a failure, so a later phase starts clean; a stalled
+        // transaction is terminated by free_context.
+        let mut teardown: Result<()> = Ok(());
+        for e in entries.into_iter().flatten() {
+            if let Err(err) = self.smmu.detach(e) {
+                teardown = Err(err.into());
+            }
+        }
+        if let Err(err) = self.smmu.free_context(cb) {
+            teardown = Err(err.into());
+        }
+        body?;
+        teardown?;
+        let report = PhaseReport {
+            phase,
+            counters: space.counters,
+        };
+        report.check()?;
+        Ok(report)
+    }
+
+    fn src(&self, stream: usize) -> u64 {
+        self.config.iova_base + stream as u64 * 0x20_0000
+    }
+
+    fn dst(&self, stream: usize) -> u64 {
+        self.src(stream) + 0x10_0000
+    }
+
+    fn read_only(&self) -> u64 {
+        self.config.iova_base + 0x40_0000
+    }
+
+    fn outside(&self) -> u64 {
+        self.config.iova_base + 0x80_0000
+    }
+
+    /// Registers a source (pattern) and a destination region of `stream`.
+    fn regions(
+        &self,
+        space: &mut Space<'m, M>,
+        stream: usize,
+        src_pages: usize,
+        dst_pages: usize,
+    ) -> Result<(u64, u64)> {
+        let (src, dst) = (self.src(stream), self.dst(stream));
+        let id = self.streams[stream];
+        space.pager.add_region(
+            id,
+            Iova::new(src),
+            src_pages,
+            true,
+            Fill::Pattern(stream as u8 + 1),
+        )?;
+        space
+            .pager
+            .add_region(id, Iova::new(dst), dst_pages, true, Fill::Byte(0))?;
+        Ok((src, dst))
+    }
+
+    fn map_now(&mut self, space: &mut Space<'m, M>, iova: u64) -> Result<()> {
+        let mut tlb = self.smmu.tlb(space.cb)?;
+        space
+            .pager
+            .map_now(Iova::new(iova), &mut space.table, &mut tlb)
+    }
+
+    fn phase_body(&mut self, phase: Phase, space: &mut Space<'m, M>) -> Result<()> {
+        match phase {
+            Phase::MinorStallResume => {
+                let (src, dst) = self.regions(space, 0, 4, 4)?;
+                for p in 0..4 {
+                    space.pager.make_resident(Iova::new(src + p * PAGE))?;
+                    self.map_now(space, dst + p * PAGE)?;
+                }
+                // Touches all four source pages (offset 0x80 + 3 pages).
+                self.copy(
+                    phase,
+                    space,
+                    &[spec(0, src + 0x80, dst + 0x80, 3 * PAGE as u32)],
+                )?;
+                self.copy(
+                    phase,
+                    space,
+                    &[spec(0, src + 0x40, dst + 0x100, 2 * PAGE as u32 + 0x20)],
+                )?;
+            }
+            Phase::MajorRetransmit => {
+                let (src, dst) = self.regions(space, 0, 2, 2)?;
+                self.copy(phase, space, &[spec(0, src, dst, 2 * PAGE as u32)])?;
+            }
+            Phase::TerminateOnly => {
+                let (src, dst) = self.regions(space, 0, 2, 2)?;
+                for p in 0..2 {
+                    space.pager.make_resident(Iova::new(src + p * PAGE))?;
+                    self.map_now(space, dst + p * PAGE)?;
+                }
+                self.copy(phase, space, &[spec(0, src, dst, 2 * PAGE as u32)])?;
+            }
+            Phase::MultiStall | Phase::MultiTerminate => {
+                let (s0, d0) = self.regions(space, 0, 1, 1)?;
+                let (s1, d1) = self.regions(space, 1, 1, 1)?;
+                for (s, d) in [(s0, d0), (s1, d1)] {
+                    space.pager.make_resident(Iova::new(s))?;
+                    self.map_now(space, d)?;
+                }
+                self.copy(
+                    phase,
+                    space,
+                    &[spec(0, s0, d0, PAGE as u32), spec(1, s1, d1, PAGE as u32)],
+                )?;
+            }
+            Phase::OutsideRegion => {
+                let (src, dst) = self.regions(space, 0, 1, 1)?;
+                let ro = self.read_only();
+                let ro_fill = Fill::Pattern(9);
+                space
+                    .pager
+                    .add_region(self.streams[0], Iova::new(ro), 1, false, ro_fill)?;
+                self.map_now(space, src)?;
+                self.map_now(space, dst)?;
+                // A source outside every region: aborted, never mapped, nothing written.
+                let outside = self.outside();
+                self.expect_abort(phase, space, spec(0, outside, dst, PAGE as u32))?;
+                if let Some((offset, expected, found)) =
+                    space
+                        .pager
+                        .first_difference_from(Iova::new(dst), PAGE, Fill::Byte(SENTINEL))?
+                {
+                    return Err(BoardError::DataMismatch {
+                        phase,
+                        transfer: space.transfers,
+                        offset: offset as u32,
+                        expected,
+                        found,
+                    });
+                }
+                if space.table.translate(Iova::new(outside))?.is_some() {
+                    return Err(BoardError::ForbiddenMapping {
+                        phase,
+                        iova: Iova::new(outside),
+                    });
+                }
+                // A write into a read-only region: aborted, nothing written (the CPU filled it
+                // with the sentinel before the transfer).
+                self.expect_abort(phase, space, spec(0, src, ro, PAGE as u32))?;
+                if let Some((offset, expected, found)) =
+                    space
+                        .pager
+                        .first_difference_from(Iova::new(ro), PAGE, Fill::Byte(SENTINEL))?
+                {
+                    return Err(BoardError::DataMismatch {
+                        phase,
+                        transfer: space.transfers,
+                        offset: offset as u32,
+                        expected,
+                        found,
+                    });
+                }
+            }
+            Phase::Eviction => {
+                let (src, dst) = self.regions(space, 0, 2, 1)?;
+                let (a, b) = (src, src + PAGE);
+                self.map_now(space, dst)?;
+                self.map_now(space, a)?;
+                // The SMMU caches A's translation.
+                self.copy(phase, space, &[spec(0, a, dst, PAGE as u32)])?;
+                {
+                    let mut tlb = self.smmu.tlb(space.cb)?;
+                    space
+                        .pager
+                        .evict(Iova::new(a), &mut space.table, &mut tlb)?;
+                }
+                space.counters.evictions += 1;
+                // B takes A's old frame.
+                self.map_now(space, b)?;
+                // Reading A again must fault and page A back in, not read B's data.
+                self.copy(phase, space, &[spec(0, a, dst, PAGE as u32)])?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Runs transfers that must complete.
+    fn copy(&mut self, phase: Phase, space: &mut Space<'m, M>, specs: &[Spec]) -> Result<()> {
+        let outcomes = self.transfer_batch(phase, space, specs)?;
+        for (i, outcome) in outcomes.iter().take(specs.len()).enumerate() {
+            if let Some(Outcome::Aborted(error)) = outcome {
+                return Err(BoardError::UnexpectedAbort {
+                    phase,
+                    transfer: space.transfers - specs.len() as u32 + i as u32 + 1,
+                    error: *error,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Runs a transfer that the fault path must abort.
+    fn expect_abort(&mut self, phase: Phase, space: &mut Space<'m, M>, spec: Spec) -> Result<()> {
+        let outcomes = self.transfer_batch(phase, space, &[spec])?;
+        match outcomes[0] {
+            Some(Outcome::Aborted(_)) => Ok(()),
+            _ => Err(BoardError::MissingAbort {
+                phase,
+                transfer: space.transfers,
+            }),
+        }
+    }
+
+    fn start(&mut self, spec: &Spec) -> Result<()> {
+        let channel = self
+            .channels
+            .get_mut(spec.channel)
+            .ok_or(BoardError::InvariantViolated {
+                phase: Phase::MinorStallResume,
+                what: "channel index",
+            })?;
+        channel.start(&Transfer {
+            src: spec.src,
+            dst: spec.dst,
+            len: spec.len,
+        })?;
+        Ok(())
+    }
+
+    /// Starts up to two transfers at once and drives them to an end: services SMMU faults,
+    /// polls the channels, retransmits after AXI errors the fault path explains, checks data.
+    fn transfer_batch(
+        &mut self,
+        phase: Phase,
+        space: &mut Space<'m, M>,
+        specs: &[Spec],
+    ) -> Result<[Option<Outcome>; 2]> {
+        let n = specs.len().min(2);
+        let mut running = [Running::default(); 2];
+        let first_number = space.transfers + 1;
+        space.transfers += n as u32;
+        for i in 0..n {
+            let s = &specs[i];
+            space
+                .pager
+                .fill(Iova::new(s.dst), u64::from(s.len), Fill::Byte(SENTINEL))?;
+            running[i].attempts = 1;
+            self.start(s)?;
+        }
+        let mut waited = 0u64;
+        loop {
+            let mut progressed = self.service(space, specs, &mut running)?;
+            for i in 0..n {
+                if running[i].outcome.is_some() {
+                    continue;
+                }
+                let s = specs[i];
+                let number = first_number + i as u32;
+                match self.channels[s.channel].poll() {
+                    Ok(ChannelStatus::Busy) => {}
+                    Ok(ChannelStatus::Idle) => {
+                        return Err(BoardError::InvariantViolated {
+                            phase,
+                            what: "a transfer's channel was idle",
+                        });
+                    }
+                    Ok(ChannelStatus::Done(_)) => {
+                        progressed = true;
+                        if let Some((offset, expected, found)) = space.pager.first_difference(
+                            Iova::new(s.src),
+                            Iova::new(s.dst),
+                            u64::from(s.len),
+                        )? {
+                            return Err(BoardError::DataMismatch {
+                                phase,
+                                transfer: number,
+                                offset: offset as u32,
+                                expected,
+                                found,
+                            });
+                        }
+                        running[i].outcome = Some(Outcome::Completed);
+                        space.counters.transfers += 1;
+                        space.counters.bytes += u64::from(s.len);
+                    }
+                    Err(error) if error.is_retransmittable() => {
+                        progressed = true;
+                        // The record explaining the error may not have been serviced yet.
+                        self.service(space, specs, &mut running)?;
+                        let log = running[i].log;
+                        if let Some(abort) = log.abort {
+                            running[i].outcome = Some(Outcome::Aborted(abort));
+                            space.counters.aborts += 1;
+                        } else if log.terminated || log.lost {
+                            if running[i].attempts >= self.config.max_attempts {
+                                return Err(BoardError::RetransmitLimit {
+                                    phase,
+                                    transfer: number,
+                                    attempts: running[i].attempts,
+                                });
+                            }
+                            running[i].attempts += 1;
+                            running[i].log = FaultLog::default();
+                            space.counters.retransmissions += 1;
+                            self.start(&s)?;
+                        } else {
+                            return Err(BoardError::UnexplainedAxiError {
+                                phase,
+                                transfer: number,
+                                error,
+                            });
+                        }
+                    }
+                    Err(error) => return Err(error.into()),
+                }
+            }
+            if running[..n].iter().all(|r| r.outcome.is_some()) {
+                break;
+            }
+            if !progressed {
+                if waited >= self.config.dma_timeout_us {
+                    let bytes = self.channels[specs[0].channel].bytes_transferred()?;
+                    return Err(DmaError::Timeout {
+                        waited_us: waited,
+                        bytes,
+                    }
+                    .into());
+                }
+                let interval = self.config.poll_interval_us.max(1);
+                self.delay.delay_us(interval);
+                waited += u64::from(interval);
+            } else {
+                waited = 0;
+            }
+        }
+        Ok([running[0].outcome, running[1].outcome])
+    }
+
+    /// Services every pending fault of the phase's context; returns whether there was one.
+    fn service(
+        &mut self,
+        space: &mut Space<'m, M>,
+        specs: &[Spec],
+        running: &mut [Running; 2],
+    ) -> Result<bool> {
+        if let Some(g) = self.smmu.take_global_fault()? {
+            space.counters.global_faults += 1;
+            return Err(BoardError::GlobalFault {
+                gfsr: g.gfsr,
+                stream: g.stream().0,
+            });
+        }
+        let mut any = false;
+        for _ in 0..MAX_SERVICE_PER_CALL {
+            let Some(serviced) = self.smmu.service_context(
+                space.cb,
+                &mut self.handler,
+                &mut space.pager,
+                &mut space.table,
+            )?
+            else {
+                break;
+            };
+            any = true;
+            let n = specs.len().min(2);
+            if serviced.fault.multi() {
+                space.counters.multi += 1;
+                // Some fault's syndrome was lost: every transfer of the context that sees an
+                // AXI error may retransmit.
+                for r in running[..n].iter_mut().filter(|r| r.outcome.is_none()) {
+                    r.log.lost = true;
+                }
+            }
+            let Some(record) = serviced.fault.record else {
+                continue;
+            };
+            space.counters.faults += 1;
+            match serviced.mapped.map(|p| p.cost) {
+                Some(FaultCost::Minor) => space.counters.minor += 1,
+                Some(FaultCost::Major) => space.counters.major += 1,
+                None => {}
+            }
+            let owner = (0..n).find(|&i| {
+                running[i].outcome.is_none() && self.streams[specs[i].channel] == record.stream
+            });
+            match (serviced.decision, owner) {
+                (Some(FaultDecision::Resume), _) => space.counters.resumes += 1,
+                (Some(FaultDecision::TerminateAndRetransmit), Some(i)) => {
+                    running[i].log.terminated = true
+                }
+                (Some(FaultDecision::Abort(error)), Some(i)) => running[i].log.abort = Some(error),
+                _ => {}
+            }
+        }
+        Ok(any)
+    }
+}
+
+const fn spec(channel: usize, src: u64, dst: u64, len: u32) -> Spec {
+    Spec {
+        channel,
+        src,
+        dst,
+        len,
+    }
+}

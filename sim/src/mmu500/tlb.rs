@@ -1,0 +1,99 @@
+//! The model's TLB: successful stage-1 translations, tagged with the context bank and the
+//! ASID (or global, for nG = 0 leaves), kept until an invalidation *and its sync* remove them.
+//!
+//! Only valid translations are cached, never faults (Arm ARM DDI0487 D8.16 R_XCLRD; SMMU notes
+//! §5). A leaf that would raise an access-flag fault is not cached either. Walk caches
+//! (intermediate table entries) are not modelled: every miss walks from TTBR0.
+
+use hal::Iova;
+use smmu_driver::walk::Leaf;
+
+/// One cached translation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TlbEntry {
+    /// Context bank.
+    pub context: usize,
+    /// ASID, `None` for a global (nG = 0) entry.
+    pub asid: Option<u16>,
+    /// The leaf as walked.
+    pub leaf: Leaf,
+}
+
+impl TlbEntry {
+    fn covers(&self, iova: u64) -> bool {
+        let base = self.leaf.base.as_u64();
+        iova >= base && iova - base < self.leaf.size.bytes()
+    }
+}
+
+/// A TLB without capacity limit: nothing is ever evicted except by invalidation, so a missing
+/// invalidation always leaves a stale entry (the worst case silicon allows).
+#[derive(Clone, Debug, Default)]
+pub struct Tlb {
+    entries: Vec<TlbEntry>,
+}
+
+impl Tlb {
+    /// The entry translating `iova` in `context` for `asid`.
+    pub fn lookup(&self, context: usize, asid: u16, iova: Iova) -> Option<Leaf> {
+        self.entries
+            .iter()
+            .find(|e| {
+                e.context == context && e.asid.is_none_or(|a| a == asid) && e.covers(iova.as_u64())
+            })
+            .map(|e| e.leaf)
+    }
+
+    /// Caches a translation.
+    pub fn insert(&mut self, entry: TlbEntry) {
+        self.entries.push(entry);
+    }
+
+    /// TLBIVA/TLBIVAL (`asid` = `Some`) or TLBIVAA/TLBIVAAL (`None`): every entry of the
+    /// context covering `va` with that ASID, and global entries covering it.
+    pub fn invalidate_va(&mut self, context: usize, va: u64, asid: Option<u16>) -> usize {
+        self.retain(|e| {
+            !(e.context == context
+                && e.covers(va)
+                && (asid.is_none() || e.asid.is_none() || e.asid == asid))
+        })
+    }
+
+    /// TLBIASID: every non-global entry of the context with `asid`.
+    pub fn invalidate_asid(&mut self, context: usize, asid: u16) -> usize {
+        self.retain(|e| !(e.context == context && e.asid == Some(asid)))
+    }
+
+    /// TLBIALL (context bank) or TLBIVMID for that bank's VMID: every entry of the context.
+    pub fn invalidate_context(&mut self, context: usize) -> usize {
+        self.retain(|e| e.context != context)
+    }
+
+    /// TLBIALLNSNH: everything.
+    pub fn invalidate_all(&mut self) -> usize {
+        let n = self.entries.len();
+        self.entries.clear();
+        n
+    }
+
+    fn retain(&mut self, keep: impl Fn(&TlbEntry) -> bool) -> usize {
+        let before = self.entries.len();
+        self.entries.retain(keep);
+        before - self.entries.len()
+    }
+
+    /// Cached entries.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Whether nothing is cached.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// Every entry (for tests).
+    pub fn entries(&self) -> &[TlbEntry] {
+        &self.entries
+    }
+}

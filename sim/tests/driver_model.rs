@@ -1,0 +1,343 @@
+//! The SMMUv2 driver and the zDMA driver against the register-accurate models.
+
+mod common;
+
+use common::*;
+use dma_engine::DmaError;
+use dma_engine::zdma::{Completion, Transfer};
+use hal::{Iova, PageSize};
+use sim::soc::Soc;
+use smmu_driver::SmmuError;
+use smmu_driver::fault::{
+    AccessKind, FaultCost, FaultDecision, FaultHandler, FaultKind, StallTag, StandardPolicy,
+    StreamId,
+};
+use smmu_driver::v2::{DriverConfig, FaultModel, InjectedBug, ResumeAction, UnmatchedStreams};
+
+fn copy(src: u64, dst: u64, len: u32) -> Transfer {
+    Transfer { src, dst, len }
+}
+
+#[test]
+fn probe_reads_the_zynqmp_geometry_from_the_model() {
+    let soc = Soc::zynqmp().unwrap();
+    let smmu = smmu(&soc, DriverConfig::DEFAULT);
+    let caps = smmu.capabilities();
+    assert_eq!(caps.context_banks, 16);
+    assert_eq!(caps.stream_match_groups, 48);
+    assert_eq!(caps.stream_id_bits, 15);
+    assert_eq!(caps.window_bytes(), 0x2_0000);
+    assert_eq!(caps.context_bank_offset(3), 0x1_3000);
+    assert!(
+        soc.lock().smmu.unknown_accesses().is_empty(),
+        "every register the driver touched exists"
+    );
+}
+
+#[test]
+fn a_stall_asserts_the_interrupt_until_cfie_is_masked_and_resume_completes_the_copy() {
+    let soc = Soc::zynqmp().unwrap();
+    let dram = &**soc.dram();
+    let mut smmu = smmu(&soc, DriverConfig::DEFAULT);
+    let mut table = table(dram);
+    let src = page_with(dram, 1, |i| (i * 13 + 5) as u8);
+    let dst = page_with(dram, 1, |_| 0);
+    map(&mut table, DST, &dst, 1);
+    let cb = context(&mut smmu, &table, FaultModel::Stall, true, &[GDMA0]);
+    let mut ch = channel(&soc, 0);
+
+    ch.start(&copy(SRC, DST, 4096)).unwrap();
+    assert!(soc.lock().smmu.stall_pending(0));
+    assert!(soc.lock().gdma[0].held_by_smmu());
+    assert!(soc.smmu_interrupt(), "FSR.TF|SS with CFIE");
+
+    let fault = smmu.take_context_fault(cb).unwrap().unwrap();
+    let record = fault.record.unwrap();
+    assert_eq!(record.stream, StreamId(0x14e8));
+    assert_eq!(record.iova, Iova::new(SRC));
+    assert_eq!(record.access, AccessKind::Read);
+    assert_eq!(record.kind, FaultKind::Translation);
+    assert_eq!(record.level, Some(3));
+    assert_eq!(record.stall, Some(StallTag(0)));
+    assert!(!fault.multi());
+    // FSR cleared except SS; the line is low only because CFIE is masked.
+    assert_eq!(soc.lock().smmu.fsr(0), Some(1 << 30));
+    assert!(!soc.smmu_interrupt());
+    assert_eq!(soc.lock().smmu.sctlr(0).unwrap() & (1 << 6), 0);
+
+    table
+        .map(
+            Iova::new(SRC),
+            src.bus_addr(),
+            PageSize::Size4K,
+            &rw(),
+            &mut NoTlb,
+        )
+        .unwrap();
+    smmu.resume(cb, ResumeAction::Retry).unwrap();
+    assert_eq!(ch.wait(), Ok(Completion { bytes: 4096 }));
+    assert_eq!(contents(&dst, 4096), contents(&src, 4096));
+    assert!(!soc.smmu_interrupt());
+    assert_ne!(soc.lock().smmu.sctlr(0).unwrap() & (1 << 6), 0, "CFIE back");
+    assert_eq!(
+        smmu.resume(cb, ResumeAction::Retry),
+        Err(SmmuError::NoStallPending { context: 0 })
+    );
+}
+
+#[test]
+fn resume_before_fsr_clear_hangs_the_master_until_a_correct_resume() {
+    let soc = Soc::zynqmp().unwrap();
+    let dram = &**soc.dram();
+    let mut smmu = smmu(&soc, DriverConfig::DEFAULT);
+    smmu.inject_bug(InjectedBug::ResumeBeforeFsrClear, true);
+    let mut table = table(dram);
+    let src = page_with(dram, 1, |i| (i * 7) as u8);
+    let dst = page_with(dram, 1, |_| 0xee);
+    map(&mut table, DST, &dst, 1);
+    map(&mut table, SRC, &src, 0);
+    let cb = context(&mut smmu, &table, FaultModel::Stall, true, &[GDMA0]);
+    let mut ch = channel(&soc, 0);
+    ch.start(&copy(SRC, DST, 4096)).unwrap();
+    smmu.take_context_fault(cb).unwrap().unwrap();
+    table
+        .map(
+            Iova::new(SRC),
+            src.bus_addr(),
+            PageSize::Size4K,
+            &rw(),
+            &mut NoTlb,
+        )
+        .unwrap();
+    assert_eq!(
+        smmu.resume(cb, ResumeAction::Retry),
+        Err(SmmuError::StallNotReleased { context: 0 })
+    );
+    {
+        let m = soc.lock();
+        assert_eq!(m.smmu.stats().resumes_ignored, 1);
+        assert!(m.smmu.stall_pending(0));
+        assert!(m.gdma[0].held_by_smmu(), "the transaction is still held");
+    }
+    // The master hangs: a bounded wait turns it into a typed error.
+    assert!(matches!(ch.wait(), Err(DmaError::Timeout { bytes: 0, .. })));
+    assert_eq!(contents(&dst, 16), vec![0xee; 16]);
+
+    smmu.inject_bug(InjectedBug::ResumeBeforeFsrClear, false);
+    smmu.resume(cb, ResumeAction::Retry).unwrap();
+    assert_eq!(ch.wait(), Ok(Completion { bytes: 4096 }));
+    assert_eq!(contents(&dst, 4096), contents(&src, 4096));
+}
+
+#[test]
+fn service_context_resumes_a_minor_fault_and_terminates_a_major_one() {
+    use boards::zynqmp::scenario::{Fill, Pager};
+    let soc = Soc::zynqmp().unwrap();
+    let dram = &**soc.dram();
+    let mut smmu = smmu(&soc, DriverConfig::DEFAULT);
+    let mut table = table(dram);
+    let mut pager = Pager::new(dram, 4, 1_000).unwrap();
+    pager
+        .add_region(StreamId(0x14e8), Iova::new(SRC), 2, true, Fill::Pattern(3))
+        .unwrap();
+    pager
+        .add_region(StreamId(0x14e8), Iova::new(DST), 1, true, Fill::Byte(0))
+        .unwrap();
+    let cb = context(&mut smmu, &table, FaultModel::Stall, true, &[GDMA0]);
+    {
+        let mut tlb = smmu.tlb(cb).unwrap();
+        pager.map_now(Iova::new(DST), &mut table, &mut tlb).unwrap();
+    }
+    pager.make_resident(Iova::new(SRC)).unwrap();
+    let mut handler = FaultHandler::new(StandardPolicy::Hybrid);
+    let mut ch = channel(&soc, 0);
+
+    // Minor: resumed, the copy completes without the master noticing.
+    ch.start(&copy(SRC, DST, 4096)).unwrap();
+    let s = smmu
+        .service_context(cb, &mut handler, &mut pager, &mut table)
+        .unwrap()
+        .unwrap();
+    assert_eq!(s.decision, Some(FaultDecision::Resume));
+    assert_eq!(s.mapped.map(|p| p.cost), Some(FaultCost::Minor));
+    assert_eq!(ch.wait(), Ok(Completion { bytes: 4096 }));
+    assert!(
+        smmu.service_context(cb, &mut handler, &mut pager, &mut table)
+            .unwrap()
+            .is_none()
+    );
+
+    // Major (page 2 is only in the store): terminated, the master sees an AXI read error, the
+    // page is mapped for the retransmission.
+    ch.start(&copy(SRC + 4096, DST, 4096)).unwrap();
+    let s = smmu
+        .service_context(cb, &mut handler, &mut pager, &mut table)
+        .unwrap()
+        .unwrap();
+    assert_eq!(s.decision, Some(FaultDecision::TerminateAndRetransmit));
+    assert_eq!(s.mapped.map(|p| p.cost), Some(FaultCost::Major));
+    assert_eq!(ch.wait(), Err(DmaError::AxiRead { bytes: 0 }));
+    assert_eq!(
+        ch.transfer(&copy(SRC + 4096, DST, 4096)),
+        Ok(Completion { bytes: 4096 })
+    );
+    assert_eq!(
+        pager
+            .first_difference(Iova::new(SRC + 4096), Iova::new(DST), 4096)
+            .unwrap(),
+        None
+    );
+    assert_eq!(smmu.stats().resumed, 1);
+    assert_eq!(smmu.stats().terminated, 1);
+}
+
+#[test]
+fn with_hupcf_clear_a_terminate_context_fails_everything_until_fsr_is_cleared() {
+    let soc = Soc::zynqmp().unwrap();
+    let dram = &**soc.dram();
+    let mut smmu = smmu(&soc, DriverConfig::DEFAULT);
+    let mut table = table(dram);
+    let good = page_with(dram, 1, |i| i as u8);
+    let out = page_with(dram, 2, |_| 0);
+    // Channel 1's buffers are mapped; channel 0's source is not.
+    map(&mut table, SRC + 0x1000, &good, 1);
+    map(&mut table, DST, &out, 2);
+    let cb = context(
+        &mut smmu,
+        &table,
+        FaultModel::Terminate,
+        false,
+        &[GDMA0, GDMA1],
+    );
+    let (mut ch0, mut ch1) = (channel(&soc, 0), channel(&soc, 1));
+
+    assert_eq!(
+        ch0.transfer(&copy(SRC, DST, 64)),
+        Err(DmaError::AxiRead { bytes: 0 })
+    );
+    // A fault is outstanding (FSR.TF) and HUPCF = 0: the mapped copy is terminated too.
+    let mapped = copy(SRC + 0x1000, DST + 0x1000, 4096);
+    assert_eq!(ch1.transfer(&mapped), Err(DmaError::AxiRead { bytes: 0 }));
+    assert_eq!(
+        soc.lock().smmu.stats().context_faults,
+        1,
+        "not a fault of its own"
+    );
+    // Clearing FSR lets it through.
+    let fault = smmu.take_context_fault(cb).unwrap().unwrap();
+    assert_eq!(fault.record.unwrap().stream, StreamId(0x14e8));
+    assert_eq!(ch1.transfer(&mapped), Ok(Completion { bytes: 4096 }));
+    let mut copied = vec![0; 4096];
+    out.read_bytes(4096, &mut copied).unwrap();
+    assert_eq!(copied, contents(&good, 4096));
+}
+
+#[test]
+fn unmatched_streams_fault_or_bypass_as_configured() {
+    let soc = Soc::zynqmp().unwrap();
+    let dram = &**soc.dram();
+    let src = page_with(dram, 1, |i| (i % 251) as u8);
+    let dst = page_with(dram, 1, |_| 0);
+    let (s, d) = (phys(&src).as_u64(), phys(&dst).as_u64());
+
+    let mut faulting = smmu(&soc, DriverConfig::DEFAULT);
+    let mut ch2 = channel(&soc, 2);
+    assert_eq!(
+        ch2.transfer(&copy(s, d, 128)),
+        Err(DmaError::AxiRead { bytes: 0 })
+    );
+    let g = faulting.take_global_fault().unwrap().unwrap();
+    assert!(g.unidentified_stream());
+    assert_eq!(g.stream(), StreamId(0x14ea));
+    assert_eq!(g.gfar, s);
+    assert!(faulting.take_global_fault().unwrap().is_none(), "cleared");
+
+    let bypass = DriverConfig {
+        unmatched: UnmatchedStreams::Bypass,
+        ..DriverConfig::DEFAULT
+    };
+    let mut bypassing = smmu(&soc, bypass);
+    assert_eq!(
+        ch2.transfer(&copy(s, d, 128)),
+        Ok(Completion { bytes: 128 })
+    );
+    assert_eq!(contents(&dst, 128), contents(&src, 128));
+    assert!(bypassing.take_global_fault().unwrap().is_none());
+}
+
+#[test]
+fn a_changed_mapping_is_used_only_after_tlbiva_and_tlbsync() {
+    use smmu_driver::pagetable::TlbMaintenance;
+    let soc = Soc::zynqmp().unwrap();
+    let dram = &**soc.dram();
+    let mut smmu = smmu(&soc, DriverConfig::DEFAULT);
+    let mut table = table(dram);
+    let old = page_with(dram, 1, |_| 0x11);
+    let new = page_with(dram, 1, |_| 0x22);
+    let dst = page_with(dram, 1, |_| 0);
+    map(&mut table, SRC, &old, 1);
+    map(&mut table, DST, &dst, 1);
+    let cb = context(&mut smmu, &table, FaultModel::Stall, true, &[GDMA0]);
+    let mut ch = channel(&soc, 0);
+    let read = copy(SRC, DST, 64);
+    ch.transfer(&read).unwrap();
+    assert_eq!(contents(&dst, 64), vec![0x11; 64]);
+
+    // Remap SRC to the new frame without telling the SMMU.
+    let invalidations = table.unmap(Iova::new(SRC), 4096, &mut NoTlb).unwrap();
+    assert_eq!(invalidations.len(), 1);
+    table
+        .map(
+            Iova::new(SRC),
+            new.bus_addr(),
+            PageSize::Size4K,
+            &rw(),
+            &mut NoTlb,
+        )
+        .unwrap();
+    ch.transfer(&read).unwrap();
+    assert_eq!(contents(&dst, 64), vec![0x11; 64], "stale TLB entry used");
+
+    // A TLBIVAL written by hand without TLBSYNC changes nothing yet.
+    let asid = smmu.context_asid(cb).unwrap();
+    let value = smmu_driver::v2::tlbiva_value(Iova::new(SRC), asid);
+    hal::regs::RegisterBus::write(smmu.bus(), 0x1_0620, hal::regs::AccessWidth::U64, value);
+    ch.transfer(&read).unwrap();
+    assert_eq!(contents(&dst, 64), vec![0x11; 64], "not synced yet");
+
+    // The driver's invalidation (TLBIVAL + TLBSYNC + TLBSTATUS polls) takes effect.
+    smmu.tlb(cb)
+        .unwrap()
+        .invalidate_now(&invalidations)
+        .unwrap();
+    ch.transfer(&read).unwrap();
+    assert_eq!(contents(&dst, 64), vec![0x22; 64]);
+    assert_eq!(smmu.stats().tlbi_va, 1);
+}
+
+#[test]
+fn freeing_a_context_terminates_its_stalled_transaction() {
+    let soc = Soc::zynqmp().unwrap();
+    let dram = &**soc.dram();
+    let mut smmu = smmu(&soc, DriverConfig::DEFAULT);
+    let mut table = table(dram);
+    let dst = page_with(dram, 1, |_| 0);
+    map(&mut table, DST, &dst, 1);
+    let cb = context(&mut smmu, &table, FaultModel::Stall, true, &[]);
+    let entry = smmu
+        .attach(
+            smmu_driver::v2::StreamMatch::exact(GDMA0),
+            smmu_driver::v2::StreamRoute::Translate(cb),
+            smmu_driver::fault::StreamFaultConfig::stall_tolerant(1),
+        )
+        .unwrap();
+    let mut ch = channel(&soc, 0);
+    ch.start(&copy(SRC, DST, 4096)).unwrap();
+    smmu.take_context_fault(cb).unwrap().unwrap();
+    assert!(smmu.stall_pending(cb).unwrap());
+    smmu.detach(entry).unwrap();
+    smmu.free_context(cb).unwrap();
+    assert_eq!(ch.wait(), Err(DmaError::AxiRead { bytes: 0 }));
+    assert!(!soc.lock().smmu.stall_pending(0));
+    assert_eq!(soc.lock().smmu.sctlr(0), Some(0), "bank disabled");
+}

@@ -1,0 +1,295 @@
+//! The MMU-500 model on its own, programmed with raw register writes (values from the SMMU
+//! notes §1.2-§1.4 and UG1087, not from the driver), and driven by the zDMA model.
+
+mod common;
+
+use common::*;
+use hal::model::RegisterModel;
+use hal::regs::{AccessWidth, RegisterBus};
+use sim::bus::AxiResponse;
+use sim::mmu500::{Mmu500, Mmu500Config};
+use sim::soc::{Soc, Window};
+
+const CB0: usize = 0x1_0000;
+const GR1: usize = 0x1000;
+const FSR: usize = CB0 + 0x58;
+const RESUME: usize = CB0 + 0x8;
+const TF: u64 = 1 << 1;
+const SS: u64 = 1 << 30;
+const MULTI: u64 = 1 << 31;
+
+fn w32(bus: &Window, offset: usize, value: u64) {
+    bus.write(offset, AccessWidth::U32, value);
+}
+fn r32(bus: &Window, offset: usize) -> u64 {
+    bus.read(offset, AccessWidth::U32)
+}
+
+/// Context bank 0: AArch64 stage 1 over `root`, 48-bit, with `sctlr`; SMR0/S2CR0 route
+/// `stream`/`mask` to it; sCR0 enables the SMMU with GFRE|GFIE and unmatched streams faulting.
+fn program(bus: &Window, root: u64, sctlr: u64, stream: u64, mask: u64) {
+    w32(bus, GR1 + 0x800, 1); // CBA2R0.VA64
+    w32(bus, GR1, 1 << 16); // CBAR0.TYPE = stage 1, stage 2 bypass
+    w32(bus, CB0 + 0x10, 5); // TCR2.PASIZE = 48 bits
+    w32(bus, CB0 + 0x30, 16); // TCR.T0SZ = 16, TG0 = 4 KiB
+    bus.write(CB0 + 0x20, AccessWidth::U64, root); // TTBR0, ASID 0
+    w32(bus, CB0, sctlr);
+    w32(bus, 0xc00, 0); // S2CR0: translate via CB0
+    w32(bus, 0x800, 1 << 31 | mask << 16 | stream); // SMR0
+    w32(bus, 0x0, 1 << 1 | 1 << 2 | 1 << 10); // sCR0: GFRE, GFIE, USFCFG
+}
+
+/// Starts GDMA channel `n` copying `len` bytes with raw register writes.
+fn zdma_start(soc: &Soc, n: usize, src: u64, dst: u64, len: u64) {
+    let ch = soc.gdma_window(n).unwrap();
+    w32(&ch, 0x128, src & 0xffff_ffff);
+    w32(&ch, 0x12c, src >> 32);
+    w32(&ch, 0x130, len);
+    w32(&ch, 0x138, dst & 0xffff_ffff);
+    w32(&ch, 0x13c, dst >> 32);
+    w32(&ch, 0x140, len);
+    w32(&ch, 0x200, 1);
+}
+
+const M: u64 = 1;
+const CFRE: u64 = 1 << 5;
+const CFIE: u64 = 1 << 6;
+const CFCFG: u64 = 1 << 7;
+const HUPCF: u64 = 1 << 8;
+
+#[test]
+fn identification_registers_are_the_zynqmps() {
+    let mut m = Mmu500::new(Mmu500Config::zynqmp()).unwrap();
+    assert_eq!(m.size(), 0x2_0000);
+    // UG1087 SMMU_SIDR1 reset value.
+    assert_eq!(m.read(0x24, AccessWidth::U32), 0x3000_0f10);
+    let idr0 = m.read(0x20, AccessWidth::U32);
+    assert_eq!(idr0 & 0xff, 48, "NUMSMRG");
+    assert_eq!((idr0 >> 9) & 0xf, 15, "NUMSIDB");
+    assert_eq!(idr0 >> 27 & 0xf, 0b1111, "S1TS S2TS NTS SMS");
+    // UG1087 reset values of a context bank: SCTLR 0x100, ACTLR 0x3; S2CR faults.
+    assert_eq!(m.read(CB0, AccessWidth::U32), 0x100);
+    assert_eq!(m.read(CB0 + 4, AccessWidth::U32), 0x3);
+    assert_eq!(m.read(0xc00, AccessWidth::U32), 0x2_0000);
+    // Non-word accesses are ignored (and recorded).
+    m.write(0x0, AccessWidth::U8, 0xff);
+    assert_eq!(m.read(0x0, AccessWidth::U32), 1, "still CLIENTPD only");
+    assert_eq!(m.unknown_accesses(), &[(0x0, true)]);
+    assert!(
+        Mmu500::new(Mmu500Config {
+            context_banks: 0,
+            ..Mmu500Config::zynqmp()
+        })
+        .is_err()
+    );
+}
+
+#[test]
+fn fsr_is_w1c_ss_clears_only_by_resume_and_resume_waits_for_a_clear_fsr() {
+    let soc = Soc::zynqmp().unwrap();
+    let dram = &**soc.dram();
+    let mut table = table(dram);
+    let src = page_with(dram, 1, |i| i as u8 ^ 0x5a);
+    let dst = page_with(dram, 1, |_| 0);
+    map(&mut table, DST, &dst, 1);
+    let bus = soc.smmu_window().unwrap();
+    program(
+        &bus,
+        table.root().as_u64(),
+        M | CFRE | CFIE | CFCFG | HUPCF,
+        0x14e8,
+        0,
+    );
+    zdma_start(&soc, 0, SRC, DST, 4096);
+
+    assert_eq!(r32(&bus, FSR), TF | SS);
+    assert_eq!(bus.read(CB0 + 0x60, AccessWidth::U64), SRC, "FAR");
+    assert_eq!(r32(&bus, CB0 + 0x68) & 3, 3, "FSYNR0.PLVL: level 3");
+    assert_eq!(r32(&bus, CB0 + 0x68) & (1 << 4), 0, "a read");
+    assert_eq!(r32(&bus, GR1 + 0x400), 0x14e8, "CBFRSYNRA0");
+    assert!(soc.smmu_interrupt());
+
+    w32(&bus, FSR, 0);
+    assert_eq!(r32(&bus, FSR), TF | SS, "writing 0 clears nothing");
+    w32(&bus, FSR, SS);
+    assert_eq!(r32(&bus, FSR), TF | SS, "SS is not W1C");
+    w32(&bus, RESUME, 0);
+    assert_eq!(r32(&bus, FSR), TF | SS, "RESUME ignored: TF still set");
+    assert_eq!(soc.lock().smmu.stats().resumes_ignored, 1);
+    assert!(soc.lock().gdma[0].held_by_smmu());
+
+    table
+        .map(
+            hal::Iova::new(SRC),
+            src.bus_addr(),
+            hal::PageSize::Size4K,
+            &rw(),
+            &mut NoTlb,
+        )
+        .unwrap();
+    w32(&bus, FSR, TF);
+    assert_eq!(r32(&bus, FSR), SS);
+    assert!(
+        soc.smmu_interrupt(),
+        "SS alone keeps the interrupt asserted"
+    );
+    w32(&bus, CB0, M | CFRE | CFCFG | HUPCF);
+    assert!(!soc.smmu_interrupt(), "until CFIE is masked");
+    w32(&bus, RESUME, 0);
+    assert_eq!(r32(&bus, FSR), 0);
+    assert!(
+        !soc.lock().gdma[0].busy(),
+        "the retried copy finished within the RESUME write"
+    );
+    assert_eq!(contents(&dst, 4096), contents(&src, 4096));
+    assert_eq!(
+        r32(&soc.gdma_window(0).unwrap(), 0x100) & (1 << 10),
+        1 << 10,
+        "DMA_DONE"
+    );
+}
+
+#[test]
+fn a_second_fault_sets_multi_and_keeps_the_first_syndrome() {
+    let soc = Soc::zynqmp().unwrap();
+    let dram = &**soc.dram();
+    let mut table = table(dram);
+    let dst = page_with(dram, 2, |_| 0);
+    map(&mut table, DST, &dst, 2);
+    let bus = soc.smmu_window().unwrap();
+    // Terminate model, HUPCF: both channels fault on their own unmapped source.
+    program(
+        &bus,
+        table.root().as_u64(),
+        M | CFRE | CFIE | HUPCF,
+        0x14e8,
+        0x1,
+    );
+    zdma_start(&soc, 0, SRC, DST, 64);
+    zdma_start(&soc, 1, SRC + 0x2000, DST + 0x1000, 64);
+    assert_eq!(r32(&bus, FSR), TF | MULTI);
+    assert_eq!(
+        bus.read(CB0 + 0x60, AccessWidth::U64),
+        SRC,
+        "first fault's FAR"
+    );
+    assert_eq!(r32(&bus, GR1 + 0x400), 0x14e8, "first fault's stream");
+    assert_eq!(
+        r32(&bus, CB0 + 0x68) & (1 << 11),
+        1 << 11,
+        "FSYNR0.AFR: abort returned"
+    );
+    let m = soc.lock();
+    assert_eq!(m.gdma[0].isr() & (1 << 8), 1 << 8, "AXI_RD_DATA");
+    assert_eq!(m.gdma[1].isr() & (1 << 8), 1 << 8);
+    assert_eq!(
+        (m.smmu.stats().context_faults, m.smmu.stats().multi),
+        (2, 1)
+    );
+}
+
+#[test]
+fn terminating_a_stall_without_cfre_completes_silently_with_zeros() {
+    // Why the driver always sets CFRE: without it the master never learns.
+    let soc = Soc::zynqmp().unwrap();
+    let dram = &**soc.dram();
+    let mut table = table(dram);
+    let dst = page_with(dram, 1, |_| 0xff);
+    map(&mut table, DST, &dst, 1);
+    let bus = soc.smmu_window().unwrap();
+    program(&bus, table.root().as_u64(), M | CFCFG | HUPCF, 0x14e8, 0);
+    zdma_start(&soc, 0, SRC, DST, 256);
+    w32(&bus, FSR, r32(&bus, FSR));
+    w32(&bus, RESUME, 1); // TnR = terminate
+    let isr = r32(&soc.gdma_window(0).unwrap(), 0x100);
+    assert_eq!(isr & (1 << 10), 1 << 10, "DMA_DONE, no error");
+    assert_eq!(isr & (3 << 8), 0);
+    assert_eq!(contents(&dst, 256), vec![0; 256], "zeros were written");
+}
+
+#[test]
+fn stream_matching_honours_masks_conflicts_and_the_unmatched_policy() {
+    let soc = Soc::zynqmp().unwrap();
+    let dram = &**soc.dram();
+    let table = table(dram);
+    let src = page_with(dram, 1, |i| i as u8);
+    let dst = page_with(dram, 1, |_| 0);
+    let (s, d) = (src.bus_addr().as_u64(), dst.bus_addr().as_u64());
+    let bus = soc.smmu_window().unwrap();
+    // SMR0 = 0x14e8/0x7 translates (nothing mapped: a context fault); SMR1 bypasses 0x14ea
+    // too (conflict).
+    program(&bus, table.root().as_u64(), M | CFRE | HUPCF, 0x14e8, 0x7);
+    zdma_start(&soc, 5, s, d, 64);
+    assert_eq!(r32(&bus, FSR), TF, "GDMA5 (0x14ed) matched SMR0");
+    assert_eq!(r32(&bus, GR1 + 0x400), 0x14ed);
+    w32(&bus, FSR, TF);
+
+    w32(&bus, 0xc04, 1 << 16); // S2CR1 bypass
+    w32(&bus, 0x804, 1 << 31 | 0x14ea); // SMR1
+    zdma_start(&soc, 2, s, d, 64);
+    assert_eq!(r32(&bus, 0x48), 1 << 2, "sGFSR.SMCF");
+    assert_eq!(r32(&bus, 0x54), 0x14ea, "sGFSYNR1");
+    w32(&bus, 0x48, 1 << 2);
+    assert_eq!(r32(&bus, 0x48), 0);
+
+    // ADMA channel 0 (0x868) matches nothing: USF with USFCFG, bypass without.
+    let adma = soc.window(sim::soc::Device::Adma(0)).unwrap();
+    let start = |ch: &Window| {
+        w32(ch, 0x128, s & 0xffff_ffff);
+        w32(ch, 0x12c, s >> 32);
+        w32(ch, 0x130, 64);
+        w32(ch, 0x138, d & 0xffff_ffff);
+        w32(ch, 0x13c, d >> 32);
+        w32(ch, 0x200, 1);
+    };
+    start(&adma);
+    assert_eq!(r32(&bus, 0x48), 1 << 1, "sGFSR.USF");
+    assert_eq!(r32(&bus, 0x54), 0x868);
+    assert_eq!(r32(&adma, 0x100) & (1 << 8), 1 << 8);
+    w32(&bus, 0x48, 1 << 1);
+    w32(&bus, 0x0, 1 << 1 | 1 << 2); // USFCFG = 0
+    w32(&adma, 0x100, 0xfff);
+    start(&adma);
+    assert_eq!(r32(&adma, 0x100) & (1 << 10), 1 << 10, "bypassed and done");
+    assert_eq!(contents(&dst, 64), contents(&src, 64));
+    assert_eq!(r32(&bus, 0x48), 0);
+}
+
+#[test]
+fn tlb_sync_reports_active_for_the_configured_reads() {
+    let soc = Soc::zynqmp().unwrap();
+    let bus = soc.smmu_window().unwrap();
+    w32(&bus, CB0 + 0x7f0, 0);
+    let reads: Vec<u64> = (0..4).map(|_| r32(&bus, CB0 + 0x7f4)).collect();
+    assert_eq!(reads, [1, 1, 0, 0]);
+    w32(&bus, 0x70, 0);
+    let reads: Vec<u64> = (0..3).map(|_| r32(&bus, 0x74)).collect();
+    assert_eq!(reads, [1, 1, 0]);
+    // A 32-bit write to the 64-bit TLBIVA is not an AArch64 invalidation: recorded, ignored.
+    w32(&bus, CB0 + 0x600, 0x1234);
+    assert_eq!(soc.lock().smmu.unknown_accesses(), &[(CB0 + 0x600, true)]);
+    assert_eq!(soc.lock().smmu.stats().tlbi_ops, 0);
+}
+
+#[test]
+fn an_access_outside_dram_is_a_decode_error() {
+    use sim::bus::{Access, AccessResult, MasterPort};
+    let soc = Soc::zynqmp().unwrap();
+    let mut guard = soc.lock();
+    let memory = guard.memory().clone();
+    let mut port = sim::soc::SmmuPort::new(&mut guard.smmu, &memory);
+    let access = Access {
+        stream: 0x14e8,
+        address: 0x10,
+        len: 8,
+        write: false,
+        privileged: false,
+        instruction: false,
+    };
+    let mut buf = [0u8; 8];
+    // CLIENTPD after reset: bypass to PA 0x10, which is not DRAM.
+    assert_eq!(
+        port.read(&access, &mut buf),
+        AccessResult::Err(AxiResponse::DecErr)
+    );
+}

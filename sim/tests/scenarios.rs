@@ -1,0 +1,343 @@
+//! The fault scenario of `boards` run against the simulated ZynqMP: every phase with its
+//! exact counts on the model, the whole scenario as firmware runs it, and the two driver
+//! mistakes the model must catch.
+//!
+//! Expected counts are worked out from the phase's layout (which pages are absent, resident
+//! or mapped, which pages a transfer touches) and the policy (StandardPolicy::Hybrid: a
+//! stalled minor fault within budget is resumed, anything else is terminated and the transfer
+//! retransmitted from its start).
+
+use boards::BoardError;
+use boards::zynqmp::scenario::{Counters, Machine, Phase, Rig, ScenarioConfig, pattern_byte, run};
+use hal::delay::NoDelay;
+use hal::dma::HostDma;
+use hal::model::RecordingBus;
+use sim::soc::{Soc, Window};
+use smmu_driver::SmmuError;
+use smmu_driver::v2::InjectedBug;
+
+const BASE: u64 = ScenarioConfig::DEFAULT.iova_base;
+
+fn machine(soc: &Soc) -> Machine<'_, Window, Window, HostDma, NoDelay> {
+    Machine::zynqmp(
+        soc.smmu_window().unwrap(),
+        soc.gdma_window(0).unwrap(),
+        soc.gdma_window(1).unwrap(),
+        &**soc.dram(),
+        NoDelay::default(),
+    )
+}
+
+fn config(phases: &'static [Phase]) -> ScenarioConfig {
+    ScenarioConfig {
+        phases,
+        ..ScenarioConfig::DEFAULT
+    }
+}
+
+fn run_phase(phase: Phase) -> (Counters, Soc) {
+    let soc = Soc::zynqmp().unwrap();
+    let report = {
+        let mut rig = Rig::new(machine(&soc), &config(&[])).unwrap();
+        rig.run_phase(phase).unwrap()
+    };
+    assert_eq!(report.phase, phase);
+    (report.counters, soc)
+}
+
+#[test]
+fn minor_faults_are_resolved_by_stall_and_resume() {
+    let (c, soc) = run_phase(Phase::MinorStallResume);
+    // Transfer 1 reads 3 pages from offset 0x80: source pages 0-3, each resident but
+    // unmapped: four minor faults, each resumed. Transfer 2 stays within pages 0-2.
+    assert_eq!(
+        c,
+        Counters {
+            transfers: 2,
+            bytes: 3 * 4096 + 2 * 4096 + 0x20,
+            faults: 4,
+            resumes: 4,
+            minor: 4,
+            ..Counters::default()
+        }
+    );
+    let m = soc.lock();
+    let s = m.smmu.stats();
+    assert_eq!((s.stalls, s.resumes_accepted), (4, 4));
+    assert_eq!((s.resumes_ignored, s.terminated, s.multi), (0, 0, 0));
+    assert_eq!(m.gdma[0].stats().stalled_bursts, 4);
+    assert_eq!(m.gdma[0].stats().retried_bursts, 4);
+    assert_eq!(m.gdma[0].stats().failed, 0);
+    assert!(!m.smmu.interrupt_line(), "nothing left pending");
+}
+
+#[test]
+fn major_faults_are_terminated_and_retransmitted() {
+    let (c, soc) = run_phase(Phase::MajorRetransmit);
+    // Two absent source pages and two absent destination pages, faulting in the order the
+    // channel touches them (src 0, dst 0, src 1, dst 1): each is terminated at once (a major
+    // fault never holds the stall), paged in, and the transfer restarted.
+    assert_eq!(
+        c,
+        Counters {
+            transfers: 1,
+            bytes: 8192,
+            faults: 4,
+            retransmissions: 4,
+            major: 4,
+            ..Counters::default()
+        }
+    );
+    let m = soc.lock();
+    assert_eq!(m.smmu.stats().stalls, 4);
+    assert_eq!(
+        m.smmu.stats().resumes_accepted,
+        4,
+        "every RESUME was TnR = terminate"
+    );
+    assert_eq!(m.smmu.stats().terminated, 4);
+    let ch = m.gdma[0].stats();
+    assert_eq!((ch.started, ch.failed, ch.completed), (5, 4, 1));
+}
+
+#[test]
+fn a_terminate_only_context_retransmits_even_minor_faults() {
+    let (c, soc) = run_phase(Phase::TerminateOnly);
+    assert_eq!(
+        c,
+        Counters {
+            transfers: 1,
+            bytes: 8192,
+            faults: 2,
+            retransmissions: 2,
+            minor: 2,
+            ..Counters::default()
+        }
+    );
+    let s = *soc.lock().smmu.stats();
+    assert_eq!(s.stalls, 0, "a terminate context never stalls");
+    assert_eq!(s.terminated, 2);
+}
+
+#[test]
+fn two_faults_at_once_on_a_stalling_context_set_multi_and_both_complete() {
+    let (c, soc) = run_phase(Phase::MultiStall);
+    // Channel 0 stalls; channel 1 faults while FSR is non-zero: MULTI, held behind the stall.
+    // Resuming channel 0 re-presents channel 1's access, which faults again and is recorded.
+    assert_eq!(
+        c,
+        Counters {
+            transfers: 2,
+            bytes: 8192,
+            faults: 2,
+            resumes: 2,
+            multi: 1,
+            minor: 2,
+            ..Counters::default()
+        }
+    );
+    let s = *soc.lock().smmu.stats();
+    assert_eq!((s.multi, s.held, s.stalls), (1, 1, 2));
+}
+
+#[test]
+fn a_fault_lost_to_multi_on_a_terminating_context_is_still_retransmitted() {
+    let (c, soc) = run_phase(Phase::MultiTerminate);
+    // Channel 0's fault is recorded, channel 1's only sets MULTI. Both channels see AXI
+    // errors: channel 0 retransmits on its record, channel 1 on MULTI (no record of its own),
+    // faults again (now recorded) and retransmits once more: 3 retransmissions.
+    assert_eq!(
+        c,
+        Counters {
+            transfers: 2,
+            bytes: 8192,
+            faults: 2,
+            retransmissions: 3,
+            multi: 1,
+            minor: 2,
+            ..Counters::default()
+        }
+    );
+    assert_eq!(soc.lock().smmu.stats().multi, 1);
+}
+
+#[test]
+fn faults_outside_every_region_are_aborted_and_never_mapped() {
+    let (c, soc) = run_phase(Phase::OutsideRegion);
+    assert_eq!(
+        c,
+        Counters {
+            faults: 2,
+            aborts: 2,
+            ..Counters::default()
+        }
+    );
+    // Both were stalled and terminated at once.
+    let m = soc.lock();
+    assert_eq!((m.smmu.stats().stalls, m.smmu.stats().terminated), (2, 2));
+    assert_eq!(m.gdma[0].stats().failed, 2);
+    // No translation for the outside IOVA was ever cached.
+    let outside = BASE + 0x80_0000;
+    assert!(
+        m.smmu
+            .tlb()
+            .entries()
+            .iter()
+            .all(|e| e.leaf.base.as_u64() != outside)
+    );
+}
+
+#[test]
+fn an_evicted_page_faults_again_instead_of_reading_its_old_frame() {
+    let (c, soc) = run_phase(Phase::Eviction);
+    assert_eq!(
+        c,
+        Counters {
+            transfers: 2,
+            bytes: 8192,
+            faults: 1,
+            retransmissions: 1,
+            major: 1,
+            evictions: 1,
+            ..Counters::default()
+        }
+    );
+    assert!(soc.lock().smmu.stats().tlb_invalidated >= 1);
+}
+
+#[test]
+fn the_whole_scenario_runs_as_firmware_runs_it() {
+    let soc = Soc::zynqmp().unwrap();
+    let report = run(machine(&soc), &ScenarioConfig::DEFAULT).unwrap();
+    assert_eq!(report.phases.len(), Phase::ALL.len());
+    let t = report.total();
+    // Per phase, in Phase::ALL order: 2, 1, 1, 2, 2, 0 (both aborted), 2.
+    assert_eq!(t.transfers, 10);
+    assert_eq!(t.faults, 4 + 4 + 2 + 2 + 2 + 2 + 1);
+    assert_eq!(t.resumes, 4 + 2);
+    assert_eq!(t.retransmissions, 4 + 2 + 3 + 1);
+    assert_eq!(t.aborts, 2);
+    assert_eq!(t.multi, 2);
+    // Every context bank was freed again; DMA memory went back too.
+    assert_eq!(soc.dram().used_pages(), 0);
+    assert!(!soc.smmu_interrupt());
+}
+
+#[test]
+fn a_missing_tlbiva_after_unmap_is_caught_as_stale_data() {
+    let soc = Soc::zynqmp().unwrap();
+    let mut rig = Rig::new(machine(&soc), &config(&[])).unwrap();
+    rig.smmu_mut()
+        .inject_bug(InjectedBug::SkipTlbInvalidation, true);
+    let err = rig.run_phase(Phase::Eviction).unwrap_err();
+    // The second copy read page A through the stale TLB entry, i.e. from the frame that now
+    // holds page B: the first byte is B's, not A's.
+    let (a, b) = (BASE, BASE + 4096);
+    assert_eq!(
+        err,
+        BoardError::DataMismatch {
+            phase: Phase::Eviction,
+            transfer: 2,
+            offset: 0,
+            expected: pattern_byte(a, 1),
+            found: pattern_byte(b, 1),
+        }
+    );
+    assert_ne!(pattern_byte(a, 1), pattern_byte(b, 1));
+    assert_eq!(
+        rig.smmu().stats().tlbi_va,
+        0,
+        "the eviction's TLBIVAL was skipped"
+    );
+    let m = soc.lock();
+    assert_eq!(m.smmu.stats().context_faults, 0, "no fault: the TLB hit");
+    // Only reset's TLBIALLH + TLBIALLNSNH and the teardown's TLBIASID reached the model.
+    assert_eq!(m.smmu.stats().tlbi_ops, 3);
+}
+
+#[test]
+fn resume_before_the_fsr_is_cleared_is_ignored_and_caught_as_a_typed_error() {
+    let soc = Soc::zynqmp().unwrap();
+    let mut rig = Rig::new(machine(&soc), &config(&[])).unwrap();
+    rig.smmu_mut()
+        .inject_bug(InjectedBug::ResumeBeforeFsrClear, true);
+    let err = rig.run_phase(Phase::MinorStallResume).unwrap_err();
+    assert_eq!(
+        err,
+        BoardError::Smmu(SmmuError::StallNotReleased { context: 0 })
+    );
+    let m = soc.lock();
+    // The model ignored the early RESUME; the teardown's terminate (FSR clear by then) was
+    // accepted, so the channel ended with an error, not with data.
+    assert_eq!(m.smmu.stats().resumes_ignored, 1);
+    assert_eq!(m.smmu.stats().resumes_accepted, 1);
+    assert_eq!(m.gdma[0].stats().completed, 0);
+    assert_eq!(m.gdma[0].stats().failed, 1);
+}
+
+#[test]
+fn the_driver_clears_fsr_exactly_and_before_resume_with_cfie_masked_meanwhile() {
+    let soc = Soc::zynqmp().unwrap();
+    let smmu = RecordingBus::new("smmu", soc.smmu_window().unwrap());
+    let machine = Machine::zynqmp(
+        smmu,
+        soc.gdma_window(0).unwrap(),
+        soc.gdma_window(1).unwrap(),
+        &**soc.dram(),
+        NoDelay::default(),
+    );
+    let mut rig = Rig::new(machine, &config(&[])).unwrap();
+    hal::journal::start();
+    rig.run_phase(Phase::MinorStallResume).unwrap();
+    let events = hal::journal::stop();
+    // Context bank 0 is at 0x1_0000 (16 global pages of 4 KiB).
+    let (sctlr, resume, fsr) = (0x1_0000, 0x1_0008, 0x1_0058);
+    let accesses: Vec<(bool, usize, u64)> = events
+        .iter()
+        .filter_map(|e| match *e {
+            hal::journal::Event::Read { offset, value, .. } => Some((false, offset, value)),
+            hal::journal::Event::Write { offset, value, .. } => Some((true, offset, value)),
+            _ => None,
+        })
+        .filter(|(_, o, _)| [sctlr, resume, fsr].contains(o))
+        .collect();
+    let resumes: Vec<usize> = (0..accesses.len())
+        .filter(|&i| accesses[i] == (true, resume, 0))
+        .collect();
+    assert_eq!(resumes.len(), 4, "four retries");
+    // SCTLR as programmed: M TRE AFE CFRE CFIE CFCFG HUPCF ASIDPNE = 0x11E7.
+    let (programmed, masked) = (0x11e7u64, 0x11e7u64 & !(1 << 6));
+    for &r in &resumes {
+        // Before the RESUME: the FSR read with SS and TF, CFIE masked, then exactly that value
+        // written back.
+        let before = &accesses[..r];
+        let read = before
+            .iter()
+            .rposition(|&(w, o, v)| !w && o == fsr && v == (1 << 30 | 1 << 1))
+            .expect("FSR read with SS|TF");
+        let after_read = &before[read + 1..];
+        assert!(
+            after_read.contains(&(true, sctlr, masked)),
+            "{after_read:x?}"
+        );
+        assert!(after_read.contains(&(true, fsr, 1 << 30 | 1 << 1)));
+        let mask_at = after_read.iter().position(|a| *a == (true, sctlr, masked));
+        let clear_at = after_read
+            .iter()
+            .position(|a| *a == (true, fsr, 1 << 30 | 1 << 1));
+        assert!(mask_at < clear_at, "CFIE masked before FSR is cleared");
+        assert_eq!(
+            after_read
+                .iter()
+                .filter(|&&(w, o, _)| w && o == sctlr)
+                .count(),
+            1,
+            "no other SCTLR write while the stall is handled"
+        );
+        // After it: CFIE restored.
+        assert_eq!(
+            accesses[r + 1..].iter().find(|&&(w, o, _)| w && o == sctlr),
+            Some(&(true, sctlr, programmed))
+        );
+    }
+}
