@@ -6,8 +6,9 @@ use std::env;
 use std::fs;
 use std::path::Path;
 
-/// The linker script of a program: its platform's script under `link/`. Every program is a
-/// QEMU `virt` program today; ZynqMP programs will be named `zynqmp-*` and get their own script.
+/// The linker script of a program: its platform's script under `link/`. ZynqMP programs are
+/// named `zynqmp-*` and link into DDR at EL3 (`link/zynqmp.ld`); the rest are QEMU `virt`
+/// programs (`link/virt.ld`).
 fn script_for(program: &str) -> &'static str {
     if program.starts_with("zynqmp-") {
         "zynqmp.ld"

@@ -187,6 +187,82 @@ pub enum FirmwareError {
         /// Its bitwise NOT.
         expected: u32,
     },
+
+    /// Anything from the SMMU driver (`smmuv3-faults`).
+    #[error("SMMU: {0}")]
+    Smmu(#[from] smmu_driver::SmmuError),
+    /// A GIC register did not settle (RWP, ChildrenAsleep).
+    #[error("GIC: {register} did not settle")]
+    GicTimeout {
+        /// The register and bit waited for.
+        register: &'static str,
+    },
+    /// An INTID that is not an SPI the distributor implements.
+    #[error("INTID {intid} is not an implemented SPI")]
+    InterruptOutOfRange {
+        /// The INTID.
+        intid: u32,
+    },
+    /// edu was asked for a DMA while one was running.
+    #[error("edu: a DMA is still running")]
+    EduBusy,
+    /// An edu DMA did not finish.
+    #[error("edu: DMA did not complete")]
+    EduDmaTimeout,
+    /// A DMA edu would refuse or clamp: the buffer side must end strictly inside
+    /// 0x40000..0x41000 (QEMU 7.2 aborts otherwise), the memory side below 2^28.
+    #[error(
+        "edu: DMA of {len:#x} bytes at buffer offset {offset:#x} / IOVA {iova:#x} is out of range"
+    )]
+    EduDmaRange {
+        /// Offset in edu's buffer.
+        offset: u64,
+        /// Length.
+        len: u64,
+        /// Memory-side address.
+        iova: u64,
+    },
+    /// An SMMU event that belongs to no transfer in flight.
+    #[error("unexpected SMMU event {id:#04x} at IOVA {iova:#x}")]
+    UnexpectedEvent {
+        /// EventID.
+        id: u8,
+        /// Its InputAddr (0 if none).
+        iova: u64,
+    },
+    /// A transfer kept faulting.
+    #[error("transfer at IOVA {iova:#x} still faulting after {attempts} attempts")]
+    RetransmitLimit {
+        /// First IOVA of the transfer.
+        iova: u64,
+        /// Attempts made.
+        attempts: u32,
+    },
+    /// The pager has no frame to give and nothing it may evict.
+    #[error("pager: no frame free and nothing evictable")]
+    PagerExhausted,
+    /// A scenario parameter is out of range.
+    #[error("scenario: {what}")]
+    BadScenario {
+        /// Which parameter.
+        what: &'static str,
+    },
+
+    /// The generic timer's system counter does not advance (ZynqMP: IOU_SCNTRS was not
+    /// enabled by the FSBL or `psu_init`), so no bounded wait could ever end.
+    #[error("the system counter (CNTPCT_EL0) does not advance")]
+    CounterStopped,
+    /// A linker-script region is not where the platform description says, or the runtime did
+    /// not map it as the platform requires.
+    #[error("linker region {name} at {base:#x}+{size:#x} does not match the platform")]
+    LinkerRegionMismatch {
+        /// The region (output section name).
+        name: &'static str,
+        /// Its start.
+        base: u64,
+        /// Its size.
+        size: u64,
+    },
 }
 
 impl FirmwareError {
@@ -216,6 +292,18 @@ impl FirmwareError {
             Self::PciNoMemoryWindow => 50,
             Self::EduIdentification { .. } => 40,
             Self::EduLiveness { .. } => 41,
+            Self::Smmu(_) => 60,
+            Self::GicTimeout { .. } => 61,
+            Self::InterruptOutOfRange { .. } => 62,
+            Self::EduBusy => 63,
+            Self::EduDmaTimeout => 64,
+            Self::EduDmaRange { .. } => 65,
+            Self::UnexpectedEvent { .. } => 70,
+            Self::RetransmitLimit { .. } => 71,
+            Self::PagerExhausted => 72,
+            Self::BadScenario { .. } => 73,
+            Self::CounterStopped => 80,
+            Self::LinkerRegionMismatch { .. } => 81,
         }
     }
 }

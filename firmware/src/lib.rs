@@ -3,22 +3,31 @@
 //! exception decoding), which is unit-tested on the host against device models.
 //!
 //! # Programs
-//! Each program is a binary in `src/bin/NAME.rs`, built for `aarch64-unknown-none` and run
-//! on QEMU `virt` by `cargo xtask qemu NAME`:
+//! Each program is a binary in `src/bin/NAME.rs`, built for `aarch64-unknown-none` by
+//! `cargo xtask firmware NAME` and, for QEMU `virt` programs, run by `cargo xtask qemu NAME`:
 //!
 //! - `pci-probe`: finds the PCIe ECAM in the device tree, enumerates it, assigns the `edu`
 //!   device's BAR0, enables memory decoding and bus mastering, and checks edu's
 //!   identification and liveness registers.
 //! - `fault-probe`: reads an address outside the identity map on purpose; the exception
 //!   handler must report the data abort and fail the run.
+//! - `smmuv3-faults`: edu DMA through QEMU's SMMUv3 into a 4 MiB IOVA window that is only
+//!   partly mapped; faults are found through the event queue, resolved by a pager and the
+//!   transfers retransmitted (also with an overflowing event queue), and an eviction without
+//!   TLB invalidation must be caught; see [`smmuv3_faults`] and [`gic`] (edu's interrupt
+//!   wakes `wfi`; QEMU runs with `-icount shift=0,sleep=off`).
+//! - `zynqmp-smmu-faults` (ZynqMP board, built only here): the MMU-500 fault scenario of
+//!   `boards::zynqmp::scenario` on the real SMMU and GDMA channels 0/1; see
+//!   [`zynqmp_smmu_faults`] and docs/mmu500.md for running it on a board.
 //!
 //! # Verdict protocol
 //! A run ends with exactly one line `NPRDMA-VERDICT: PASS <summary>` or
 //! `NPRDMA-VERDICT: FAIL <reason>` on the console, then power-off (PSCI SYSTEM_OFF through
-//! `hvc #0` on `virt`, which makes QEMU exit with status 0). The harness passes a run only
-//! if it saw the PASS line and QEMU exited 0. The runtime prints the line: from the value
-//! the program's run function returns, from the exception handler (FAIL with the syndrome),
-//! or from the panic handler (FAIL with location and message). See [`verdict`].
+//! `hvc #0` on `virt`, which makes QEMU exit with status 0; on ZynqMP, which has no PSCI at
+//! EL3 without ATF, the CPU waits for interrupts forever after the line). The harness passes
+//! a run only if it saw the PASS line and QEMU exited 0. The runtime prints the line: from
+//! the value the program's run function returns, from the exception handler (FAIL with the
+//! syndrome), or from the panic handler (FAIL with location and message). See [`verdict`].
 //!
 //! # Logging
 //! Library code logs through `hal`'s shim (`hal::info!` etc.). On the target the shim is
@@ -33,13 +42,15 @@
 //!    the vector table in VBAR_ELx of the current EL, sets SP_ELx to the 16 KiB exception
 //!    stack and SP_EL0 to the 512 KiB program stack (and selects SP_EL0), clears `.bss`
 //!    and calls `__firmware_rust_entry(x0, el)`, which [`program!`] defines.
-//! 2. `rt::start` records the program's [`Platform`], initialises the console, and looks
-//!    for a device tree: at the address in `x0`, else at the platform's fallback (QEMU
-//!    copies the DTB to the start of RAM for non-Linux ELF images and leaves `x0` zero).
+//! 2. `rt::start` records the program's [`Platform`], initialises the console, and, if the
+//!    platform uses one, looks for a device tree: at the address in `x0`, else at the
+//!    platform's fallback (QEMU copies the DTB to the start of RAM for non-Linux ELF images
+//!    and leaves `x0` zero). ZynqMP uses none.
 //! 3. It builds the identity map (RAM from the device tree's memory nodes, else the
-//!    platform's boot RAM) and turns on the MMU with data and instruction caches at the
-//!    current EL (EL1, EL2 without VHE, or EL3). Alignment checking is off, so unaligned
-//!    accesses, atomics and cache behaviour on normal memory match a normal system.
+//!    platform's boot RAM; the platform's non-cacheable DMA pool, if any, inside it) and
+//!    turns on the MMU with data and instruction caches at the current EL (EL1, EL2 without
+//!    VHE, or EL3). Alignment checking is off, so unaligned accesses, atomics and cache
+//!    behaviour on normal memory match a normal system.
 //! 4. It calls the program's run function with a [`Boot`] and prints the verdict it returns,
 //!    then powers off.
 //!
@@ -57,6 +68,15 @@
 //! | RAM end `..2^39` | high ECAM `0x40_1000_0000`, everything else | Device-nGnRnE, execute-never |
 //! | `2^39..` | (beyond the 39-bit VA space) | not mapped: translation fault |
 //!
+//! # Memory map (ZynqMP at EL3, `link/zynqmp.ld`)
+//! | address | what | mapped as |
+//! |---|---|---|
+//! | `0x0000_0000..0x1000_0000` | DDR, unused (Linux/U-Boot load addresses of other boot flows) | Normal write-back |
+//! | `0x1000_0000..0x1100_0000` | the image (16 MiB budget, checked by the linker): `.text` (entry first), `.rodata`, `.data`, `.bss`, exception stack (16 KiB), program stack (512 KiB) | Normal write-back |
+//! | `0x1100_0000..0x1200_0000` | `.dma_pool`: 16 MiB for `hal::dma::PoolDma` (SMMU page tables, frames, backing store) | Normal non-cacheable, execute-never |
+//! | `0x1200_0000..0x8000_0000` | rest of DDR low (assumed populated, as on ZCU102 and QFDB) | Normal write-back |
+//! | `0x8000_0000..2^39` | PL, GDMA `0xFD50_0000 + n * 0x1_0000`, SMMU `0xFD80_0000`, UART0 `0xFF00_0000`, OCM (FSBL, ATF), DDR high `0x8_0000_0000..` (not used) | Device-nGnRnE, execute-never |
+//!
 //! See [`mmu`] for the table layout. There is no allocator; programs use the stack and
 //! fixed-size collections.
 //!
@@ -65,29 +85,42 @@
 //!    crate docs.
 //! 2. In a module gated by `#[cfg(all(target_arch = "aarch64", target_os = "none"))]`, write
 //!    `fn run(boot: &firmware::Boot) -> firmware::Verdict` and invoke
-//!    `firmware::program!("NAME", firmware::platform::virt::PLATFORM, run);`.
+//!    `firmware::program!("NAME", firmware::platform::virt::PLATFORM, run);` (or
+//!    `platform::zynqmp::PLATFORM`).
 //! 3. Give the host build a `fn main()` (under `#[cfg(not(target_os = "none"))]`) that says
-//!    the program runs on bare metal through `cargo xtask qemu NAME` and exits with status 2.
+//!    the program runs on bare metal through `cargo xtask qemu NAME` (ZynqMP: on a board)
+//!    and exits with status 2.
 //! 4. Put the logic in this library, generic over `hal::regs::RegisterBus`, and test it on
 //!    the host against a `hal::model::ModelBus` model.
 //!
+//! 5. Register it in `xtask/src/firmware.rs` (`PROGRAMS`): machine and expectation.
+//!
 //! `build.rs` gives every `src/bin/*.rs` the linker script of its platform (`link/virt.ld`;
-//! ZynqMP programs will be named `zynqmp-*` and use `link/zynqmp.ld`), only when building
-//! for a bare-metal target.
+//! programs named `zynqmp-*` get `link/zynqmp.ld`), only when building for a bare-metal
+//! target.
 //!
 //! # Platforms
 //! A program selects a [`Platform`] (console UART, power-off method, boot RAM, device-tree
-//! fallback address). Only [`platform::virt`] exists. A ZynqMP program will need: a Cadence
-//! UART driver at `0xFF00_0000` as a new [`platform::ConsoleKind`], a `zynqmp.ld` linking
-//! into DDR, and [`platform::PowerOff::WaitForInterrupt`]; the entry code and MMU already
-//! handle EL3.
+//! use and fallback address, non-cacheable DMA pool):
+//! - [`platform::virt`]: QEMU `virt`, PL011 console ([`pl011`]), PSCI power-off, device tree,
+//!   all RAM write-back (QEMU's DMA is coherent).
+//! - [`platform::zynqmp`]: Zynq UltraScale+ at EL3 after the FSBL: Cadence UART0 at
+//!   `0xFF00_0000` ([`cadence_uart`]; the FSBL's line settings are kept, the baud rate is
+//!   never programmed because it depends on UART_REF_CLK), linked into DDR at `0x1000_0000`,
+//!   no device tree (the fixed memory map above), a 16 MiB non-cacheable DMA pool, and no
+//!   PSCI: after the verdict line the CPU waits for interrupts forever
+//!   ([`platform::PowerOff::WaitForInterrupt`]). QEMU 7.2's `xlnx-zcu102` boots it to the
+//!   console (`-M xlnx-zcu102,secure=on -kernel ELF` starts it at EL3) but does not model
+//!   the MMU-500, so the scenario fails there at the SMMU probe; it is a board program.
 #![cfg_attr(not(test), no_std)]
 
+pub mod cadence_uart;
 pub mod console;
 pub mod edu;
 pub mod error;
 pub mod exception;
 pub mod fdt;
+pub mod gic;
 pub mod logger;
 pub mod mmu;
 pub mod pci;
@@ -96,7 +129,9 @@ pub mod platform;
 pub mod psci;
 #[cfg(all(target_arch = "aarch64", target_os = "none"))]
 pub mod rt;
+pub mod smmuv3_faults;
 pub mod verdict;
+pub mod zynqmp_smmu_faults;
 
 use core::fmt;
 
@@ -259,8 +294,14 @@ mod tests {
                 read: 0,
                 expected: !0,
             },
+            FirmwareError::CounterStopped,
+            FirmwareError::LinkerRegionMismatch {
+                name: ".dma_pool",
+                base: 0,
+                size: 0,
+            },
         ];
         let codes: Vec<u32> = errors.iter().map(FirmwareError::code).collect();
-        assert_eq!(codes, [1, 10, 20, 23, 50, 41]);
+        assert_eq!(codes, [1, 10, 20, 23, 50, 41, 80, 81]);
     }
 }

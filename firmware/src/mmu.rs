@@ -10,6 +10,11 @@
 //!   **Normal, inner/outer write-back read/write-allocate, inner shareable**, executable
 //!   (MAIR attribute 1): 1 GiB blocks where a whole aligned GiB is RAM, 2 MiB blocks in a
 //!   level-2 table otherwise. RAM bounds are rounded inward to 2 MiB.
+//! - the platform's non-cacheable regions (a DMA pool for masters that do not snoop the CPU
+//!   caches, e.g. the ZynqMP's SMMU table walks and zDMA; see [`crate::platform`]) are mapped
+//!   inside RAM as **Normal, inner/outer non-cacheable**, execute-never (MAIR attribute 2),
+//!   in 2 MiB blocks. They must be 2 MiB aligned: rounding would leave part of a DMA buffer
+//!   cacheable.
 //! - addresses at or above 2^39 (or the CPU's PA size, if smaller) are not mapped: an access
 //!   there takes a translation fault.
 //!
@@ -32,9 +37,12 @@ pub const L2_BLOCK: u64 = 1 << 21;
 pub const ATTR_DEVICE: u64 = 0;
 /// MAIR attribute index of Normal write-back memory.
 pub const ATTR_NORMAL: u64 = 1;
+/// MAIR attribute index of Normal non-cacheable memory.
+pub const ATTR_NORMAL_NC: u64 = 2;
 /// MAIR_ELx (D19.2 MAIR_EL1): Attr0 = 0x00 Device-nGnRnE; Attr1 = 0xff Normal, inner and
-/// outer write-back non-transient, read- and write-allocate.
-pub const MAIR: u64 = 0xff << (8 * ATTR_NORMAL);
+/// outer write-back non-transient, read- and write-allocate; Attr2 = 0x44 Normal, inner and
+/// outer non-cacheable (0b0100 in each half).
+pub const MAIR: u64 = (0xff << (8 * ATTR_NORMAL)) | (0x44 << (8 * ATTR_NORMAL_NC));
 
 // Descriptor fields (D8.3.1 block/page descriptors, D8.3.2 table descriptors).
 const DESC_VALID: u64 = 1 << 0;
@@ -42,6 +50,7 @@ const DESC_TABLE: u64 = 1 << 1; // at levels 0-2: 1 = table, 0 = block
 const DESC_ATTR_INDX_SHIFT: u32 = 2;
 const DESC_AP1: u64 = 1 << 6;
 const DESC_SH_INNER: u64 = 0b11 << 8;
+const DESC_SH_OUTER: u64 = 0b10 << 8;
 const DESC_AF: u64 = 1 << 10;
 const DESC_PXN: u64 = 1 << 53;
 const DESC_UXN_XN: u64 = 1 << 54;
@@ -64,6 +73,23 @@ pub enum MemoryKind {
     Device,
     /// Normal write-back cacheable, inner shareable.
     Normal,
+    /// Normal non-cacheable, execute-never: memory a non-coherent DMA master shares with the
+    /// CPU. Marked outer shareable, which is how the architecture treats Normal
+    /// non-cacheable memory whatever the SH field says (Arm ARM DDI 0487, B2 "Memory types
+    /// and attributes", Normal memory shareability).
+    NormalNonCacheable,
+}
+
+impl MemoryKind {
+    /// The kind a block or page descriptor encodes (by its AttrIndx, as [`MAIR`] defines
+    /// them).
+    const fn of_descriptor(desc: u64) -> Self {
+        match (desc >> DESC_ATTR_INDX_SHIFT) & 0b111 {
+            ATTR_NORMAL => MemoryKind::Normal,
+            ATTR_NORMAL_NC => MemoryKind::NormalNonCacheable,
+            _ => MemoryKind::Device,
+        }
+    }
 }
 
 /// The translation regime, i.e. the exception level whose MMU is configured. It decides the
@@ -98,16 +124,18 @@ pub const fn block_descriptor(pa: u64, kind: MemoryKind, regime: Regime) -> u64 
         Regime::El1 => 0,
         Regime::El2 | Regime::El3 => DESC_AP1,
     };
+    // Execute-never: EL1&0 has PXN and UXN; EL2/EL3 have one XN at bit 54 (bit 53 is RES0
+    // there).
+    let xn = match regime {
+        Regime::El1 => DESC_PXN | DESC_UXN_XN,
+        Regime::El2 | Regime::El3 => DESC_UXN_XN,
+    };
     let attrs = match kind {
         MemoryKind::Normal => (ATTR_NORMAL << DESC_ATTR_INDX_SHIFT) | DESC_SH_INNER,
-        // Shareability does not apply to Device memory. Execute-never: EL1&0 has PXN and
-        // UXN; EL2/EL3 have one XN at bit 54 (bit 53 is RES0 there).
-        MemoryKind::Device => {
-            (ATTR_DEVICE << DESC_ATTR_INDX_SHIFT)
-                | match regime {
-                    Regime::El1 => DESC_PXN | DESC_UXN_XN,
-                    Regime::El2 | Regime::El3 => DESC_UXN_XN,
-                }
+        // Shareability does not apply to Device memory.
+        MemoryKind::Device => (ATTR_DEVICE << DESC_ATTR_INDX_SHIFT) | xn,
+        MemoryKind::NormalNonCacheable => {
+            (ATTR_NORMAL_NC << DESC_ATTR_INDX_SHIFT) | DESC_SH_OUTER | xn
         }
     };
     (pa & DESC_ADDR_MASK) | attrs | ap | DESC_AF | DESC_VALID
@@ -181,12 +209,14 @@ pub struct MapSummary {
 /// Fills `tables` with the identity map: `tables[0]` becomes the level-1 table (the TTBR0
 /// value is its address), further tables are level-2 tables as needed. `table_pa` gives the
 /// physical address of a table (its address in the identity map; on the host, whatever the
-/// test's walker uses). `normal` lists the RAM regions; everything else below
-/// `2^min(39, pa_bits)` is Device memory.
+/// test's walker uses). `normal` lists the RAM regions; `non_cacheable` lists parts of RAM to
+/// map Normal non-cacheable instead (each 2 MiB aligned in base and size, and inside one RAM
+/// region); everything else below `2^min(39, pa_bits)` is Device memory.
 pub fn build_identity_map(
     tables: &mut [Table],
     table_pa: impl Fn(&Table) -> u64,
     normal: &[MemRegion],
+    non_cacheable: &[MemRegion],
     pa_bits: u32,
     regime: Regime,
 ) -> Result<MapSummary> {
@@ -204,9 +234,15 @@ pub fn build_identity_map(
         };
     }
 
-    // Which level-2 table (index into `l2s`) covers which GiB.
-    let mut l2_of_gib: [Option<usize>; ENTRIES] = [None; ENTRIES];
-    let mut used = 0usize;
+    let mut map = Blocks {
+        l1,
+        l2s,
+        l2_of_gib: [None; ENTRIES],
+        used: 0,
+        available,
+        table_pa,
+        regime,
+    };
     for region in normal {
         let not_mappable = FirmwareError::RegionNotMappable {
             base: region.base,
@@ -218,59 +254,107 @@ pub fn build_identity_map(
         if start >= end || end > mapped_limit {
             return Err(not_mappable);
         }
+        map.map(start, end, MemoryKind::Normal, not_mappable)?;
+    }
+    for region in non_cacheable {
+        let not_mappable = FirmwareError::RegionNotMappable {
+            base: region.base,
+            size: region.size,
+        };
+        let end = region.end().ok_or(not_mappable)?;
+        let aligned = region.base.is_multiple_of(L2_BLOCK) && region.size.is_multiple_of(L2_BLOCK);
+        let in_ram = normal
+            .iter()
+            .any(|r| r.contains_range(region.base, region.size));
+        if !aligned || region.size == 0 || end > mapped_limit || !in_ram {
+            return Err(not_mappable);
+        }
+        map.map(
+            region.base,
+            end,
+            MemoryKind::NormalNonCacheable,
+            not_mappable,
+        )?;
+    }
+    Ok(MapSummary {
+        tables: 1 + map.used,
+        mapped_limit,
+    })
+}
+
+/// The tables being filled by [`build_identity_map`].
+struct Blocks<'t, F> {
+    l1: &'t mut Table,
+    l2s: &'t mut [Table],
+    /// Which level-2 table (index into `l2s`) covers which GiB.
+    l2_of_gib: [Option<usize>; ENTRIES],
+    used: usize,
+    available: usize,
+    table_pa: F,
+    regime: Regime,
+}
+
+impl<F: Fn(&Table) -> u64> Blocks<'_, F> {
+    /// Maps `[start, end)` (2 MiB aligned) as `kind`: a level-1 block for a whole aligned GiB
+    /// not yet split, otherwise 2 MiB blocks in the GiB's level-2 table (made on first use).
+    fn map(
+        &mut self,
+        start: u64,
+        end: u64,
+        kind: MemoryKind,
+        not_mappable: FirmwareError,
+    ) -> Result<()> {
+        let regime = self.regime;
         let mut at = start;
         while at < end {
             let gib = (at / L1_BLOCK) as usize;
             let whole_gib = at.is_multiple_of(L1_BLOCK) && end - at >= L1_BLOCK;
-            if whole_gib && l2_of_gib.get(gib).copied().flatten().is_none() {
-                if let Some(entry) = l1.0.get_mut(gib) {
-                    *entry = block_descriptor(at, MemoryKind::Normal, regime);
+            if whole_gib && self.l2_of_gib.get(gib).copied().flatten().is_none() {
+                if let Some(entry) = self.l1.0.get_mut(gib) {
+                    *entry = block_descriptor(at, kind, regime);
                 }
                 at += L1_BLOCK;
                 continue;
             }
-            let slot = l2_of_gib.get_mut(gib).ok_or(not_mappable)?;
-            let index = match *slot {
-                Some(index) => index,
-                None => {
-                    let table = l2s
-                        .get_mut(used)
-                        .ok_or(FirmwareError::PageTablesExhausted { available })?;
-                    // Split the GiB's current block (device, or normal from an earlier
-                    // region) into 512 blocks of the same kind.
-                    let gib_base = gib as u64 * L1_BLOCK;
-                    let old = l1.0.get(gib).copied().unwrap_or(0);
-                    let kind = if (old >> DESC_ATTR_INDX_SHIFT) & 0b111 == ATTR_NORMAL {
-                        MemoryKind::Normal
-                    } else {
-                        MemoryKind::Device
-                    };
-                    for (j, e) in table.0.iter_mut().enumerate() {
-                        *e = block_descriptor(gib_base + j as u64 * L2_BLOCK, kind, regime);
-                    }
-                    if let Some(entry) = l1.0.get_mut(gib) {
-                        *entry = table_descriptor(table_pa(table));
-                    }
-                    *slot = Some(used);
-                    used += 1;
-                    used - 1
-                }
-            };
-            let table = l2s.get_mut(index).ok_or(not_mappable)?;
+            let index = self.l2_table(gib, not_mappable)?;
+            let table = self.l2s.get_mut(index).ok_or(not_mappable)?;
             let gib_end = (gib as u64 + 1) * L1_BLOCK;
             while at < end.min(gib_end) {
                 let j = ((at % L1_BLOCK) / L2_BLOCK) as usize;
                 if let Some(e) = table.0.get_mut(j) {
-                    *e = block_descriptor(at, MemoryKind::Normal, regime);
+                    *e = block_descriptor(at, kind, regime);
                 }
                 at += L2_BLOCK;
             }
         }
+        Ok(())
     }
-    Ok(MapSummary {
-        tables: 1 + used,
-        mapped_limit,
-    })
+
+    /// The level-2 table of `gib`, made on first use by splitting the GiB's level-1 block
+    /// (device, or memory from an earlier region) into 512 blocks of the same kind.
+    fn l2_table(&mut self, gib: usize, not_mappable: FirmwareError) -> Result<usize> {
+        let slot = self.l2_of_gib.get_mut(gib).ok_or(not_mappable)?;
+        if let Some(index) = *slot {
+            return Ok(index);
+        }
+        let available = self.available;
+        let table = self
+            .l2s
+            .get_mut(self.used)
+            .ok_or(FirmwareError::PageTablesExhausted { available })?;
+        let gib_base = gib as u64 * L1_BLOCK;
+        let old = self.l1.0.get(gib).copied().unwrap_or(0);
+        let kind = MemoryKind::of_descriptor(old);
+        for (j, e) in table.0.iter_mut().enumerate() {
+            *e = block_descriptor(gib_base + j as u64 * L2_BLOCK, kind, self.regime);
+        }
+        if let Some(entry) = self.l1.0.get_mut(gib) {
+            *entry = table_descriptor((self.table_pa)(table));
+        }
+        *slot = Some(self.used);
+        self.used += 1;
+        Ok(self.used - 1)
+    }
 }
 
 #[cfg(test)]

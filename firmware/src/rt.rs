@@ -10,6 +10,7 @@ use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU8, Ordering};
 
 use hal::regs::MmioBus;
 
+use crate::cadence_uart::{CadenceUart, CadenceUartRegs};
 use crate::error::{FirmwareError, Result};
 use crate::exception::{Syndrome, Vector};
 use crate::fdt::{self, Fdt};
@@ -178,6 +179,19 @@ pub fn with_console(f: impl FnOnce(&mut dyn fmt::Write)) {
                 uart.wait_idle();
             }
         }
+        ConsoleKind::Cadence { base } => {
+            let Some(base) = NonNull::new(base as *mut u8) else {
+                return;
+            };
+            // SAFETY: the platform names a Cadence UART register window at `base`; it is
+            // Device memory both with the MMU off and in the identity map (outside RAM), and
+            // no Rust object lives there.
+            let bus = unsafe { MmioBus::new(base, CadenceUartRegs::<MmioBus>::SIZE) };
+            if let Ok(mut uart) = CadenceUart::new(&bus) {
+                f(&mut uart);
+                uart.wait_idle();
+            }
+        }
     }
 }
 
@@ -190,6 +204,16 @@ fn init_console(platform: &Platform) {
             // SAFETY: as in `with_console`.
             let bus = unsafe { MmioBus::new(base, crate::pl011::Pl011Regs::<MmioBus>::SIZE) };
             if let Ok(uart) = Pl011::new(&bus) {
+                uart.init();
+            }
+        }
+        ConsoleKind::Cadence { base } => {
+            let Some(base) = NonNull::new(base as *mut u8) else {
+                return;
+            };
+            // SAFETY: as in `with_console`.
+            let bus = unsafe { MmioBus::new(base, CadenceUartRegs::<MmioBus>::SIZE) };
+            if let Ok(uart) = CadenceUart::new(&bus) {
                 uart.init();
             }
         }
@@ -265,7 +289,15 @@ pub fn start(program: &'static Program, boot_arg: usize, el: u64) -> ! {
         program.name, platform.name
     );
 
-    let (dtb, dtb_origin) = find_dtb(platform, boot_arg as u64);
+    let (dtb, dtb_origin) = if platform.uses_device_tree {
+        find_dtb(platform, boot_arg as u64)
+    } else {
+        println!(
+            "device tree: not used on {} (fixed memory map)",
+            platform.name
+        );
+        (None, DtbOrigin::None)
+    };
     if let Some(fdt) = &dtb {
         match fdt.psci_conduit() {
             Ok(Some(Conduit::Hvc)) => DT_CONDUIT.store(1, Ordering::Relaxed),
@@ -277,13 +309,20 @@ pub fn start(program: &'static Program, boot_arg: usize, el: u64) -> ! {
     let ram = ram_regions(platform, dtb.as_ref());
     let pa_bits = physical_address_bits();
 
-    let map = match enable_mmu(el, &ram, pa_bits) {
+    let map = match enable_mmu(el, &ram, platform.non_cacheable, pa_bits) {
         Ok(map) => map,
         Err(e) => fail(format_args!("MMU setup at EL{el}: {e}")),
     };
     for r in &ram {
         println!(
             "RAM {:#x}..{:#x} normal write-back",
+            r.base,
+            r.base.saturating_add(r.size)
+        );
+    }
+    if let Some(r) = platform.non_cacheable {
+        println!(
+            "RAM {:#x}..{:#x} normal non-cacheable (DMA pool)",
             r.base,
             r.base.saturating_add(r.size)
         );
@@ -395,7 +434,12 @@ fn physical_address_bits() -> u32 {
 }
 
 /// Builds the identity map and turns on the MMU and caches at the current EL.
-fn enable_mmu(el: u8, ram: &[MemRegion], pa_bits: u32) -> Result<MapSummary> {
+fn enable_mmu(
+    el: u8,
+    ram: &[MemRegion],
+    non_cacheable: Option<MemRegion>,
+    pa_bits: u32,
+) -> Result<MapSummary> {
     let regime = Regime::for_el(el)?;
     if regime == Regime::El2 {
         let hcr: u64;
@@ -406,9 +450,28 @@ fn enable_mmu(el: u8, ram: &[MemRegion], pa_bits: u32) -> Result<MapSummary> {
             return Err(FirmwareError::UnsupportedExceptionLevel { el });
         }
     }
+    let non_cacheable = non_cacheable.as_slice();
+    // Code, data and stacks must stay write-back and executable.
+    let (image_start, image_end) = image_range();
+    if let Some(nc) = non_cacheable
+        .iter()
+        .find(|r| r.base < image_end && image_start < r.base.saturating_add(r.size))
+    {
+        return Err(FirmwareError::RegionNotMappable {
+            base: nc.base,
+            size: nc.size,
+        });
+    }
     // SAFETY: single CPU, called once from `start` before anything else can reach TABLES.
     let tables = unsafe { &mut *ptr::addr_of_mut!(TABLES) };
-    let map = mmu::build_identity_map(tables, |t| ptr::from_ref(t) as u64, ram, pa_bits, regime)?;
+    let map = mmu::build_identity_map(
+        tables,
+        |t| ptr::from_ref(t) as u64,
+        ram,
+        non_cacheable,
+        pa_bits,
+        regime,
+    )?;
     let root = ptr::from_ref(&tables[0]) as u64;
     let (start, end) = {
         let start = ptr::addr_of!(TABLES) as u64;
@@ -423,6 +486,13 @@ fn enable_mmu(el: u8, ram: &[MemRegion], pa_bits: u32) -> Result<MapSummary> {
     // stale cache lines for them discarded, registers set, TLB invalidated, then SCTLR.
     unsafe {
         invalidate_dcache_range(start, end);
+        // A line of the non-cacheable pool left in the cache by an earlier stage (cacheable
+        // then) could be written back over DMA data later: mismatched attributes need the
+        // location cleaned or invalidated before the non-cacheable use (Arm ARM B2,
+        // "Mismatched memory attributes"). Nothing of this image lives there (checked above).
+        for r in non_cacheable {
+            invalidate_dcache_range(r.base, r.base.saturating_add(r.size));
+        }
         match regime {
             Regime::El1 => asm!(
                 "msr mair_el1, {mair}",

@@ -28,6 +28,7 @@ mod error;
 pub mod fault;
 pub mod pagetable;
 pub mod v2;
+pub mod v3;
 pub mod walk;
 
 pub use error::{Result, SmmuError};

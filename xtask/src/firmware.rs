@@ -4,6 +4,9 @@
 //! `NPRDMA-VERDICT: PASS <summary>` or `NPRDMA-VERDICT: FAIL <reason>` and powers off through
 //! PSCI, which ends QEMU with status 0. A run passes only if the PASS line was seen and QEMU
 //! exited 0 in time; a FAIL line, no line, a non-zero exit or a timeout is a failure.
+//!
+//! Programs for a board QEMU cannot model (ZynqMP: QEMU has no MMU-500) are `BuildOnly`:
+//! `cargo xtask test` builds them, `cargo xtask qemu` refuses them in one line.
 
 use std::io::{BufRead, BufReader, Read};
 use std::path::PathBuf;
@@ -18,12 +21,24 @@ use crate::util::{XtaskError, require_tool, run_status, workspace_root};
 pub enum Machine {
     /// QEMU `virt` with an SMMUv3 and the `edu` device: runs here.
     Virt,
+    /// A Zynq UltraScale+ board (ZCU102, QFDB) at EL3 after the FSBL: built here, run on the
+    /// board (docs/mmu500.md). QEMU's `xlnx-zcu102` has no MMU-500 model.
+    ZynqMp,
 }
 
 impl Machine {
     pub fn name(self) -> &'static str {
         match self {
             Machine::Virt => "virt",
+            Machine::ZynqMp => "zynqmp",
+        }
+    }
+
+    /// Whether `cargo xtask qemu` can run programs for this machine.
+    pub fn runs_on_qemu(self) -> bool {
+        match self {
+            Machine::Virt => true,
+            Machine::ZynqMp => false,
         }
     }
 }
@@ -36,6 +51,8 @@ pub enum Expect {
     /// Take an exception on purpose: the runtime must print the syndrome and a FAIL verdict.
     /// Proves that `cargo xtask qemu` turns a crashing firmware into a failure.
     Exception,
+    /// Must build; it runs only on its board, so nothing here checks its verdict.
+    BuildOnly,
 }
 
 /// A firmware program.
@@ -46,6 +63,8 @@ pub struct Program {
     pub expect: Expect,
     /// Wall-clock limit for one QEMU run.
     pub timeout: Duration,
+    /// Extra QEMU arguments for this program.
+    pub qemu_args: &'static [&'static str],
 }
 
 impl Program {
@@ -53,6 +72,7 @@ impl Program {
         match self.expect {
             Expect::Pass => "runs on QEMU, must pass",
             Expect::Exception => "runs on QEMU, must fault and report the exception syndrome",
+            Expect::BuildOnly => "built only: runs on a ZynqMP board (docs/mmu500.md)",
         }
     }
 }
@@ -64,12 +84,32 @@ pub const PROGRAMS: &[Program] = &[
         machine: Machine::Virt,
         expect: Expect::Pass,
         timeout: Duration::from_secs(60),
+        qemu_args: &[],
     },
     Program {
         name: "fault-probe",
         machine: Machine::Virt,
         expect: Expect::Exception,
         timeout: Duration::from_secs(60),
+        qemu_args: &[],
+    },
+    Program {
+        name: "smmuv3-faults",
+        machine: Machine::Virt,
+        expect: Expect::Pass,
+        timeout: Duration::from_secs(180),
+        // edu's DMA takes 100 ms of virtual time; with icount and sleep=off QEMU jumps the
+        // virtual clock to the next timer while the CPU waits in `wfi` instead of sleeping
+        // (QEMU docs, `-icount`). shift=0: one instruction = 1 ns of virtual time.
+        qemu_args: &["-icount", "shift=0,sleep=off"],
+    },
+    Program {
+        name: "zynqmp-smmu-faults",
+        machine: Machine::ZynqMp,
+        expect: Expect::BuildOnly,
+        // Not run here; the board run takes well under a second.
+        timeout: Duration::from_secs(60),
+        qemu_args: &[],
     },
 ];
 
@@ -230,7 +270,7 @@ pub const VERDICT_PREFIX: &str = "NPRDMA-VERDICT: ";
 /// The QEMU command line for `virt` (facts in ../shared/reference/toolchains.md §3 and
 /// smmu.md §3.2): SMMUv3 in front of the PCIe root complex, GICv3, an AArch64 CPU, the `edu`
 /// device at slot 2 (stream ID 0x10), nothing else.
-fn qemu_command(elf: &std::path::Path) -> Result<Command, XtaskError> {
+fn qemu_command(elf: &std::path::Path, extra: &[&str]) -> Result<Command, XtaskError> {
     let qemu = require_tool("qemu-system-aarch64", "qemu-system-arm")?;
     let mut cmd = Command::new(qemu);
     cmd.args([
@@ -249,9 +289,19 @@ fn qemu_command(elf: &std::path::Path) -> Result<Command, XtaskError> {
         "-device",
         "edu,addr=2",
     ])
+    .args(extra)
     .arg("-kernel")
     .arg(elf);
     Ok(cmd)
+}
+
+/// The one line `cargo xtask qemu` answers for a program QEMU cannot run.
+fn needs_board(program: &Program) -> String {
+    format!(
+        "`{}` needs a ZynqMP board, not QEMU (QEMU has no MMU-500 model): build it with \
+         `cargo xtask firmware {}` and boot it as docs/mmu500.md describes",
+        program.name, program.name
+    )
 }
 
 /// Builds and runs a program; returns how it ended (an `Err` only when it could not run).
@@ -260,15 +310,23 @@ pub fn build_and_run(
     release: bool,
     timeout_s: Option<u64>,
 ) -> Result<Outcome, XtaskError> {
+    if !program.machine.runs_on_qemu() {
+        return Err(XtaskError::Other(needs_board(program)));
+    }
     let elf = build(program, release)?;
     let timeout = timeout_s
         .map(Duration::from_secs)
         .unwrap_or(program.timeout);
-    run_qemu(program.name, &elf, timeout)
+    run_qemu(program, &elf, timeout)
 }
 
-fn run_qemu(name: &str, elf: &std::path::Path, timeout: Duration) -> Result<Outcome, XtaskError> {
-    let mut child = qemu_command(elf)?
+fn run_qemu(
+    program: &Program,
+    elf: &std::path::Path,
+    timeout: Duration,
+) -> Result<Outcome, XtaskError> {
+    let name = program.name;
+    let mut child = qemu_command(elf, program.qemu_args)?
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -436,6 +494,14 @@ pub fn test_all() -> Result<Vec<String>, XtaskError> {
             program.describe_expectation()
         ));
         match program.expect {
+            Expect::BuildOnly => match build(program, false) {
+                Ok(elf) => println!(
+                    "xtask: `{}` built ({}); not run: it needs its board",
+                    program.name,
+                    elf.display()
+                ),
+                Err(e) => failed.push(format!("{}: build failed: {e}", program.name)),
+            },
             Expect::Pass => match build_and_run(program, false, None)? {
                 Outcome::Passed { summary, .. } => {
                     println!("xtask: `{}` passed: {summary}", program.name)
@@ -469,4 +535,48 @@ pub fn test_all() -> Result<Vec<String>, XtaskError> {
         }
     }
     Ok(failed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_program_has_a_binary_and_a_machine_its_name_matches() {
+        let bins = workspace_root().join("firmware/src/bin");
+        for p in PROGRAMS {
+            assert!(
+                bins.join(format!("{}.rs", p.name)).is_file(),
+                "{} has no firmware/src/bin/{}.rs",
+                p.name,
+                p.name
+            );
+            // firmware/build.rs links `zynqmp-*` programs with link/zynqmp.ld.
+            let zynqmp_name = p.name.starts_with("zynqmp-");
+            assert_eq!(zynqmp_name, p.machine == Machine::ZynqMp, "{}", p.name);
+            // A program QEMU cannot run can only be built.
+            assert_eq!(
+                p.machine.runs_on_qemu(),
+                p.expect != Expect::BuildOnly,
+                "{}",
+                p.name
+            );
+        }
+    }
+
+    #[test]
+    fn qemu_refuses_a_board_program_in_one_line_without_building() {
+        let program = find("zynqmp-smmu-faults").unwrap();
+        assert_eq!(program.machine, Machine::ZynqMp);
+        assert_eq!(program.expect, Expect::BuildOnly);
+        let Err(XtaskError::Other(message)) = build_and_run(program, false, None) else {
+            panic!("`cargo xtask qemu zynqmp-smmu-faults` must be refused");
+        };
+        assert!(!message.contains('\n'), "{message}");
+        assert!(message.contains("needs a ZynqMP board"), "{message}");
+        assert!(
+            message.contains("cargo xtask firmware zynqmp-smmu-faults"),
+            "{message}"
+        );
+    }
 }

@@ -1,8 +1,8 @@
 //! `cargo xtask test`: everything CI checks, in one command.
 //!
 //! Order: set-up (Debian packages), formatting, the layering rule, clippy, host tests, cross builds of the
-//! `no_std` crates, then every firmware program on QEMU. Every step runs even if an earlier one
-//! failed, so one CI run reports all problems; the command fails if any step failed.
+//! `no_std` crates, then every firmware program on QEMU. Every step runs even if an earlier
+//! one failed, so one CI run reports all problems; the command fails if any step failed.
 
 use std::process::Command;
 use std::time::Instant;

@@ -61,8 +61,18 @@ fn build(
     regime: Regime,
     n: usize,
 ) -> (Vec<Table>, Result<MapSummary>) {
+    build_with_nc(normal, &[], pa_bits, regime, n)
+}
+
+fn build_with_nc(
+    normal: &[MemRegion],
+    non_cacheable: &[MemRegion],
+    pa_bits: u32,
+    regime: Regime,
+    n: usize,
+) -> (Vec<Table>, Result<MapSummary>) {
     let mut tables = vec![Table::EMPTY; n];
-    let r = build_identity_map(&mut tables, pa_of, normal, pa_bits, regime);
+    let r = build_identity_map(&mut tables, pa_of, normal, non_cacheable, pa_bits, regime);
     (tables, r)
 }
 
@@ -88,7 +98,19 @@ fn descriptors_match_the_architecture_encoding() {
         0x0040_0000_ff00_0441
     );
     assert_eq!(table_descriptor(0x4009_3000), 0x4009_3003);
-    assert_eq!(MAIR, 0xff00);
+    // Non-cacheable block at EL3: AttrIndx 2 (bits 4:2 = 0b010), AP[1] RES1, SH = 0b10
+    // (outer), AF, XN (54).
+    assert_eq!(
+        block_descriptor(0x1100_0000, MemoryKind::NormalNonCacheable, Regime::El3),
+        0x0040_0000_1100_0649
+    );
+    // At EL1 both PXN and UXN.
+    assert_eq!(
+        block_descriptor(0x1100_0000, MemoryKind::NormalNonCacheable, Regime::El1),
+        0x0060_0000_1100_0609
+    );
+    // Attr0 0x00 (Device-nGnRnE), Attr1 0xff (write-back RW-allocate), Attr2 0x44 (NC).
+    assert_eq!(MAIR, 0x0044_ff00);
 }
 
 #[test]
@@ -238,6 +260,109 @@ fn overlapping_regions_keep_everything_normal() {
         );
     }
     assert_eq!(walk(&tables, 0x9000_0000).unwrap().attr_index, ATTR_DEVICE);
+}
+
+#[test]
+fn zynqmp_map_with_a_non_cacheable_dma_pool() {
+    // The ZynqMP platform: DDR low 0..2 GiB, a 16 MiB pool at 0x1100_0000, EL3, 40 PA bits.
+    let ram = [MemRegion::new(0, 2 * GIB)];
+    let pool = [MemRegion::new(0x1100_0000, 16 * MIB)];
+    let (tables, summary) = build_with_nc(&ram, &pool, 40, Regime::El3, 4);
+    assert_eq!(
+        summary.unwrap(),
+        MapSummary {
+            tables: 2,
+            mapped_limit: 1 << 39
+        }
+    );
+    let attrs = |va| {
+        let w = walk(&tables, va).unwrap();
+        assert_eq!(w.pa, va);
+        (w.attr_index, w.xn, w.shareability, w.level)
+    };
+    // GiB 0 was split: the image below the pool stays write-back and executable.
+    assert_eq!(attrs(0x1000_0000), (ATTR_NORMAL, (false, false), 0b11, 2));
+    assert_eq!(attrs(0x10ff_fff8), (ATTR_NORMAL, (false, false), 0b11, 2));
+    for va in [0x1100_0000, 0x1180_0000, 0x11ff_fff8] {
+        assert_eq!(
+            attrs(va),
+            (ATTR_NORMAL_NC, (false, true), 0b10, 2),
+            "{va:#x}"
+        );
+    }
+    assert_eq!(attrs(0x1200_0000).0, ATTR_NORMAL);
+    assert_eq!(attrs(0x3fff_fff8).0, ATTR_NORMAL);
+    // GiB 1 is still one level-1 block.
+    assert_eq!(attrs(0x4000_0000), (ATTR_NORMAL, (false, false), 0b11, 1));
+    // GDMA, SMMU, UART: devices.
+    for va in [0xfd50_0000, 0xfd80_0000, 0xff00_0000] {
+        assert_eq!(attrs(va).0, ATTR_DEVICE, "{va:#x}");
+    }
+}
+
+#[test]
+fn non_cacheable_regions_must_be_aligned_ram() {
+    let ram = [MemRegion::new(0, 2 * GIB)];
+    for bad in [
+        MemRegion::new(0x1110_0000, 2 * MIB), // base not 2 MiB aligned
+        MemRegion::new(0x1100_0000, 3 * MIB), // size not 2 MiB aligned
+        MemRegion::new(0x1100_0000, 0),       // empty
+        MemRegion::new(0x9000_0000, 2 * MIB), // not RAM
+        MemRegion::new(0x7fe0_0000, 4 * MIB), // runs past the end of RAM
+        MemRegion::new(u64::MAX - MIB, 2 * MIB), // overflows
+    ] {
+        let (_, r) = build_with_nc(&ram, &[bad], 40, Regime::El3, 4);
+        assert_eq!(
+            r,
+            Err(FirmwareError::RegionNotMappable {
+                base: bad.base,
+                size: bad.size
+            }),
+            "{bad:x?}"
+        );
+    }
+}
+
+proptest! {
+    /// With a non-cacheable part carved out of a RAM region, the walk says: non-cacheable
+    /// exactly there, normal in the rest of RAM, device elsewhere.
+    #[test]
+    fn walk_agrees_with_non_cacheable_regions(
+        regions in proptest::collection::vec((0u64..(32 * 512), 1u64..2048), 1..4),
+        carve in (0u64..2048, 1u64..2048),
+        probes in proptest::collection::vec(0u64..(1 << 36), 64),
+    ) {
+        let ram: Vec<MemRegion> = regions
+            .iter()
+            .map(|&(start, len)| MemRegion::new(start * L2_BLOCK, len * L2_BLOCK))
+            .collect();
+        // A sub-range of the first region, in 2 MiB units.
+        let first = regions[0];
+        let offset = carve.0 % first.1;
+        let len = 1 + (carve.1 - 1) % (first.1 - offset);
+        let nc = MemRegion::new((first.0 + offset) * L2_BLOCK, len * L2_BLOCK);
+        // At most two partial GiBs per region and two for the carve-out: 8 level-2 tables.
+        let (tables, summary) = build_with_nc(&ram, &[nc], 40, Regime::El1, 9);
+        prop_assert!(summary.unwrap().tables <= 9);
+        let edges = [nc.base, nc.base + nc.size - 1, nc.base + nc.size, nc.base.wrapping_sub(1)];
+        for va in probes.into_iter().chain(edges) {
+            let Some(w) = walk(&tables, va) else {
+                prop_assert!(va >= 1 << 39);
+                continue;
+            };
+            prop_assert_eq!(w.pa, va);
+            let in_nc = va >= nc.base && va < nc.base + nc.size;
+            let in_ram = ram.iter().any(|r| va >= r.base && va < r.base + r.size);
+            let expected = if in_nc {
+                ATTR_NORMAL_NC
+            } else if in_ram {
+                ATTR_NORMAL
+            } else {
+                ATTR_DEVICE
+            };
+            prop_assert_eq!(w.attr_index, expected, "va {:#x}", va);
+        }
+    }
 }
 
 proptest! {

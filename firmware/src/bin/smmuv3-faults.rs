@@ -1,0 +1,291 @@
+//! `smmuv3-faults`: QEMU's `edu` device copies data by DMA through the SMMUv3 into a 4 MiB
+//! IOVA window of which only part is mapped; every faulting transfer is found through the
+//! event queue, its pages are brought in by a pager, and it is retransmitted. Three
+//! scenarios (see `firmware::smmuv3_faults`): 1200 random transfers with evictions between
+//! them; the same with an 8-entry event queue that overflows; and a probe showing that an
+//! eviction without TLB invalidation is caught by the final data check. PASS needs exact data
+//! in the first two, faults > 0, at least 1000 transfers, the overflow recovered from, the
+//! command-queue error recovered from, and the stale TLB detected.
+//!
+//! edu's DMA takes 100 ms of QEMU virtual time; the program waits with `wfi` for edu's INTx
+//! (through the GICv3), and `cargo xtask qemu` runs QEMU with `-icount shift=0,sleep=off`, so
+//! idle virtual time is skipped instead of waited for.
+//!
+//! Run it with `cargo xtask qemu smmuv3-faults`.
+#![cfg_attr(target_os = "none", no_std, no_main)]
+
+#[cfg(all(target_arch = "aarch64", target_os = "none"))]
+mod target {
+    use core::ptr::NonNull;
+
+    use firmware::edu::{self, EduRegs};
+    use firmware::gic;
+    use firmware::pci::{self, Ecam, MmioAllocator, PciHost};
+    use firmware::platform::{MemRegion, virt};
+    use firmware::smmuv3_faults::{
+        self, Buffers, EduDma, Hardware, Report, Scenario, StaleTlbReport, WINDOW_BYTES,
+    };
+    use firmware::{Boot, FirmwareError, Result, Verdict, println};
+    use hal::PhysAddr;
+    use hal::delay::CounterDelay;
+    use hal::dma::{DmaDirection, DmaMemory, DmaRegion, PoolDma};
+    use hal::regs::MmioBus;
+    use smmu_driver::fault::StreamId;
+    use smmu_driver::v3::Smmuv3;
+    use smmu_driver::v3::regs::offset::FRAME_SIZE;
+    use tock_registers::interfaces::Readable;
+
+    firmware::program!("smmuv3-faults", virt::PLATFORM, run);
+
+    /// SMMUv3 of QEMU `virt` (SMMU notes §0 item 7), used when the device tree has none.
+    const VIRT_SMMU: u64 = 0x0905_0000;
+    /// DMA pool: `POOL_WORDS * 64` pages (32 MiB) above the image.
+    const POOL_WORDS: usize = 128;
+    const POOL_PAGES: usize = POOL_WORDS * 64;
+
+    unsafe extern "C" {
+        /// End of the image (linker script `link/virt.ld`); only its address is used.
+        static __image_end: u8;
+    }
+
+    struct Outcome {
+        main: Report,
+        tiny: Report,
+        stale: StaleTlbReport,
+    }
+
+    fn run(boot: &Boot) -> Verdict {
+        match run_all(boot) {
+            Ok(o) => {
+                let main_ok = o.main.exact()
+                    && o.main.faults > 0
+                    && o.main.transfers >= 1000
+                    && o.main.cmdq_recoveries == 1;
+                let tiny_ok = o.tiny.exact() && o.tiny.overflow_recoveries > 0;
+                if main_ok && tiny_ok && o.stale.detected() {
+                    Verdict::pass(format_args!(
+                        "{} transfers exact, {} faults, {} retransmissions, {} events, {} \
+                         overflow recoveries; stale TLB caught ({} pages)",
+                        o.main.transfers + o.tiny.transfers,
+                        o.main.faults + o.tiny.faults,
+                        o.main.retransmissions + o.tiny.retransmissions,
+                        o.main.events + o.tiny.events,
+                        o.tiny.overflow_recoveries + o.main.overflow_recoveries,
+                        o.stale.stale_mismatched_pages
+                    ))
+                } else {
+                    Verdict::fail(format_args!(
+                        "checks failed: main ok {main_ok}, tiny-eventq ok {tiny_ok}, stale TLB \
+                         detected {}",
+                        o.stale.detected()
+                    ))
+                }
+            }
+            Err(e) => Verdict::fail(format_args!("smmuv3-faults: {e}")),
+        }
+    }
+
+    /// An MMIO bus over `[base, base + size)` after checking it is mapped as Device memory.
+    fn device_window(boot: &Boot, base: u64, size: u64) -> Result<MmioBus> {
+        boot.check_device_window(base, size)?;
+        let not_device = FirmwareError::NotDeviceMemory { base, size };
+        let ptr = NonNull::new(base as *mut u8).ok_or(not_device)?;
+        let len = usize::try_from(size).map_err(|_| not_device)?;
+        // SAFETY: the window is in the identity map as Device memory, clear of RAM (checked
+        // above), so no Rust object lives there; it is a device's register space.
+        Ok(unsafe { MmioBus::new(ptr, len) })
+    }
+
+    /// `reg` entry `index` of the first node compatible with `compatible`, else `fallback`.
+    fn dt_reg(boot: &Boot, compatible: &str, index: usize, fallback: MemRegion) -> MemRegion {
+        boot.dtb
+            .as_ref()
+            .and_then(|fdt| fdt.find_compatible(compatible).ok().flatten())
+            .and_then(|node| node.reg().ok()?.nth(index)?.ok())
+            .unwrap_or(fallback)
+    }
+
+    fn pci_host(boot: &Boot) -> Result<PciHost> {
+        if let Some(fdt) = &boot.dtb
+            && let Some(host) = pci::host_from_fdt(fdt)?
+        {
+            return Ok(host);
+        }
+        Ok(PciHost {
+            ecam: virt::HIGH_ECAM,
+            first_bus: 0,
+            last_bus: 255,
+            mmio32: Some(pci::PciWindow {
+                cpu_base: virt::PCIE_MMIO32.base,
+                pci_base: virt::PCIE_MMIO32.base,
+                size: virt::PCIE_MMIO32.size,
+                prefetchable: false,
+            }),
+            mmio64: None,
+            io: None,
+        })
+    }
+
+    /// The DMA pool: RAM after the image, 64 KiB aligned, inside the first RAM region.
+    fn pool_region(boot: &Boot) -> Result<(u64, usize)> {
+        let image_end = core::ptr::addr_of!(__image_end) as u64;
+        let base = image_end.next_multiple_of(0x1_0000);
+        let ram = boot.ram.first().ok_or(FirmwareError::BadScenario {
+            what: "no RAM region",
+        })?;
+        let end = ram.end().unwrap_or(base);
+        let bytes = (POOL_PAGES * 4096) as u64;
+        if base < ram.base || base.saturating_add(bytes) > end {
+            return Err(FirmwareError::BadScenario {
+                what: "RAM too small for the 32 MiB DMA pool (run with -m 256M)",
+            });
+        }
+        Ok((base, POOL_PAGES))
+    }
+
+    /// A CPU-only buffer carved from the pool.
+    fn buffer(region: &DmaRegion) -> &mut [u8] {
+        // SAFETY: the region was just allocated from the pool and is owned by the caller
+        // for the whole run; it is never mapped for a device (only the pager's frames are),
+        // so plain slice access cannot race a DMA. It is normal write-back memory in the
+        // identity map.
+        unsafe { core::slice::from_raw_parts_mut(region.cpu_ptr().as_ptr(), region.len()) }
+    }
+
+    fn run_all(boot: &Boot) -> Result<Outcome> {
+        let host = pci_host(boot)?;
+        let window = host.mmio32.ok_or(FirmwareError::PciNoMemoryWindow)?;
+        let ecam_bus = device_window(boot, host.ecam.base, host.ecam.size)?;
+        let ecam = Ecam::new(&ecam_bus, host.first_bus, host.last_bus)?;
+        let mut allocator = MmioAllocator::new(window);
+        let report = edu::probe(
+            &ecam,
+            &mut allocator,
+            &mut firmware::console::Console,
+            |base, size| device_window(boot, base, size),
+        )?;
+        let bdf = report.function.bdf;
+        let stream = StreamId(u32::from(bdf.requester_id()));
+        let pin = ecam.header(bdf)?.interrupt_pin().get();
+        println!("edu at {bdf}: StreamID {:#x}, INTx pin {pin}", stream.0);
+
+        // The edu interrupt wakes `wfi`; see the crate docs of firmware::gic.
+        let gicd = dt_reg(
+            boot,
+            "arm,gic-v3",
+            0,
+            MemRegion::new(gic::VIRT_GICD, gic::GICD_SIZE as u64),
+        );
+        let gicr = dt_reg(
+            boot,
+            "arm,gic-v3",
+            1,
+            MemRegion::new(gic::VIRT_GICR, gic::GICR_SIZE as u64),
+        );
+        let intid =
+            gic::virt_pci_intx(bdf.device(), pin).ok_or(FirmwareError::InterruptOutOfRange {
+                intid: u32::from(pin),
+            })?;
+        let gicd_bus = device_window(boot, gicd.base, gic::GICD_SIZE as u64)?;
+        let gicr_bus = device_window(boot, gicr.base, gic::GICR_SIZE as u64)?;
+        gic::route_spi_to_cpu0(&gicd_bus, &gicr_bus, intid, true)?;
+        gic::enable_cpu_interface(boot.el)?;
+        println!(
+            "GICv3 {:#x}/{:#x}: INTID {intid} -> CPU 0 (wfi wake-up)",
+            gicd.base, gicr.base
+        );
+
+        let smmu_reg = dt_reg(
+            boot,
+            "arm,smmu-v3",
+            0,
+            MemRegion::new(VIRT_SMMU, FRAME_SIZE as u64),
+        );
+        let smmu_bus = device_window(boot, smmu_reg.base, FRAME_SIZE as u64)?;
+        let caps = Smmuv3::<MmioBus, &PoolDma<POOL_WORDS>, CounterDelay>::probe(&smmu_bus)?;
+        println!(
+            "SMMUv3 at {:#x}: v3.{}, stall model {:?}, abort-only {}, {}-bit StreamIDs, OAS {} bits, \
+             RIL {}, cmdq 2^{}, eventq 2^{}",
+            smmu_reg.base,
+            caps.minor_version,
+            caps.stall_model,
+            caps.abort_only,
+            caps.sid_bits,
+            caps.output_bits,
+            caps.range_invalidation,
+            caps.cmdq_log2_max,
+            caps.eventq_log2_max
+        );
+
+        let (pool_base, pages) = pool_region(boot)?;
+        let cpu = NonNull::new(pool_base as *mut u8)
+            .ok_or(FirmwareError::BadScenario { what: "null pool" })?;
+        // SAFETY: [pool_base, +32 MiB) is RAM past the image end (checked in pool_region),
+        // identity mapped as normal write-back memory, used by nothing else; QEMU's SMMUv3
+        // and PCI devices are cache coherent with the CPU, so bus = physical address works.
+        let pool = unsafe { PoolDma::<POOL_WORDS>::new(cpu, PhysAddr::new(pool_base), pages) }?;
+        println!(
+            "DMA pool {:#x}..{:#x}",
+            pool_base,
+            pool_base + (pages * 4096) as u64
+        );
+        let window_pages = WINDOW_BYTES / 4096;
+        let backing_region = pool.allocate(window_pages, DmaDirection::Bidirectional)?;
+        let reference_region = pool.allocate(window_pages, DmaDirection::Bidirectional)?;
+
+        let edu_bus = device_window(boot, report.bar0.at.cpu, report.bar0.bar.size)?;
+        let mut wait = gic::wait_for_interrupt;
+        let mut hw = Hardware {
+            smmu: &smmu_bus,
+            edu: EduDma::new(EduRegs::new(&edu_bus, 0)?),
+            stream,
+            dma: &pool,
+            delay: CounterDelay::new(),
+            wait: &mut wait,
+        };
+        let mut bufs = Buffers {
+            backing: buffer(&backing_region),
+            reference: buffer(&reference_region),
+        };
+        let log = &mut firmware::console::Console;
+
+        println!(
+            "scenario 1: {} copies over a 4 MiB window",
+            Scenario::MAIN.copies
+        );
+        let main = smmuv3_faults::run_scenario(&mut hw, &mut bufs, &Scenario::MAIN, log)?;
+        println!("  {main}");
+        println!(
+            "scenario 2: {} copies with a 2^{}-entry event queue",
+            Scenario::TINY_EVENT_QUEUE.copies,
+            Scenario::TINY_EVENT_QUEUE.eventq_log2
+        );
+        let tiny =
+            smmuv3_faults::run_scenario(&mut hw, &mut bufs, &Scenario::TINY_EVENT_QUEUE, log)?;
+        println!("  {tiny}");
+        println!("scenario 3: evicting a page without TLB invalidation");
+        let stale = smmuv3_faults::run_stale_tlb_probe(&mut hw, &mut bufs)?;
+        println!("  {stale}");
+        println!(
+            "  stale TLB {}",
+            if stale.detected() {
+                "detected by the final data check"
+            } else {
+                "NOT detected"
+            }
+        );
+        drop(bufs);
+        pool.free(backing_region)?;
+        pool.free(reference_region)?;
+        Ok(Outcome { main, tiny, stale })
+    }
+}
+
+#[cfg(not(target_os = "none"))]
+fn main() {
+    eprintln!(
+        "smmuv3-faults runs on aarch64 bare metal: use `cargo xtask qemu smmuv3-faults` \
+         (build: `cargo xtask firmware smmuv3-faults`)"
+    );
+    std::process::exit(2);
+}

@@ -1,0 +1,408 @@
+//! Just enough GICv3 to wake the CPU from `wfi` when a device raises a shared peripheral
+//! interrupt (SPI): route one SPI to CPU 0 as Group 1, wake CPU 0's redistributor, and enable
+//! the CPU interface. Interrupts stay masked in PSTATE (DAIF.I), so no handler ever runs:
+//! a pending, enabled interrupt is a WFI wake-up event whatever PSTATE.I says (Arm ARM
+//! DDI0487 D1.6.2 "Wait for Interrupt"), and a level-sensitive SPI that was never
+//! acknowledged stops being pending as soon as the device drops its line (Arm IHI0069
+//! §4.1.2, level-sensitive interrupts), so nothing needs an EOI.
+//!
+//! Register names, offsets and bits from Arm IHI0069 (GICv3/v4 architecture specification),
+//! chapter 12: `GICD_CTLR` (0x0000: EnableGrp0/EnableGrp1 or EnableGrp1NS/EnableGrp1A in
+//! bits 0-1, ARE/ARE_NS bit 4, DS bit 6, RWP bit 31), `GICD_TYPER.ITLinesNumber` (bits 4:0),
+//! `GICD_IGROUPR<n>` (0x0080), `GICD_ISENABLER<n>` (0x0100), `GICD_IPRIORITYR<n>` (0x0400),
+//! `GICD_ICFGR<n>` (0x0C00), `GICD_IROUTER<n>` (0x6000 + 8n), `GICR_WAKER` (RD_base 0x0014:
+//! ProcessorSleep bit 1, ChildrenAsleep bit 2), and the CPU interface system registers
+//! `ICC_SRE_EL1`/`ICC_SRE_EL2`, `ICC_PMR_EL1`, `ICC_IGRPEN1_EL1`.
+//!
+//! QEMU `virt` (7.2, `gic-version=3`): distributor at 0x0800_0000, redistributors from
+//! 0x080A_0000 (SMMU notes §3.2); PCIe INTx A-D are SPIs 3-6, swizzled by slot
+//! (`hw/arm/virt.c` `create_pcie_irq_map`): edu at slot 2, pin A is SPI 5 = INTID 37.
+
+use hal::regs::RegisterBus;
+use tock_registers::interfaces::{Readable, Writeable};
+use tock_registers::register_bitfields;
+
+use crate::error::{FirmwareError, Result};
+
+/// Distributor base on QEMU `virt`.
+pub const VIRT_GICD: u64 = 0x0800_0000;
+/// Size of the distributor frame.
+pub const GICD_SIZE: usize = 0x1_0000;
+/// CPU 0's redistributor on QEMU `virt`.
+pub const VIRT_GICR: u64 = 0x080a_0000;
+/// Size of one redistributor (RD_base + SGI_base frames).
+pub const GICR_SIZE: usize = 0x2_0000;
+/// First SPI INTID.
+pub const FIRST_SPI: u32 = 32;
+
+/// The INTID of PCI INTx `pin` (1 = INTA .. 4 = INTD) of the device in `slot` on QEMU
+/// `virt`'s root bus: SPI `3 + (pin - 1 + slot) % 4` (QEMU 7.2 `create_pcie_irq_map`).
+pub const fn virt_pci_intx(slot: u8, pin: u8) -> Option<u32> {
+    if pin < 1 || pin > 4 || slot > 31 {
+        return None;
+    }
+    Some(FIRST_SPI + 3 + ((pin as u32 - 1 + slot as u32) % 4))
+}
+
+#[allow(missing_docs)]
+mod fields {
+    use super::register_bitfields;
+
+    register_bitfields![u32,
+        /// GICD_CTLR (IHI0069 chapter 12).
+        pub GICD_CTLR [
+            /// EnableGrp0 (DS = 1) / EnableGrp1NS (Non-secure view with DS = 0).
+            ENABLE_0 OFFSET(0) NUMBITS(1) [],
+            /// EnableGrp1 (DS = 1) / EnableGrp1A (Non-secure view with DS = 0).
+            ENABLE_1 OFFSET(1) NUMBITS(1) [],
+            /// Affinity routing enable (ARE / ARE_NS).
+            ARE OFFSET(4) NUMBITS(1) [],
+            /// Security disabled: one security state.
+            DS OFFSET(6) NUMBITS(1) [],
+            /// Register write pending.
+            RWP OFFSET(31) NUMBITS(1) []
+        ],
+        /// GICR_WAKER (IHI0069 chapter 12).
+        pub GICR_WAKER [
+            /// The PE is asleep: the redistributor does not forward interrupts to it.
+            PROCESSOR_SLEEP OFFSET(1) NUMBITS(1) [],
+            /// The redistributor's interface to the PE is quiescent.
+            CHILDREN_ASLEEP OFFSET(2) NUMBITS(1) []
+        ]
+    ];
+}
+pub use fields::{GICD_CTLR, GICR_WAKER};
+
+hal::register_block! {
+    /// The GICv3 distributor (the registers this module uses).
+    pub struct Distributor {
+        /// GICD_CTLR.
+        (0x0000 => pub ctlr: Rw u32, GICD_CTLR::Register),
+        /// GICD_TYPER: ITLinesNumber in bits 4:0 (32 * (N + 1) INTIDs).
+        (0x0004 => pub typer: Ro u32),
+        /// GICD_IGROUPR<n>: one bit per INTID, 1 = Group 1.
+        (0x0080 => pub igroupr: [Rw u32; 32, stride 4]),
+        /// GICD_ISENABLER<n>: write 1 to enable an INTID.
+        (0x0100 => pub isenabler: [Rw u32; 32, stride 4]),
+        /// GICD_IPRIORITYR<n>: one byte per INTID, lower is higher priority.
+        (0x0400 => pub ipriorityr: [Rw u32; 255, stride 4]),
+        /// GICD_ICFGR<n>: two bits per INTID, bit 1 of each pair = edge-triggered.
+        (0x0c00 => pub icfgr: [Rw u32; 64, stride 4]),
+        /// GICD_IROUTER<n>: affinity of SPI n (n >= 32), 64-bit.
+        (0x6000 => pub irouter: [Rw u64; 1020, stride 8]),
+    }
+    size = 0x1_0000;
+}
+
+hal::register_block! {
+    /// One redistributor's RD_base frame (the registers this module uses).
+    pub struct Redistributor {
+        /// GICR_CTLR.
+        (0x0000 => pub ctlr: Rw u32),
+        /// GICR_WAKER.
+        (0x0014 => pub waker: Rw u32, GICR_WAKER::Register),
+    }
+    size = 0x1_0000;
+}
+
+/// How long (polls) to wait for GICD_CTLR.RWP or GICR_WAKER.ChildrenAsleep.
+const POLLS: u32 = 100_000;
+
+fn wait(register: &'static str, mut done: impl FnMut() -> bool) -> Result<()> {
+    for _ in 0..POLLS {
+        if done() {
+            return Ok(());
+        }
+        core::hint::spin_loop();
+    }
+    Err(FirmwareError::GicTimeout { register })
+}
+
+/// Routes SPI `intid` to CPU 0 (affinity 0.0.0.0) as Group 1 at priority 0xa0, level- or
+/// edge-triggered, enables it, turns on affinity routing and Group 1 in the distributor, and
+/// wakes the redistributor `gicr` (CPU 0's). Idempotent.
+pub fn route_spi_to_cpu0<B: RegisterBus + ?Sized, R: RegisterBus + ?Sized>(
+    gicd: &B,
+    gicr: &R,
+    intid: u32,
+    level_sensitive: bool,
+) -> Result<()> {
+    let dist = Distributor::new(gicd, 0)?;
+    let lines = ((dist.typer().get() & 0x1f) + 1) * 32;
+    if intid < FIRST_SPI || intid >= lines.min(1020) {
+        return Err(FirmwareError::InterruptOutOfRange { intid });
+    }
+    // Affinity routing and both group enables: whichever view (DS = 1, or the Non-secure
+    // view with DS = 0) the bits mean, Group 1 ends up enabled.
+    let ctlr = dist.ctlr().get();
+    dist.ctlr().set(
+        ctlr | GICD_CTLR::ARE::SET.value
+            | GICD_CTLR::ENABLE_0::SET.value
+            | GICD_CTLR::ENABLE_1::SET.value,
+    );
+    wait("GICD_CTLR.RWP", || !dist.ctlr().is_set(GICD_CTLR::RWP))?;
+
+    let word = (intid / 32) as usize;
+    let bit = 1u32 << (intid % 32);
+    let group = dist.igroupr(word)?;
+    group.set(group.get() | bit);
+    let priority = dist.ipriorityr((intid / 4) as usize)?;
+    let shift = (intid % 4) * 8;
+    priority.set((priority.get() & !(0xff << shift)) | (0xa0 << shift));
+    let config = dist.icfgr((intid / 16) as usize)?;
+    let edge_bit = 1u32 << ((intid % 16) * 2 + 1);
+    config.set(if level_sensitive {
+        config.get() & !edge_bit
+    } else {
+        config.get() | edge_bit
+    });
+    dist.irouter(intid as usize)?.set(0);
+    // ISENABLER is write-1-to-set: write only our bit.
+    dist.isenabler(word)?.set(bit);
+    wait("GICD_CTLR.RWP", || !dist.ctlr().is_set(GICD_CTLR::RWP))?;
+
+    let rd = Redistributor::new(gicr, 0)?;
+    rd.waker()
+        .set(rd.waker().get() & !GICR_WAKER::PROCESSOR_SLEEP::SET.value);
+    wait("GICR_WAKER.ChildrenAsleep", || {
+        !rd.waker().is_set(GICR_WAKER::CHILDREN_ASLEEP)
+    })
+}
+
+/// Enables the GICv3 CPU interface for Group 1 at the current exception level (EL1 or EL2)
+/// with every priority unmasked, and keeps IRQs masked in PSTATE, so a pending interrupt
+/// only ends a `wfi`.
+#[cfg(all(target_arch = "aarch64", target_os = "none"))]
+pub fn enable_cpu_interface(el: u8) -> Result<()> {
+    use core::arch::asm;
+    if !(1..=2).contains(&el) {
+        return Err(FirmwareError::UnsupportedExceptionLevel { el });
+    }
+    // SAFETY: these writes only configure this core's GIC CPU interface and mask IRQs in
+    // PSTATE; no memory is touched. ICC_SRE_EL2.Enable (bit 3) lets EL1 use the system
+    // register interface when we run at EL2.
+    unsafe {
+        asm!("msr daifset, #2", options(nomem, nostack));
+        if el == 2 {
+            asm!(
+                "mrs {t}, S3_4_C12_C9_5",
+                "orr {t}, {t}, #0x1",
+                "orr {t}, {t}, #0x8",
+                "msr S3_4_C12_C9_5, {t}",
+                "isb",
+                t = out(reg) _,
+                options(nomem, nostack),
+            );
+        }
+        asm!(
+            "mrs {t}, S3_0_C12_C12_5",
+            "orr {t}, {t}, #1",
+            "msr S3_0_C12_C12_5, {t}",
+            "isb",
+            "mov {t}, #0xff",
+            "msr S3_0_C4_C6_0, {t}",
+            "mov {t}, #1",
+            "msr S3_0_C12_C12_7, {t}",
+            "isb",
+            t = out(reg) _,
+            options(nomem, nostack),
+        );
+    }
+    Ok(())
+}
+
+/// Waits for an interrupt (`wfi`). Returns on any wake-up event.
+#[cfg(all(target_arch = "aarch64", target_os = "none"))]
+pub fn wait_for_interrupt() {
+    // SAFETY: `wfi` only suspends the core until a wake-up event; no state changes.
+    unsafe { core::arch::asm!("dsb sy", "wfi", options(nomem, nostack)) };
+}
+
+#[cfg(test)]
+mod tests {
+    use hal::model::{ModelBus, RegisterModel};
+    use hal::regs::AccessWidth;
+
+    use super::*;
+
+    /// A distributor (and redistributor) as IHI0069 describes the bits used here: RWP reads
+    /// 1 for a few reads after a CTLR write, ISENABLER is write-1-to-set, WAKER.ChildrenAsleep
+    /// follows ProcessorSleep after a delay.
+    struct Gic {
+        ctlr: u32,
+        rwp_reads: u32,
+        typer: u32,
+        group: [u32; 32],
+        enable: [u32; 32],
+        priority: [u32; 255],
+        config: [u32; 64],
+        router: Vec<u64>,
+        waker: u32,
+        asleep_reads: u32,
+    }
+
+    impl Gic {
+        fn new() -> Self {
+            Self {
+                ctlr: 1 << 6, // DS, as QEMU virt without EL3
+                rwp_reads: 0,
+                typer: 7, // 256 INTIDs
+                group: [0; 32],
+                enable: [0; 32],
+                priority: [0; 255],
+                config: [0; 64],
+                router: vec![0xdead; 1020],
+                waker: 0b110, // asleep
+                asleep_reads: 0,
+            }
+        }
+    }
+
+    impl RegisterModel for Gic {
+        fn size(&self) -> usize {
+            0x2_0000
+        }
+        fn read(&mut self, offset: usize, _: AccessWidth) -> u64 {
+            match offset {
+                0x0000 => {
+                    let rwp = if self.rwp_reads > 0 {
+                        self.rwp_reads -= 1;
+                        1 << 31
+                    } else {
+                        0
+                    };
+                    u64::from(self.ctlr | rwp)
+                }
+                0x0004 => u64::from(self.typer),
+                0x0080..0x0100 => u64::from(self.group[(offset - 0x80) / 4]),
+                0x0100..0x0180 => u64::from(self.enable[(offset - 0x100) / 4]),
+                0x0400..0x07fc => u64::from(self.priority[(offset - 0x400) / 4]),
+                0x0c00..0x0d00 => u64::from(self.config[(offset - 0xc00) / 4]),
+                0x6000..0x7fe0 => self.router[(offset - 0x6000) / 8],
+                // The redistributor model sits at +0x1_0000 of the same window.
+                0x1_0014 => {
+                    let mut w = self.waker;
+                    if self.waker & 2 == 0 {
+                        if self.asleep_reads > 0 {
+                            self.asleep_reads -= 1;
+                        } else {
+                            w &= !4;
+                            self.waker = w;
+                        }
+                    }
+                    u64::from(w)
+                }
+                _ => 0,
+            }
+        }
+        fn write(&mut self, offset: usize, _: AccessWidth, value: u64) {
+            let v = value as u32;
+            match offset {
+                0x0000 => {
+                    self.ctlr = (v & !(1 << 31)) | (1 << 6);
+                    self.rwp_reads = 3;
+                }
+                0x0080..0x0100 => self.group[(offset - 0x80) / 4] = v,
+                0x0100..0x0180 => self.enable[(offset - 0x100) / 4] |= v,
+                0x0400..0x07fc => self.priority[(offset - 0x400) / 4] = v,
+                0x0c00..0x0d00 => self.config[(offset - 0xc00) / 4] = v,
+                0x6000..0x7fe0 => self.router[(offset - 0x6000) / 8] = value,
+                0x1_0014 => {
+                    self.waker = v & 0b110;
+                    self.asleep_reads = 2;
+                }
+                _ => {}
+            }
+        }
+    }
+
+    struct Offset<'a, B>(&'a B, usize);
+    impl<B: RegisterBus> RegisterBus for Offset<'_, B> {
+        fn read(&self, offset: usize, width: AccessWidth) -> u64 {
+            self.0.read(offset + self.1, width)
+        }
+        fn write(&self, offset: usize, width: AccessWidth, value: u64) {
+            self.0.write(offset + self.1, width, value)
+        }
+        fn size(&self) -> usize {
+            self.0.size() - self.1
+        }
+    }
+
+    #[test]
+    fn edu_intx_is_intid_37_on_virt() {
+        // SPI 3 + (pin A = 0 + slot 2) % 4 = SPI 5 = INTID 32 + 5.
+        assert_eq!(virt_pci_intx(2, 1), Some(37));
+        assert_eq!(virt_pci_intx(1, 4), Some(35), "SPI 3 + (3 + 1) % 4");
+        assert_eq!(virt_pci_intx(2, 0), None);
+        assert_eq!(virt_pci_intx(2, 5), None);
+    }
+
+    #[test]
+    fn routes_one_spi_and_wakes_the_redistributor() {
+        let bus = ModelBus::new(Gic::new());
+        let gicr = Offset(&bus, 0x1_0000);
+        route_spi_to_cpu0(&bus, &gicr, 37, true).unwrap();
+        let g = bus.lock();
+        // CTLR: ARE (bit 4), EnableGrp0/1 (bits 0, 1), DS kept: 0x53.
+        assert_eq!(g.ctlr, 0x53);
+        assert_eq!(g.group[1], 1 << 5, "INTID 37 = word 1, bit 5: Group 1");
+        assert_eq!(g.enable[1], 1 << 5);
+        assert_eq!(g.enable[0], 0);
+        // IPRIORITYR9 byte 1 (37 = 4 * 9 + 1) = 0xa0.
+        assert_eq!(g.priority[9], 0xa0 << 8);
+        // ICFGR2 bits for INTID 37: pair (37 - 32) = 5 -> bit 11 is the edge bit; level = 0.
+        assert_eq!(g.config[2] & (1 << 11), 0);
+        assert_eq!(g.router[37], 0, "affinity 0.0.0.0, IRM = 0");
+        assert_eq!(g.router[36], 0xdead, "other routes untouched");
+        assert_eq!(
+            g.waker & 0b110,
+            0,
+            "ProcessorSleep and ChildrenAsleep clear"
+        );
+    }
+
+    #[test]
+    fn edge_configuration_and_range_checks() {
+        let bus = ModelBus::new(Gic::new());
+        let gicr = Offset(&bus, 0x1_0000);
+        route_spi_to_cpu0(&bus, &gicr, 100, false).unwrap();
+        // 100 = 16 * 6 + 4: ICFGR6, pair 4 -> edge bit 9.
+        assert_eq!(bus.lock().config[6], 1 << 9);
+        assert_eq!(
+            route_spi_to_cpu0(&bus, &gicr, 31, true),
+            Err(FirmwareError::InterruptOutOfRange { intid: 31 })
+        );
+        assert_eq!(
+            route_spi_to_cpu0(&bus, &gicr, 256, true),
+            Err(FirmwareError::InterruptOutOfRange { intid: 256 })
+        );
+    }
+
+    #[test]
+    fn a_stuck_register_is_a_timeout() {
+        let bus = ModelBus::new(Gic::new());
+        bus.lock().asleep_reads = u32::MAX;
+        let gicr = Offset(&bus, 0x1_0000);
+        // Writing WAKER resets the countdown to 2; make it stick afterwards.
+        struct Stuck<'a>(&'a ModelBus<Gic>);
+        impl RegisterBus for Stuck<'_> {
+            fn read(&self, offset: usize, width: AccessWidth) -> u64 {
+                self.0.read(offset + 0x1_0000, width) | 0b100
+            }
+            fn write(&self, offset: usize, width: AccessWidth, value: u64) {
+                self.0.write(offset + 0x1_0000, width, value)
+            }
+            fn size(&self) -> usize {
+                0x1_0000
+            }
+        }
+        let _ = gicr;
+        assert_eq!(
+            route_spi_to_cpu0(&bus, &Stuck(&bus), 37, true),
+            Err(FirmwareError::GicTimeout {
+                register: "GICR_WAKER.ChildrenAsleep"
+            })
+        );
+    }
+}

@@ -1,0 +1,1250 @@
+//! The `smmuv3-faults` program: QEMU's `edu` device doing DMA into unpinned, pageable memory
+//! behind the SMMUv3, with every fault detected through the event queue, resolved by a pager
+//! and retransmitted.
+//!
+//! # The setting
+//! - edu (stream = its PCI requester ID, 0x10 at `addr=2`) sits behind the SMMUv3 with its own
+//!   stream table entry and context descriptor (ASID [`ASID`]), translating a 4 MiB IOVA
+//!   window at [`WINDOW_BASE`] (below edu's 28-bit DMA mask, SMMU notes §0 item 15).
+//! - A [`Pager`] owns a pool of frames and a backing store holding every page of the window.
+//!   Pages are mapped only while resident; eviction is "unmap, TLBI + CMD_SYNC, save the
+//!   frame to the backing store, free the frame", in that order, so a DMA write that raced
+//!   the unmap is either in the saved copy or faulted. The pager implements the shared
+//!   [`FaultResolver`]: resolving a page takes a free frame and fills it from the backing
+//!   store.
+//! - edu has one 4 KiB buffer and copies between it and memory. One *copy* is two DMA
+//!   transfers in flight together: memory -> edu buffer (a read of IOVA range A), then edu
+//!   buffer -> memory (a write of IOVA range B). A reference copy of the window gets the
+//!   same copy done by the CPU.
+//!
+//! # Detecting and handling faults (QEMU 7.2 facts: SMMU notes §0 items 1, 4, 5, 11, 14)
+//! edu never reports a failed DMA: a faulting read delivers zeros into its buffer, a faulting
+//! write is dropped, completion looks the same (§4.3). The event queue is the only signal,
+//! and QEMU writes one record per faulting 4-byte piece. After both transfers complete the
+//! program issues CMD_SYNC (on silicon that makes the events of terminated transactions
+//! visible, §4.7.3) and drains the queue: records with RnW = 1 inside A mean the read
+//! failed, RnW = 0 inside B the write. Each faulting page is serviced once through
+//! [`Smmuv3::service_fault`] (the shared [`FaultHandler`] with
+//! [`StandardPolicy::RetransmitOnly`]: the SMMU cannot stall), which has the pager make it
+//! present and maps it. Then the failed transfers are retransmitted: both if the read
+//! failed (the buffer holds zeros), only the write otherwise.
+//!
+//! If the drain reports an overflow (QEMU drops records and toggles GERROR.EVENTQ_ABT_ERR
+//! when the queue is full) or a record that does not decode, records may be missing: both
+//! transfers in flight are suspect. Every page of A and B is re-validated (made present if
+//! it is not) and both are retransmitted.
+//!
+//! # Scenarios
+//! - [`Scenario::MAIN`]: 600 copies (1200 transfers) over the window with 256 of 1024 pages
+//!   resident at the start, 384 frames, random evictions between copies.
+//! - [`Scenario::TINY_EVENT_QUEUE`]: an 8-entry event queue, so nearly every faulting copy
+//!   overflows it.
+//! - [`run_stale_tlb_probe`]: evicting a page *without* the TLB invalidation lets the SMMU keep
+//!   using the old frame (QEMU caches translations, notes §0 item 11); the final comparison
+//!   must catch the resulting corruption, and the same sequence with the invalidation must
+//!   come out exact.
+
+use core::fmt;
+use core::ops::Deref;
+
+use hal::barrier::Barrier;
+use hal::delay::DelayNs;
+use hal::dma::{DmaDirection, DmaMemory, DmaRegion};
+use hal::regs::RegisterBus;
+use hal::{Iova, PageSize, PhysAddr};
+use smmu_driver::SmmuError;
+use smmu_driver::fault::{
+    AccessKind, FaultCost, FaultDecision, FaultHandler, FaultKind, FaultRecord, FaultResolver,
+    RawSyndrome, RegionSet, RegisteredRegion, ResolveError, ResolveEstimate, ResolvedPage,
+    SmmuFlavour, SmmuId, StandardPolicy, StreamFaultConfig, StreamId,
+};
+use smmu_driver::pagetable::{Attributes, PageTable, PageTableConfig, Permissions, TlbMaintenance};
+use smmu_driver::v3::{ContextConfig, Event, Smmuv3, Smmuv3Config};
+use tock_registers::interfaces::{Readable, Writeable};
+
+use crate::edu::EduRegs;
+use crate::error::{FirmwareError, Result};
+
+/// Page size of the window.
+pub const PAGE: usize = 4096;
+/// First IOVA of the window (2 MiB aligned, below edu's 28-bit DMA mask).
+pub const WINDOW_BASE: u64 = 0x40_0000;
+/// Pages in the window (4 MiB).
+pub const WINDOW_PAGES: usize = 1024;
+/// Bytes in the window.
+pub const WINDOW_BYTES: usize = WINDOW_PAGES * PAGE;
+/// Most frames a pager manages.
+pub const MAX_FRAMES: usize = 1024;
+/// The ASID of edu's context.
+pub const ASID: u16 = 1;
+/// edu's DMA buffer, as the device addresses it.
+pub const EDU_BUFFER: u64 = 0x4_0000;
+/// A transfer must end strictly inside edu's 4 KiB buffer: QEMU 7.2's range check is off by
+/// one and aborts QEMU otherwise (SMMU notes §0 item 15). So offset + length <= 0xfff.
+pub const EDU_BUFFER_LIMIT: u64 = 0xfff;
+/// edu's default DMA mask (28 bits).
+pub const EDU_DMA_MASK: u64 = 0x0fff_ffff;
+/// Longest transfer the scenarios use.
+pub const MAX_TRANSFER: usize = 0xff0;
+/// Attempts per copy before giving up.
+pub const MAX_ATTEMPTS: u32 = 8;
+/// edu's DMA-completion interrupt status bit.
+const DMA_IRQ: u32 = 0x100;
+/// Completion polls (each after one `wait`) before a DMA counts as lost.
+const DMA_WAITS: u32 = 1_000_000;
+const NONE: u16 = u16::MAX;
+
+/// Which way an edu DMA goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Direction {
+    /// Memory -> edu buffer: the SMMU sees reads.
+    ToDevice,
+    /// edu buffer -> memory: the SMMU sees writes.
+    ToMemory,
+}
+
+/// edu's DMA engine (register map: SMMU notes §4.2).
+pub struct EduDma<'a, B: RegisterBus + ?Sized> {
+    regs: EduRegs<'a, B>,
+}
+
+impl<B: RegisterBus + ?Sized> fmt::Debug for EduDma<'_, B> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EduDma")
+            .field("base", &self.regs.base())
+            .finish()
+    }
+}
+
+impl<'a, B: RegisterBus + ?Sized> EduDma<'a, B> {
+    /// The engine behind `regs`.
+    pub fn new(regs: EduRegs<'a, B>) -> Self {
+        Self { regs }
+    }
+
+    /// Runs one DMA of `len` bytes between IOVA `iova` and offset `offset` of the buffer, and
+    /// waits for it: `wait` is called between completion polls (a `wfi` on the target, woken
+    /// by edu's interrupt). Raises edu's completion interrupt and acknowledges it.
+    pub fn transfer(
+        &self,
+        direction: Direction,
+        iova: u64,
+        offset: u64,
+        len: u64,
+        wait: &mut dyn FnMut(),
+    ) -> Result<()> {
+        let range = FirmwareError::EduDmaRange { offset, len, iova };
+        let buffer_end = offset.checked_add(len).ok_or(range)?;
+        let memory_end = iova.checked_add(len).ok_or(range)?;
+        if len == 0 || buffer_end > EDU_BUFFER_LIMIT || memory_end - 1 > EDU_DMA_MASK {
+            return Err(range);
+        }
+        if self.regs.dma_command().get() & 1 != 0 {
+            return Err(FirmwareError::EduBusy);
+        }
+        let (source, destination, to_memory) = match direction {
+            Direction::ToDevice => (iova, EDU_BUFFER + offset, 0),
+            Direction::ToMemory => (EDU_BUFFER + offset, iova, 1),
+        };
+        self.regs.dma_source().set(source);
+        self.regs.dma_destination().set(destination);
+        self.regs.dma_count().set(len);
+        // What the CPU wrote to the frames must be visible before edu reads them.
+        self.regs.barrier(Barrier::DsbSt);
+        // Command: bit 0 start, bit 1 direction (1 = to memory), bit 2 interrupt when done.
+        self.regs.dma_command().set(1 | (to_memory << 1) | 4);
+        for _ in 0..DMA_WAITS {
+            if self.regs.dma_command().get() & 1 == 0 {
+                self.regs.interrupt_ack().set(DMA_IRQ);
+                // edu's writes must be visible before the CPU reads the frames.
+                self.regs.barrier(Barrier::DsbLd);
+                return Ok(());
+            }
+            wait();
+        }
+        Err(FirmwareError::EduDmaTimeout)
+    }
+}
+
+/// What the pager did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PagerStats {
+    /// Pages brought in from the backing store.
+    pub major: u64,
+    /// Resolutions that found the page resident.
+    pub minor: u64,
+    /// Pages evicted.
+    pub evictions: u64,
+    /// Of those, evicted without a TLB invalidation (the deliberate bug of the stale-TLB
+    /// probe).
+    pub evictions_without_tlbi: u64,
+}
+
+/// Owns the frames and the backing store of the window; implements [`FaultResolver`].
+pub struct Pager<'w> {
+    stream: StreamId,
+    regions: RegionSet<1>,
+    frames: DmaRegion,
+    frame_count: usize,
+    backing: &'w mut [u8],
+    page_frame: [u16; WINDOW_PAGES],
+    frame_page: [u16; MAX_FRAMES],
+    free: heapless::Vec<u16, MAX_FRAMES>,
+    stats: PagerStats,
+}
+
+impl fmt::Debug for Pager<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Pager")
+            .field("frames", &self.frame_count)
+            .field("free", &self.free.len())
+            .field("stats", &self.stats)
+            .finish()
+    }
+}
+
+/// Index of the page holding `iova` in the window.
+pub fn page_of(iova: u64) -> Option<usize> {
+    let off = iova.checked_sub(WINDOW_BASE)?;
+    let page = usize::try_from(off / PAGE as u64).ok()?;
+    (page < WINDOW_PAGES).then_some(page)
+}
+
+/// IOVA of page `page`.
+pub const fn iova_of(page: usize) -> u64 {
+    WINDOW_BASE + (page * PAGE) as u64
+}
+
+impl<'w> Pager<'w> {
+    /// A pager for `stream` over the whole window: `frames` (at most [`MAX_FRAMES`] pages)
+    /// is its frame pool, `backing` ([`WINDOW_BYTES`] bytes) holds every page. Nothing is
+    /// resident yet.
+    pub fn new(stream: StreamId, frames: DmaRegion, backing: &'w mut [u8]) -> Result<Self> {
+        let frame_count = frames.len() / PAGE;
+        if frame_count == 0 || frame_count > MAX_FRAMES || backing.len() != WINDOW_BYTES {
+            return Err(FirmwareError::BadScenario {
+                what: "pager needs 1..=1024 frames and a 4 MiB backing store",
+            });
+        }
+        let mut regions = RegionSet::new();
+        regions.register(RegisteredRegion {
+            stream,
+            start: Iova::new(WINDOW_BASE),
+            len: WINDOW_BYTES as u64,
+            writable: true,
+        })?;
+        let mut free = heapless::Vec::new();
+        // A stack: the most recently freed frame is handed out first.
+        for f in (0..frame_count as u16).rev() {
+            free.push(f).map_err(|_| FirmwareError::PagerExhausted)?;
+        }
+        Ok(Self {
+            stream,
+            regions,
+            frames,
+            frame_count,
+            backing,
+            page_frame: [NONE; WINDOW_PAGES],
+            frame_page: [NONE; MAX_FRAMES],
+            free,
+            stats: PagerStats::default(),
+        })
+    }
+
+    /// Gives the frame pool back (to return it to its allocator).
+    pub fn into_frames(self) -> DmaRegion {
+        self.frames
+    }
+
+    /// The counters.
+    pub fn stats(&self) -> &PagerStats {
+        &self.stats
+    }
+
+    /// Free frames.
+    pub fn free_frames(&self) -> usize {
+        self.free.len()
+    }
+
+    /// The frame holding `page`, if resident.
+    pub fn frame_of(&self, page: usize) -> Option<PhysAddr> {
+        let f = *self.page_frame.get(page)?;
+        (f != NONE).then(|| self.frame_addr(f))
+    }
+
+    fn frame_addr(&self, frame: u16) -> PhysAddr {
+        PhysAddr::new(self.frames.bus_addr().as_u64() + u64::from(frame) * PAGE as u64)
+    }
+
+    fn backing_page(&mut self, page: usize) -> Result<&mut [u8]> {
+        self.backing
+            .get_mut(page * PAGE..(page + 1) * PAGE)
+            .ok_or(FirmwareError::PagerExhausted)
+    }
+
+    /// Takes a free frame, fills it with `page` from the backing store, records it.
+    fn bring_in(&mut self, page: usize) -> Result<u16> {
+        if page >= WINDOW_PAGES {
+            return Err(FirmwareError::BadScenario {
+                what: "page outside the window",
+            });
+        }
+        let frame = self.free.pop().ok_or(FirmwareError::PagerExhausted)?;
+        let offset = usize::from(frame) * PAGE;
+        let frames = &self.frames;
+        let data = self
+            .backing
+            .get(page * PAGE..(page + 1) * PAGE)
+            .ok_or(FirmwareError::PagerExhausted)?;
+        copy_to_frame(frames, offset, data)?;
+        self.page_frame[page] = frame;
+        self.frame_page[usize::from(frame)] = page as u16;
+        self.stats.major += 1;
+        Ok(frame)
+    }
+
+    /// Makes `page` resident and maps it (a fresh mapping needs no invalidation).
+    pub fn make_resident<M: Deref<Target: DmaMemory>>(
+        &mut self,
+        page: usize,
+        table: &mut PageTable<M>,
+        tlb: &mut impl TlbMaintenance,
+    ) -> Result<()> {
+        if self.frame_of(page).is_some() {
+            return Ok(());
+        }
+        let frame = self.bring_in(page)?;
+        table.map(
+            Iova::new(iova_of(page)),
+            self.frame_addr(frame),
+            PageSize::Size4K,
+            &Attributes::normal(Permissions::READ_WRITE),
+            tlb,
+        )?;
+        Ok(())
+    }
+
+    /// Evicts `page`: unmap; if `invalidate`, TLBI + CMD_SYNC (through `tlb`); then save the
+    /// frame to the backing store and free it. With `invalidate` false the SMMU may keep
+    /// translating to the frame: the stale-TLB probe's bug.
+    pub fn evict<M: Deref<Target: DmaMemory>>(
+        &mut self,
+        page: usize,
+        table: &mut PageTable<M>,
+        tlb: &mut impl TlbMaintenance,
+        invalidate: bool,
+    ) -> Result<()> {
+        let Some(&frame) = self.page_frame.get(page).filter(|f| **f != NONE) else {
+            return Ok(());
+        };
+        let changed = table.unmap(Iova::new(iova_of(page)), PAGE as u64, tlb)?;
+        if invalidate {
+            tlb.invalidate_now(&changed)?;
+        } else {
+            self.stats.evictions_without_tlbi += 1;
+        }
+        let offset = usize::from(frame) * PAGE;
+        let frames = &self.frames;
+        let data = self
+            .backing
+            .get_mut(page * PAGE..(page + 1) * PAGE)
+            .ok_or(FirmwareError::PagerExhausted)?;
+        copy_from_frame(frames, offset, data)?;
+        self.page_frame[page] = NONE;
+        self.frame_page[usize::from(frame)] = NONE;
+        self.free
+            .push(frame)
+            .map_err(|_| FirmwareError::PagerExhausted)?;
+        self.stats.evictions += 1;
+        Ok(())
+    }
+
+    /// Evicts one resident page chosen from `rng` that lies in none of the `pinned` page
+    /// ranges; `false` if there is none.
+    pub fn evict_random<M: Deref<Target: DmaMemory>>(
+        &mut self,
+        rng: &mut Rng,
+        pinned: &[core::ops::Range<usize>],
+        table: &mut PageTable<M>,
+        tlb: &mut impl TlbMaintenance,
+    ) -> Result<bool> {
+        let start = rng.below(self.frame_count as u64) as usize;
+        for i in 0..self.frame_count {
+            let frame = (start + i) % self.frame_count;
+            let page = self.frame_page[frame];
+            if page == NONE || pinned.iter().any(|r| r.contains(&usize::from(page))) {
+                continue;
+            }
+            self.evict(usize::from(page), table, tlb, true)?;
+            return Ok(true);
+        }
+        Ok(false)
+    }
+
+    /// Evicts until `count` frames are free, never touching `pinned` pages.
+    pub fn ensure_free<M: Deref<Target: DmaMemory>>(
+        &mut self,
+        count: usize,
+        rng: &mut Rng,
+        pinned: &[core::ops::Range<usize>],
+        table: &mut PageTable<M>,
+        tlb: &mut impl TlbMaintenance,
+    ) -> Result<()> {
+        while self.free.len() < count {
+            if !self.evict_random(rng, pinned, table, tlb)? {
+                return Err(FirmwareError::PagerExhausted);
+            }
+        }
+        Ok(())
+    }
+
+    /// Copies the current content of `page` (frame if resident, else backing store) into
+    /// `out`.
+    pub fn read_page(&mut self, page: usize, out: &mut [u8; PAGE]) -> Result<()> {
+        match self.page_frame.get(page).copied() {
+            Some(f) if f != NONE => copy_from_frame(&self.frames, usize::from(f) * PAGE, out),
+            Some(_) => {
+                out.copy_from_slice(self.backing_page(page)?);
+                Ok(())
+            }
+            None => Err(FirmwareError::BadScenario {
+                what: "page outside the window",
+            }),
+        }
+    }
+}
+
+impl FaultResolver for Pager<'_> {
+    fn region(&self, stream: StreamId, iova: Iova) -> Option<RegisteredRegion> {
+        self.regions.find(stream, iova)
+    }
+
+    fn estimate(&self, _: StreamId, iova: Iova, _: AccessKind) -> ResolveEstimate {
+        match page_of(iova.as_u64()).and_then(|p| self.frame_of(p)) {
+            Some(_) => ResolveEstimate::Minor { expected_ns: 500 },
+            None => ResolveEstimate::Major,
+        }
+    }
+
+    fn resolve(
+        &mut self,
+        stream: StreamId,
+        iova: Iova,
+        _: AccessKind,
+    ) -> core::result::Result<ResolvedPage, ResolveError> {
+        if stream != self.stream {
+            return Err(ResolveError(1));
+        }
+        let page = page_of(iova.as_u64()).ok_or(ResolveError(2))?;
+        let (frame, cost) = match self.page_frame[page] {
+            NONE => {
+                let frame = self.bring_in(page).map_err(|_| ResolveError(3))?;
+                (frame, FaultCost::Major)
+            }
+            frame => {
+                self.stats.minor += 1;
+                (frame, FaultCost::Minor)
+            }
+        };
+        Ok(ResolvedPage {
+            frame: self.frame_addr(frame),
+            size: PageSize::Size4K,
+            attributes: Attributes::normal(Permissions::READ_WRITE),
+            cost,
+        })
+    }
+}
+
+/// A small xorshift64* generator (the runs must be reproducible, not cryptographic).
+#[derive(Clone, Debug)]
+pub struct Rng(u64);
+
+impl Rng {
+    /// A generator from `seed` (0 is replaced by a fixed non-zero value).
+    pub fn new(seed: u64) -> Self {
+        Self(if seed == 0 {
+            0x9e37_79b9_7f4a_7c15
+        } else {
+            seed
+        })
+    }
+
+    /// The next value.
+    pub fn next_u64(&mut self) -> u64 {
+        let mut x = self.0;
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        self.0 = x;
+        x.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    /// A value in `0..n` (`n` > 0).
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next_u64() % n.max(1)
+    }
+}
+
+/// The initial content of the 8 bytes at byte `at` (a multiple of 8) of the window.
+fn pattern_word(seed: u64, at: usize) -> u64 {
+    ((at as u64 / 8) ^ seed).wrapping_mul(0x9e37_79b9_7f4a_7c15)
+}
+
+/// The initial content of byte `offset` of page `page`.
+pub fn pattern(seed: u64, page: usize, offset: usize) -> u8 {
+    let at = page * PAGE + offset;
+    pattern_word(seed, at & !7).to_le_bytes()[at % 8]
+}
+
+/// `bytes` as little-endian 64-bit words, if it is 8-byte aligned and a multiple of 8 long.
+/// (Word-at-a-time loops keep the unoptimised firmware build fast enough.)
+fn as_words_mut(bytes: &mut [u8]) -> Option<&mut [u64]> {
+    // SAFETY: every bit pattern is a valid u64 and a valid u8, so viewing the aligned middle
+    // of the byte slice as words is sound; the unaligned head and tail are checked empty.
+    let (head, words, tail) = unsafe { bytes.align_to_mut::<u64>() };
+    (head.is_empty() && tail.is_empty()).then_some(words)
+}
+
+/// Read-only [`as_words_mut`].
+fn as_words(bytes: &[u8]) -> Option<&[u64]> {
+    // SAFETY: as in `as_words_mut`.
+    let (head, words, tail) = unsafe { bytes.align_to::<u64>() };
+    (head.is_empty() && tail.is_empty()).then_some(words)
+}
+
+/// Fills `window` with [`pattern`].
+fn fill_pattern(seed: u64, window: &mut [u8]) {
+    match as_words_mut(window) {
+        Some(words) => {
+            for (i, w) in words.iter_mut().enumerate() {
+                *w = u64::from_le(pattern_word(seed, i * 8));
+            }
+        }
+        None => {
+            for (i, b) in window.iter_mut().enumerate() {
+                *b = pattern(seed, i / PAGE, i % PAGE);
+            }
+        }
+    }
+}
+
+/// Copies `data` into `frames` at `offset`, with 64-bit stores where it can: the frames are
+/// device memory, accessed only through the region's volatile accessors.
+fn copy_to_frame(frames: &DmaRegion, offset: usize, data: &[u8]) -> Result<()> {
+    match as_words(data) {
+        Some(words) => {
+            for (i, w) in words.iter().enumerate() {
+                frames.write_u64(offset + i * 8, u64::from_le(*w))?;
+            }
+            Ok(())
+        }
+        None => Ok(frames.write_bytes(offset, data)?),
+    }
+}
+
+/// Copies from `frames` at `offset` into `out`, with 64-bit loads where it can.
+fn copy_from_frame(frames: &DmaRegion, offset: usize, out: &mut [u8]) -> Result<()> {
+    match as_words_mut(out) {
+        Some(words) => {
+            for (i, w) in words.iter_mut().enumerate() {
+                *w = frames.read_u64(offset + i * 8)?.to_le();
+            }
+            Ok(())
+        }
+        None => Ok(frames.read_bytes(offset, out)?),
+    }
+}
+
+/// A scenario of random copies.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Scenario {
+    /// Name for the log.
+    pub name: &'static str,
+    /// Copies (each is two DMA transfers).
+    pub copies: u32,
+    /// Pages resident (mapped) at the start.
+    pub resident_at_start: usize,
+    /// Frames the pager owns.
+    pub frames: usize,
+    /// log2 of the event queue entries.
+    pub eventq_log2: u8,
+    /// Most random evictions between two copies.
+    pub max_evictions: u32,
+    /// Longest copy in bytes (<= [`MAX_TRANSFER`]).
+    pub max_len: usize,
+    /// Random seed.
+    pub seed: u64,
+    /// Also prove command-queue error recovery (an illegal command, then CMD_SYNC).
+    pub check_command_error: bool,
+}
+
+impl Scenario {
+    /// 1200 transfers, a quarter of the window resident at the start, 384 frames, a
+    /// 4096-entry event queue (a 0xff0-byte copy can produce 2 x 1020 records).
+    pub const MAIN: Scenario = Scenario {
+        name: "main",
+        copies: 600,
+        resident_at_start: 256,
+        frames: 384,
+        eventq_log2: 12,
+        max_evictions: 3,
+        max_len: MAX_TRANSFER,
+        seed: 0x5eed_0001,
+        check_command_error: true,
+    };
+
+    /// An 8-entry event queue: nearly every faulting copy loses records.
+    pub const TINY_EVENT_QUEUE: Scenario = Scenario {
+        name: "tiny-eventq",
+        copies: 100,
+        resident_at_start: 128,
+        frames: 256,
+        eventq_log2: 3,
+        max_evictions: 3,
+        max_len: MAX_TRANSFER,
+        seed: 0x5eed_0002,
+        check_command_error: false,
+    };
+}
+
+/// What a scenario did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Report {
+    /// Scenario name.
+    pub name: &'static str,
+    /// Copies done.
+    pub copies: u32,
+    /// DMA transfers asked for (two per copy), not counting retransmissions.
+    pub transfers: u64,
+    /// Transfers issued again after a fault or an overflow.
+    pub retransmissions: u64,
+    /// Pages mapped because a transfer faulted on them.
+    pub faults: u64,
+    /// Fault records drained (QEMU writes one per faulting 4-byte piece).
+    pub fault_records: u64,
+    /// Event records drained in total.
+    pub events: u64,
+    /// Records that did not decode (unknown or malformed).
+    pub rejected_events: u64,
+    /// Drains that reported lost records.
+    pub overflow_recoveries: u64,
+    /// Pages made present by re-validation after an overflow.
+    pub revalidated_pages: u64,
+    /// Pages evicted.
+    pub evictions: u64,
+    /// Command-queue errors recovered from.
+    pub cmdq_recoveries: u64,
+    /// TLB invalidation commands sent (by VA or range; by ASID).
+    pub tlbi: (u64, u64),
+    /// CMD_SYNCs.
+    pub syncs: u64,
+    /// Pages whose final content differs from the reference.
+    pub mismatched_pages: u64,
+    /// Bytes that differ.
+    pub mismatched_bytes: u64,
+}
+
+impl Report {
+    /// Whether every byte matched the reference.
+    pub fn exact(&self) -> bool {
+        self.mismatched_bytes == 0 && self.mismatched_pages == 0
+    }
+}
+
+impl fmt::Display for Report {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}: {} transfers ({} copies), {} faults, {} retransmissions, {} events ({} fault \
+             records, {} rejected), {} overflow recoveries ({} pages re-validated), {} \
+             evictions, {} cmdq recoveries, TLBI {} by VA / {} by ASID, {} syncs, {} bytes \
+             differ in {} pages",
+            self.name,
+            self.transfers,
+            self.copies,
+            self.faults,
+            self.retransmissions,
+            self.events,
+            self.fault_records,
+            self.rejected_events,
+            self.overflow_recoveries,
+            self.revalidated_pages,
+            self.evictions,
+            self.cmdq_recoveries,
+            self.tlbi.0,
+            self.tlbi.1,
+            self.syncs,
+            self.mismatched_bytes,
+            self.mismatched_pages
+        )
+    }
+}
+
+/// What the program runs against.
+pub struct Hardware<'h, B: RegisterBus + ?Sized, E: RegisterBus + ?Sized, M, D> {
+    /// The SMMUv3 register frame.
+    pub smmu: &'h B,
+    /// edu's DMA engine.
+    pub edu: EduDma<'h, E>,
+    /// edu's StreamID (its requester ID).
+    pub stream: StreamId,
+    /// DMA memory for the SMMU's tables and queues, the page tables and the frames.
+    pub dma: M,
+    /// The delay the SMMU driver polls with.
+    pub delay: D,
+    /// Called while waiting for a DMA (the target executes `wfi`).
+    pub wait: &'h mut dyn FnMut(),
+}
+
+/// CPU-only memory of a run: the backing store and the reference ([`WINDOW_BYTES`] each).
+pub struct Buffers<'w> {
+    /// The pager's backing store.
+    pub backing: &'w mut [u8],
+    /// What the window must hold at the end.
+    pub reference: &'w mut [u8],
+}
+
+/// One faulting page of the transfers in flight, with the record that reported it.
+#[derive(Clone, Copy, Debug)]
+struct PageFault {
+    page: usize,
+    record: FaultRecord,
+}
+
+type PageFaults = heapless::Vec<PageFault, 8>;
+
+/// A synthesized fault record, for re-validating a page whose records may have been lost.
+fn synthesized(stream: StreamId, page: usize, access: AccessKind) -> FaultRecord {
+    FaultRecord {
+        smmu: SmmuId {
+            flavour: SmmuFlavour::V3,
+            instance: 0,
+        },
+        stream,
+        iova: Iova::new(iova_of(page)),
+        access,
+        kind: FaultKind::Translation,
+        level: None,
+        stall: None,
+        syndrome: RawSyndrome::default(),
+    }
+}
+
+fn pages(iova: u64, len: usize) -> core::ops::Range<usize> {
+    let first = page_of(iova).unwrap_or(0);
+    let last = page_of(iova + len as u64 - 1).unwrap_or(first);
+    first..last + 1
+}
+
+/// A run in progress: the SMMU driver, the table, the pager and the reference.
+struct Session<'s, 'h, 'w, B, E, M, D>
+where
+    B: RegisterBus + ?Sized,
+    E: RegisterBus + ?Sized,
+    M: Deref<Target: DmaMemory> + Clone,
+    D: DelayNs,
+{
+    smmu: Smmuv3<'h, B, M, D>,
+    table: PageTable<M>,
+    pager: Pager<'w>,
+    handler: FaultHandler<StandardPolicy>,
+    reference: &'w mut [u8],
+    edu: &'s EduDma<'h, E>,
+    wait: &'s mut (dyn FnMut() + 'h),
+    stream: StreamId,
+    rng: Rng,
+    report: Report,
+    /// The first pages [`Session::verify`] found different.
+    mismatched: heapless::Vec<usize, 16>,
+}
+
+/// A page buffer aligned for word-at-a-time copies.
+#[repr(align(8))]
+struct PageBuf([u8; PAGE]);
+
+impl<'s, 'h, 'w, B, E, M, D> Session<'s, 'h, 'w, B, E, M, D>
+where
+    B: RegisterBus + ?Sized,
+    E: RegisterBus + ?Sized,
+    M: Deref<Target: DmaMemory> + Clone,
+    D: DelayNs + Copy,
+{
+    fn new(
+        hw: &'s mut Hardware<'h, B, E, M, D>,
+        bufs: &'w mut Buffers<'_>,
+        frames: usize,
+        eventq_log2: u8,
+        seed: u64,
+        name: &'static str,
+    ) -> Result<Self> {
+        if bufs.reference.len() != WINDOW_BYTES || frames == 0 || frames > MAX_FRAMES {
+            return Err(FirmwareError::BadScenario {
+                what: "4 MiB reference and 1..=1024 frames",
+            });
+        }
+        let config = Smmuv3Config {
+            eventq_log2,
+            ..Smmuv3Config::default()
+        };
+        let mut smmu = Smmuv3::new(hw.smmu, hw.dma.clone(), hw.delay, config)?;
+        let output_bits = smmu.capabilities().output_bits.clamp(32, 48);
+        let table = PageTable::new(
+            hw.dma.clone(),
+            PageTableConfig {
+                output_bits,
+                chunk_pages: 16,
+                max_chunks: 4,
+            },
+        )?;
+        smmu.attach(hw.stream, &ContextConfig::for_table(ASID, &table))?;
+        let frame_pool = hw.dma.allocate(frames, DmaDirection::Bidirectional)?;
+        // Split borrows: the backing store goes to the pager, the reference stays here.
+        let backing: &'w mut [u8] = &mut *bufs.backing;
+        let reference: &'w mut [u8] = &mut *bufs.reference;
+        fill_pattern(seed, backing);
+        reference.copy_from_slice(backing);
+        let pager = Pager::new(hw.stream, frame_pool, backing)?;
+        Ok(Self {
+            smmu,
+            table,
+            pager,
+            handler: FaultHandler::new(StandardPolicy::RetransmitOnly),
+            reference,
+            edu: &hw.edu,
+            wait: &mut *hw.wait,
+            stream: hw.stream,
+            rng: Rng::new(seed),
+            report: Report {
+                name,
+                ..Report::default()
+            },
+            mismatched: heapless::Vec::new(),
+        })
+    }
+
+    /// Detaches edu, disables the SMMU and returns the memory.
+    fn finish(self, dma: &M) -> Result<Report> {
+        let Session {
+            smmu,
+            table,
+            pager,
+            mut report,
+            ..
+        } = self;
+        let stats = *smmu.stats();
+        report.tlbi = (stats.tlbi_va, stats.tlbi_asid);
+        report.syncs = stats.syncs;
+        report.evictions = pager.stats().evictions;
+        smmu.shutdown()?;
+        drop(table);
+        dma.free(pager.into_frames())?;
+        Ok(report)
+    }
+
+    fn dma(&mut self, direction: Direction, iova: u64, len: usize, again: bool) -> Result<()> {
+        self.edu
+            .transfer(direction, iova, 0, len as u64, &mut *self.wait)?;
+        if again {
+            self.report.retransmissions += 1;
+        }
+        Ok(())
+    }
+
+    /// Drains the event queue and sorts the fault records of the copy in flight by page.
+    /// Returns the faulting pages and whether records may have been lost.
+    fn collect_faults(&mut self, a: u64, b: u64, len: usize) -> Result<(PageFaults, bool)> {
+        let stream = self.stream;
+        let mut set = PageFaults::new();
+        let mut lost = false;
+        let mut foreign: Option<(u8, u64)> = None;
+        let mut records = 0u64;
+        let mut rejected = 0u64;
+        let summary = self.smmu.drain_events(|e| match e {
+            Ok(Event::Fault(r)) if r.stream == stream => {
+                records += 1;
+                let iova = r.iova.as_u64();
+                let in_a = iova >= a && iova - a < len as u64 && r.access == AccessKind::Read;
+                let in_b = iova >= b && iova - b < len as u64 && r.access == AccessKind::Write;
+                let page = page_of(iova);
+                match (in_a || in_b, page) {
+                    (true, Some(page)) => {
+                        if !set.iter().any(|f| f.page == page)
+                            && set.push(PageFault { page, record: r }).is_err()
+                        {
+                            lost = true;
+                        }
+                    }
+                    _ => {
+                        foreign.get_or_insert(((r.syndrome.0[0] & 0xff) as u8, iova));
+                    }
+                }
+            }
+            Ok(other) => {
+                let iova = match other {
+                    Event::Fault(r) => r.iova.as_u64(),
+                    _ => 0,
+                };
+                foreign.get_or_insert((other.id(), iova));
+            }
+            // A record that does not decode may have been ours: treat it as lost.
+            Err(_) => {
+                rejected += 1;
+                lost = true;
+            }
+        })?;
+        self.report.events += u64::from(summary.records);
+        self.report.fault_records += records;
+        self.report.rejected_events += rejected;
+        if let Some((id, iova)) = foreign {
+            return Err(FirmwareError::UnexpectedEvent { id, iova });
+        }
+        Ok((set, lost || summary.overflow))
+    }
+
+    /// Makes every page of `set` present through the shared fault path.
+    fn service(&mut self, set: &PageFaults, pinned: &[core::ops::Range<usize>]) -> Result<u64> {
+        let asid = ASID;
+        self.pager.ensure_free(
+            set.len(),
+            &mut self.rng,
+            pinned,
+            &mut self.table,
+            &mut self.smmu.tlb(asid),
+        )?;
+        let mut mapped = 0;
+        for f in set {
+            let outcome = self.smmu.service_fault(
+                &f.record,
+                &mut self.handler,
+                &mut self.pager,
+                &mut self.table,
+                &StreamFaultConfig::NEVER_STALL,
+            )?;
+            match outcome.decision {
+                FaultDecision::TerminateAndRetransmit | FaultDecision::Resume => {
+                    if outcome.mapped.is_some() {
+                        mapped += 1;
+                    }
+                }
+                FaultDecision::Abort(e) => return Err(e.into()),
+            }
+        }
+        Ok(mapped)
+    }
+
+    /// Pages of the two transfers that are not present, as synthesized faults.
+    fn missing_pages(&self, a: u64, b: u64, len: usize) -> PageFaults {
+        let mut set = PageFaults::new();
+        for (range, access) in [
+            (pages(a, len), AccessKind::Read),
+            (pages(b, len), AccessKind::Write),
+        ] {
+            for page in range {
+                if self.pager.frame_of(page).is_none() && !set.iter().any(|f| f.page == page) {
+                    let _ = set.push(PageFault {
+                        page,
+                        record: synthesized(self.stream, page, access),
+                    });
+                }
+            }
+        }
+        set
+    }
+
+    /// One copy A -> edu buffer -> B, retransmitting until neither transfer faults.
+    fn copy(&mut self, a: u64, b: u64, len: usize) -> Result<()> {
+        let pinned = [pages(a, len), pages(b, len)];
+        let mut need_read = true;
+        self.report.transfers += 2;
+        for attempt in 0..MAX_ATTEMPTS {
+            let again = attempt > 0;
+            if need_read {
+                self.dma(Direction::ToDevice, a, len, again)?;
+            }
+            self.dma(Direction::ToMemory, b, len, again)?;
+            // On silicon this makes the records of terminated transactions visible (§4.7.3).
+            self.smmu.sync()?;
+            let (faults, lost) = self.collect_faults(a, b, len)?;
+            if lost {
+                // Records are missing: both transfers are suspect. Fix what the records
+                // named, re-validate every page of both, retransmit both.
+                self.report.overflow_recoveries += 1;
+                self.report.faults += self.service(&faults, &pinned)?;
+                let missing = self.missing_pages(a, b, len);
+                self.report.revalidated_pages += self.service(&missing, &pinned)?;
+                need_read = true;
+                continue;
+            }
+            if faults.is_empty() {
+                return Ok(());
+            }
+            need_read = faults.iter().any(|f| f.record.access == AccessKind::Read);
+            self.report.faults += self.service(&faults, &pinned)?;
+        }
+        Err(FirmwareError::RetransmitLimit {
+            iova: b,
+            attempts: MAX_ATTEMPTS,
+        })
+    }
+
+    /// The CPU's copy of the same operation.
+    fn reference_copy(&mut self, a: u64, b: u64, len: usize) {
+        let from = (a - WINDOW_BASE) as usize;
+        let to = (b - WINDOW_BASE) as usize;
+        self.reference.copy_within(from..from + len, to);
+    }
+
+    /// Compares every page with the reference.
+    fn verify(&mut self) -> Result<()> {
+        let mut buf = PageBuf([0; PAGE]);
+        let buf = &mut buf.0;
+        for page in 0..WINDOW_PAGES {
+            self.pager.read_page(page, buf)?;
+            let want = self
+                .reference
+                .get(page * PAGE..(page + 1) * PAGE)
+                .ok_or(FirmwareError::PagerExhausted)?;
+            // Whole-page comparison first (memcmp); count bytes only on a mismatch.
+            if buf[..] != *want {
+                let differ = buf.iter().zip(want).filter(|(x, y)| x != y).count() as u64;
+                self.report.mismatched_pages += 1;
+                self.report.mismatched_bytes += differ;
+                let _ = self.mismatched.push(page);
+            }
+        }
+        Ok(())
+    }
+
+    fn make_resident(&mut self, page: usize) -> Result<()> {
+        let tlb = &mut self.smmu.tlb(ASID);
+        self.pager.make_resident(page, &mut self.table, tlb)
+    }
+
+    /// Two disjoint random ranges of `len` bytes in the window.
+    fn pick_ranges(&mut self, len: usize) -> (u64, u64) {
+        let span = (WINDOW_BYTES - len) as u64 + 1;
+        let a = WINDOW_BASE + self.rng.below(span);
+        loop {
+            let b = WINDOW_BASE + self.rng.below(span);
+            if b + len as u64 <= a || a + len as u64 <= b {
+                return (a, b);
+            }
+        }
+    }
+}
+
+/// Proves command-queue error recovery: an illegal opcode must come back as
+/// [`SmmuError::CommandRejected`] and the queue must work afterwards.
+fn check_command_error<B, M, D>(smmu: &mut Smmuv3<'_, B, M, D>) -> Result<u64>
+where
+    B: RegisterBus + ?Sized,
+    M: Deref<Target: DmaMemory>,
+    D: DelayNs,
+{
+    // 0x99 is no architected opcode (IHI0070 §4.1.1): CERROR_ILL.
+    smmu.submit_raw([0x99, 0])?;
+    let recovered = match smmu.sync() {
+        Err(SmmuError::CommandRejected { opcode: 0x99, .. }) => 1,
+        Err(e) => return Err(e.into()),
+        Ok(()) => 0,
+    };
+    smmu.sync()?;
+    Ok(recovered)
+}
+
+/// Runs a scenario of random copies on `hw`, logging progress to `log`.
+pub fn run_scenario<B, E, M, D>(
+    hw: &mut Hardware<'_, B, E, M, D>,
+    bufs: &mut Buffers<'_>,
+    scenario: &Scenario,
+    log: &mut dyn fmt::Write,
+) -> Result<Report>
+where
+    B: RegisterBus + ?Sized,
+    E: RegisterBus + ?Sized,
+    M: Deref<Target: DmaMemory> + Clone,
+    D: DelayNs + Copy,
+{
+    if scenario.max_len == 0
+        || scenario.max_len > MAX_TRANSFER
+        || scenario.resident_at_start > scenario.frames
+    {
+        return Err(FirmwareError::BadScenario {
+            what: "max_len 1..=0xff0 and no more resident pages than frames",
+        });
+    }
+    let dma = hw.dma.clone();
+    let mut s = Session::new(
+        hw,
+        bufs,
+        scenario.frames,
+        scenario.eventq_log2,
+        scenario.seed,
+        scenario.name,
+    )?;
+    let _ = writeln!(log, "  {}: SMMU up, window initialised", scenario.name);
+    if scenario.check_command_error {
+        s.report.cmdq_recoveries = check_command_error(&mut s.smmu)?;
+    }
+    let mut placed = 0;
+    while placed < scenario.resident_at_start {
+        let page = s.rng.below(WINDOW_PAGES as u64) as usize;
+        if s.pager.frame_of(page).is_none() {
+            s.make_resident(page)?;
+            placed += 1;
+        }
+    }
+    let _ = writeln!(
+        log,
+        "  {}: {} pages resident, {} frames free",
+        scenario.name,
+        scenario.resident_at_start,
+        s.pager.free_frames()
+    );
+    for copy in 0..scenario.copies {
+        let evictions = s.rng.below(u64::from(scenario.max_evictions) + 1);
+        for _ in 0..evictions {
+            let tlb = &mut s.smmu.tlb(ASID);
+            s.pager.evict_random(&mut s.rng, &[], &mut s.table, tlb)?;
+        }
+        let len = 1 + s.rng.below(scenario.max_len as u64) as usize;
+        let (a, b) = s.pick_ranges(len);
+        s.copy(a, b, len)?;
+        s.reference_copy(a, b, len);
+        s.report.copies += 1;
+        if (copy + 1) % 200 == 0 {
+            let _ = writeln!(
+                log,
+                "  {}: {} copies, {} faults, {} events so far",
+                scenario.name,
+                copy + 1,
+                s.report.faults,
+                s.report.events
+            );
+        }
+    }
+    let _ = writeln!(log, "  {}: copies done, verifying", scenario.name);
+    s.verify()?;
+    s.finish(&dma)
+}
+
+/// The result of [`run_stale_tlb_probe`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StaleTlbReport {
+    /// With the TLB invalidation: of its two pages (P, Q), how many differ at the end
+    /// (must be 0).
+    pub control_mismatched_pages: u64,
+    /// With the invalidation: write faults the second copy into the evicted page took
+    /// (must be > 0: the SMMU saw the page unmapped).
+    pub control_write_faults: u64,
+    /// Without the invalidation: of its two pages, how many differ at the end (must be > 0:
+    /// detected).
+    pub stale_mismatched_pages: u64,
+    /// Without the invalidation: write faults of the second copy (0: the SMMU used the
+    /// stale translation and nothing reported it).
+    pub stale_write_faults: u64,
+    /// Without the invalidation: the page faulted in after the eviction got the evicted
+    /// page's frame (what makes the stale write land in another page's data).
+    pub frame_reused: bool,
+    /// Pages other than the four that differ (must be 0).
+    pub other_mismatched_pages: u64,
+}
+
+impl StaleTlbReport {
+    /// The control run is exact and the run without invalidation was caught by the check.
+    pub fn detected(&self) -> bool {
+        self.control_mismatched_pages == 0
+            && self.control_write_faults > 0
+            && self.stale_mismatched_pages > 0
+            && self.stale_write_faults == 0
+            && self.frame_reused
+            && self.other_mismatched_pages == 0
+    }
+}
+
+impl fmt::Display for StaleTlbReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "with TLBI: {} of 2 pages differ, {} write faults; without TLBI: {} of 2 pages \
+             differ, {} write faults, frame reused: {}; other pages differing: {}",
+            self.control_mismatched_pages,
+            self.control_write_faults,
+            self.stale_mismatched_pages,
+            self.stale_write_faults,
+            self.frame_reused,
+            self.other_mismatched_pages
+        )
+    }
+}
+
+/// Page P is written by DMA (so the SMMU caches its translation), evicted, its frame handed
+/// to page Q, and written again by DMA. With the TLB invalidation the second write faults,
+/// P is brought back and the data is exact; without it the SMMU writes through its stale
+/// translation into Q's frame, no event says so, and the final comparison must find P's new
+/// data missing and Q corrupted. Both variants run in one session on different pages.
+pub fn run_stale_tlb_probe<B, E, M, D>(
+    hw: &mut Hardware<'_, B, E, M, D>,
+    bufs: &mut Buffers<'_>,
+) -> Result<StaleTlbReport>
+where
+    B: RegisterBus + ?Sized,
+    E: RegisterBus + ?Sized,
+    M: Deref<Target: DmaMemory> + Clone,
+    D: DelayNs + Copy,
+{
+    const SOURCES: [usize; 2] = [300, 301];
+    const LEN: usize = MAX_TRANSFER;
+    // (P, Q, invalidate on eviction)
+    const RUNS: [(usize, usize, bool); 2] = [(100, 200, true), (110, 210, false)];
+    let dma = hw.dma.clone();
+    let mut report = StaleTlbReport::default();
+    let mut s = Session::new(hw, bufs, 16, 12, 0x5eed_0003, "stale-tlb")?;
+    for page in SOURCES {
+        s.make_resident(page)?;
+    }
+    for (p, q, invalidate) in RUNS {
+        // 1. Write P by DMA: it faults in, and the retransmitted write is cached.
+        s.copy(iova_of(SOURCES[0]), iova_of(p), LEN)?;
+        s.reference_copy(iova_of(SOURCES[0]), iova_of(p), LEN);
+        let frame_of_p = s.pager.frame_of(p);
+        // 2. Evict P, with or without the invalidation.
+        {
+            let tlb = &mut s.smmu.tlb(ASID);
+            s.pager.evict(p, &mut s.table, tlb, invalidate)?;
+        }
+        // 3. Q faults in and gets P's old frame (the free list is a stack).
+        let mut fault = PageFaults::new();
+        let _ = fault.push(PageFault {
+            page: q,
+            record: synthesized(s.stream, q, AccessKind::Write),
+        });
+        s.service(&fault, &[])?;
+        let reused = frame_of_p.is_some() && s.pager.frame_of(q) == frame_of_p;
+        // 4. Write P again by DMA.
+        let before = s.report.fault_records;
+        s.copy(iova_of(SOURCES[1]), iova_of(p), LEN)?;
+        s.reference_copy(iova_of(SOURCES[1]), iova_of(p), LEN);
+        let write_faults = s.report.fault_records - before;
+        if invalidate {
+            report.control_write_faults = write_faults;
+        } else {
+            report.stale_write_faults = write_faults;
+            report.frame_reused = reused;
+        }
+    }
+    // 5. The check.
+    s.verify()?;
+    for page in s.mismatched.iter() {
+        match RUNS.iter().find(|(p, q, _)| p == page || q == page) {
+            Some((_, _, true)) => report.control_mismatched_pages += 1,
+            Some((_, _, false)) => report.stale_mismatched_pages += 1,
+            None => report.other_mismatched_pages += 1,
+        }
+    }
+    s.finish(&dma)?;
+    Ok(report)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,1068 @@
+//! SMMUv3 driver (IHI0070), as QEMU 7.2's `virt` SMMUv3 needs it and as silicon would: stage-1
+//! streams with one context descriptor each, a linear stream table, a polled command queue
+//! and an event queue consumer that feeds the shared fault path.
+//!
+//! What it does, and the sources it follows (register detail in [`regs`]):
+//!
+//! - **Probe** ([`Smmuv3::probe`]): IDR0/1/3/5 and AIDR into [`Capabilities`], refusing an SMMU
+//!   without stage 1, AArch64 tables, the 4 KiB granule or little-endian walks, or with
+//!   preset table/queue bases. Per stream, [`Smmuv3::attach`] refuses what the stall model
+//!   forbids (stall where IDR0.STALL_MODEL is terminate-only, terminate where it is
+//!   stall-forced), stalling a stream that is not stall-tolerant, ASIDs beyond IDR0.ASID16
+//!   and StreamIDs beyond the table.
+//! - **Reset** ([`Smmuv3::new`]): the order of Linux `arm_smmu_device_reset` (SMMU notes §2.8):
+//!   disable (GBPA.ABORT while doing so), every STE set to abort, CR1/CR2, stream table
+//!   base, command queue, CMDQEN, CMD_CFGI_ALL + CMD_TLBI_NSNH_ALL + CMD_SYNC, event queue,
+//!   EVENTQEN, IRQ_CTRL = 0 (the driver polls), stale global errors acknowledged, SMMUEN.
+//!   Every CR0 / IRQ_CTRL write waits for its ACK register.
+//! - **STE and CD** ([`StreamTableEntry`], [`ContextDescriptor`]; §5.2, §5.4): CD.R = 1 (QEMU
+//!   drops fault events with R = 0, notes §0 item 3), CD.A = 1 (required with TERM_MODEL = 1),
+//!   CD.S as the stream asks and the stall model allows, STE.S1STALLD only where it is legal
+//!   ([`Capabilities::s1stalld_for`]). A stream goes live as Linux does it (§3.21.3): the
+//!   CD first, then STE dwords 1-7 with the STE still aborting, CMD_CFGI_STE + CMD_SYNC, then
+//!   dword 0 in one 64-bit store, CMD_CFGI_STE + CMD_SYNC.
+//! - **Commands** ([`Command`]; chapter 4): written to the queue, published with a store
+//!   barrier (`DmaMemory::sync_for_device`), then CMDQ_PROD. [`Smmuv3::sync`] appends a
+//!   CMD_SYNC and polls CMDQ_CONS until the queue is empty, with a timeout
+//!   ([`SmmuError::CommandSyncTimeout`]).
+//! - **TLB maintenance** ([`AsidTlb`], implementing [`TlbMaintenance`]): one CMD_TLBI_NH_VA
+//!   per changed entry (Leaf as reported), or range TLBIs with the TTL level hint when
+//!   IDR3.RIL = 1 (§4.4.1.1), or CMD_TLBI_NH_ASID when the list overflowed or would need
+//!   more than [`MAX_TLBI_COMMANDS`] commands; then CMD_SYNC.
+//! - **Global errors** ([`Smmuv3::handle_global_errors`]; §7.1, §7.5): an error is active
+//!   while GERROR\[x\] != GERRORN\[x\]. CMDQ_ERR: the command at CMDQ_CONS.RD is replaced by a
+//!   CMD_SYNC (what Linux `arm_smmu_cmdq_skip_err` does), the error is acknowledged by
+//!   toggling GERRORN.CMDQ_ERR, which restarts consumption; the caller of the next sync gets
+//!   [`SmmuError::CommandRejected`]. EVENTQ_ABT_ERR (which QEMU 7.2 toggles when the event
+//!   queue is full and drops a record, notes §0 item 5) and EVENTQ_PROD.OVFLG (the
+//!   architectural overflow flag, §7.4) both mean "records were lost": the next
+//!   [`DrainSummary::overflow`] says so, and the caller must treat every transfer in flight
+//!   as suspect.
+//! - **Events** ([`Smmuv3::drain_events`]; §7.3): records are decoded into [`Event`]s (faults
+//!   become the shared [`FaultRecord`]); an unknown or malformed record is a typed error
+//!   handed to the caller and counted, and the queue moves on.
+//! - **Faults** ([`Smmuv3::service_fault`]): the shared [`FaultHandler`] decides; a stalled
+//!   transaction that will not be resumed is terminated first (CMD_RESUME abort), the page is
+//!   mapped, its invalidations issued and synced, then CMD_RESUME retry or "retransmit".
+//!   On QEMU nothing stalls (notes §0 item 1): every fault ends in a retransmission.
+
+mod caps;
+pub mod cmd;
+pub mod event;
+#[cfg(any(test, feature = "model"))]
+pub mod model;
+mod queue;
+pub mod regs;
+mod ste;
+#[cfg(test)]
+mod tests;
+
+use core::ops::Deref;
+
+use hal::PhysAddr;
+use hal::barrier::Barrier;
+use hal::delay::DelayNs;
+use hal::dma::{DmaDirection, DmaMemory};
+use hal::regs::RegisterBus;
+use tock_registers::interfaces::{Readable, Writeable};
+
+pub use caps::{Capabilities, IdRegisters, StallModel, ips_encoding, oas_bits};
+pub use cmd::{Command, ResumeAction, SyncSignal, TlbiRange};
+pub use event::{EVENT_BYTES, Event};
+pub use queue::{AlignedDma, Ring};
+pub use ste::{CdConfig, ContextDescriptor, STRUCT_BYTES, StreamMode, StreamTableEntry};
+
+use crate::fault::{
+    FaultDecision, FaultHandler, FaultOutcome, FaultPolicy, FaultRecord, FaultResolver, StallTag,
+    StreamFaultConfig, StreamId,
+};
+use crate::pagetable::{Invalidations, PageTable, STANDARD_MAIR, TlbMaintenance};
+use crate::{Result, SmmuError};
+use regs::{CR0, CR1, CR2, GBPA, GERROR, QUEUE_BASE, STRTAB_BASE, STRTAB_BASE_CFG, Smmuv3Regs};
+
+/// Bytes per command.
+pub const CMD_BYTES: usize = 16;
+/// Most streams one driver instance attaches.
+pub const MAX_STREAMS: usize = 8;
+/// Above this many CMD_TLBI_NH_VA for one invalidation list, one CMD_TLBI_NH_ASID is used
+/// instead.
+pub const MAX_TLBI_COMMANDS: u64 = 32;
+/// GERROR bits the driver knows (CMDQ_ERR, EVENTQ/PRIQ_ABT_ERR, the MSI aborts, SFM_ERR).
+const GERROR_KNOWN: u32 = 0x1fd;
+
+/// Driver settings.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Smmuv3Config {
+    /// log2 of the number of STEs in the linear stream table (StreamIDs at or above `1 <<
+    /// stream_table_log2` are refused by `attach` and get C_BAD_STREAMID on the SMMU).
+    pub stream_table_log2: u8,
+    /// log2 of the command queue entries (1..=IDR1.CMDQS).
+    pub cmdq_log2: u8,
+    /// log2 of the event queue entries (0..=IDR1.EVENTQS). QEMU writes one record per
+    /// 4 bytes of a faulting DMA (notes §0 item 4), so size it generously (>= 11).
+    pub eventq_log2: u8,
+    /// How long a CMD_SYNC (or a full queue) may take.
+    pub sync_timeout_us: u64,
+    /// How long CR0ACK / IRQ_CTRLACK may take.
+    pub ack_timeout_us: u64,
+    /// Polling interval.
+    pub poll_interval_us: u32,
+    /// Instance number reported in fault records.
+    pub instance: u8,
+}
+
+impl Default for Smmuv3Config {
+    fn default() -> Self {
+        Self {
+            stream_table_log2: 6,
+            cmdq_log2: 8,
+            eventq_log2: 12,
+            sync_timeout_us: 1_000_000,
+            ack_timeout_us: 100_000,
+            poll_interval_us: 1,
+            instance: 0,
+        }
+    }
+}
+
+/// A stage-1 context for one stream.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ContextConfig {
+    /// ASID.
+    pub asid: u16,
+    /// Table root (`PageTable::root()`).
+    pub ttb0: PhysAddr,
+    /// Input address bits of the table (48 for `PageTable`).
+    pub input_bits: u8,
+    /// Output address bits of the table; the CD gets min(this, IDR5.OAS).
+    pub output_bits: u8,
+    /// MAIR matching the table's AttrIndx values.
+    pub mair: u64,
+    /// Stall faulting transactions (CD.S); refused where the stall model forbids it.
+    pub stall_on_fault: bool,
+    /// The master tolerates stalls. PCIe never does (IHI0070 §3.12.1): then STE.S1STALLD is
+    /// set where the SMMU would otherwise let a CD stall.
+    pub stall_tolerant: bool,
+}
+
+impl ContextConfig {
+    /// A terminate-model context for `table` with [`STANDARD_MAIR`], for a stream that must
+    /// not stall (PCIe).
+    pub fn for_table<T: Deref<Target: DmaMemory>>(asid: u16, table: &PageTable<T>) -> Self {
+        let walk = table.walk_config();
+        ContextConfig {
+            asid,
+            ttb0: table.root(),
+            input_bits: walk.input_bits(),
+            output_bits: walk.output_bits(),
+            mair: STANDARD_MAIR,
+            stall_on_fault: false,
+            stall_tolerant: false,
+        }
+    }
+}
+
+/// Counters for logs and benchmarks.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Smmuv3Stats {
+    /// Commands written (CMD_SYNC included).
+    pub commands: u64,
+    /// CMD_SYNCs waited for.
+    pub syncs: u64,
+    /// CMD_TLBI_NH_VA commands.
+    pub tlbi_va: u64,
+    /// CMD_TLBI_NH_ASID commands.
+    pub tlbi_asid: u64,
+    /// Commands the SMMU rejected (CMDQ_ERR recoveries).
+    pub cmdq_errors: u64,
+    /// Event records consumed.
+    pub events: u64,
+    /// Records decoded into fault records.
+    pub fault_events: u64,
+    /// Configuration and implementation-defined records.
+    pub other_events: u64,
+    /// Records with an unknown EventID.
+    pub unknown_events: u64,
+    /// Records whose fields made no sense.
+    pub malformed_events: u64,
+    /// Event-queue overflows seen (GERROR.EVENTQ_ABT_ERR or EVENTQ_PROD.OVFLG).
+    pub overflows: u64,
+    /// Other global errors acknowledged (MSI aborts, SFM).
+    pub other_global_errors: u64,
+}
+
+/// What one [`Smmuv3::drain_events`] call consumed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DrainSummary {
+    /// Records consumed.
+    pub records: u32,
+    /// Of those, fault records.
+    pub faults: u32,
+    /// Of those, unknown or malformed ones (handed to the caller as errors).
+    pub rejected: u32,
+    /// Records were lost since the last drain: every transfer in flight is suspect.
+    pub overflow: bool,
+}
+
+/// Global errors found active (and acknowledged) by [`Smmuv3::handle_global_errors`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GlobalErrors {
+    /// The GERROR bits that were active.
+    pub active: u32,
+    /// The rejected command, for CMDQ_ERR.
+    pub command: Option<SmmuError>,
+    /// Event records were lost (EVENTQ_ABT_ERR).
+    pub events_lost: bool,
+}
+
+#[derive(Debug)]
+struct Attached {
+    stream: StreamId,
+    asid: u16,
+    cd: AlignedDma,
+}
+
+/// An SMMUv3 with its stream table and queues.
+///
+/// Dropping it without [`shutdown`](Self::shutdown) leaves the SMMU running and its memory
+/// allocated (never freed under the SMMU's feet).
+pub struct Smmuv3<'a, B: RegisterBus + ?Sized, M: Deref<Target: DmaMemory>, D: DelayNs> {
+    regs: Smmuv3Regs<'a, B>,
+    dma: M,
+    delay: D,
+    caps: Capabilities,
+    config: Smmuv3Config,
+    strtab: AlignedDma,
+    cmdq: AlignedDma,
+    cmdq_ring: Ring,
+    cmdq_prod: u32,
+    cmdq_cons: u32,
+    eventq: AlignedDma,
+    eventq_ring: Ring,
+    eventq_cons: u32,
+    overflow_ack: u32,
+    gerrorn: u32,
+    events_lost: bool,
+    command_error: Option<SmmuError>,
+    streams: [Option<Attached>; MAX_STREAMS],
+    stats: Smmuv3Stats,
+}
+
+impl<B: RegisterBus + ?Sized, M: Deref<Target: DmaMemory>, D: DelayNs> core::fmt::Debug
+    for Smmuv3<'_, B, M, D>
+{
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Smmuv3")
+            .field("caps", &self.caps)
+            .field("config", &self.config)
+            .field("stats", &self.stats)
+            .finish()
+    }
+}
+
+impl<'a, B: RegisterBus + ?Sized, M: Deref<Target: DmaMemory>, D: DelayNs> Smmuv3<'a, B, M, D> {
+    /// Reads and decodes the identification registers of the SMMU on `bus`.
+    pub fn probe(bus: &'a B) -> Result<Capabilities> {
+        let regs = Smmuv3Regs::new(bus, 0)?;
+        Capabilities::decode(IdRegisters {
+            idr0: regs.idr0().get(),
+            idr1: regs.idr1().get(),
+            idr3: regs.idr3().get(),
+            idr5: regs.idr5().get(),
+            aidr: regs.aidr().get(),
+        })
+    }
+
+    /// Probes, allocates the stream table and queues from `dma`, resets and enables the SMMU
+    /// (every stream aborting until [`attach`](Self::attach)).
+    pub fn new(bus: &'a B, dma: M, delay: D, config: Smmuv3Config) -> Result<Self> {
+        let caps = Self::probe(bus)?;
+        let regs = Smmuv3Regs::new(bus, 0)?;
+        if config.stream_table_log2 > caps.sid_bits.min(16) {
+            return Err(SmmuError::InvalidConfig {
+                what: "stream table larger than IDR1.SIDSIZE (or 2^16 STEs)",
+            });
+        }
+        if config.cmdq_log2 == 0 || config.cmdq_log2 > caps.cmdq_log2_max {
+            return Err(SmmuError::InvalidConfig {
+                what: "command queue size must be 2..=2^IDR1.CMDQS entries",
+            });
+        }
+        if config.eventq_log2 > caps.eventq_log2_max {
+            return Err(SmmuError::InvalidConfig {
+                what: "event queue larger than 2^IDR1.EVENTQS entries",
+            });
+        }
+        let cmdq_ring = Ring::new(config.cmdq_log2)?;
+        let eventq_ring = Ring::new(config.eventq_log2)?;
+        let strtab_bytes = STRUCT_BYTES << config.stream_table_log2;
+        // Queues: aligned to their size, at least 32 bytes (§6.3.26); QEMU masks bits [5:0]
+        // of the base, so 64 (notes §2.1).
+        let cmdq_bytes = CMD_BYTES << config.cmdq_log2;
+        let eventq_bytes = EVENT_BYTES << config.eventq_log2;
+        let strtab = AlignedDma::new(&dma, strtab_bytes, strtab_bytes, DmaDirection::ToDevice)?;
+        let cmdq =
+            match AlignedDma::new(&dma, cmdq_bytes, cmdq_bytes.max(64), DmaDirection::ToDevice) {
+                Ok(q) => q,
+                Err(e) => {
+                    let _ = strtab.free(&dma);
+                    return Err(e);
+                }
+            };
+        let eventq = match AlignedDma::new(
+            &dma,
+            eventq_bytes,
+            eventq_bytes.max(64),
+            DmaDirection::FromDevice,
+        ) {
+            Ok(q) => q,
+            Err(e) => {
+                let _ = strtab.free(&dma);
+                let _ = cmdq.free(&dma);
+                return Err(e);
+            }
+        };
+        let mut smmu = Smmuv3 {
+            regs,
+            dma,
+            delay,
+            caps,
+            config,
+            strtab,
+            cmdq,
+            cmdq_ring,
+            cmdq_prod: 0,
+            cmdq_cons: 0,
+            eventq,
+            eventq_ring,
+            eventq_cons: 0,
+            overflow_ack: 0,
+            gerrorn: 0,
+            events_lost: false,
+            command_error: None,
+            streams: [const { None }; MAX_STREAMS],
+            stats: Smmuv3Stats::default(),
+        };
+        if let Err(e) = smmu.reset() {
+            // Best effort: leave it disabled before giving the memory back.
+            let _ = smmu.shutdown();
+            return Err(e);
+        }
+        Ok(smmu)
+    }
+
+    /// The capabilities.
+    pub fn capabilities(&self) -> &Capabilities {
+        &self.caps
+    }
+
+    /// The settings.
+    pub fn config(&self) -> &Smmuv3Config {
+        &self.config
+    }
+
+    /// The counters.
+    pub fn stats(&self) -> &Smmuv3Stats {
+        &self.stats
+    }
+
+    /// Bus address of the stream table.
+    pub fn stream_table(&self) -> PhysAddr {
+        self.strtab.bus()
+    }
+
+    /// The ASID `stream` was attached with.
+    pub fn asid_of(&self, stream: StreamId) -> Result<u16> {
+        self.streams
+            .iter()
+            .flatten()
+            .find(|a| a.stream == stream)
+            .map(|a| a.asid)
+            .ok_or(SmmuError::StreamNotAttached { stream: stream.0 })
+    }
+
+    fn write_cr0(&mut self, value: u32) -> Result<()> {
+        self.regs.cr0().set(value);
+        let regs = self.regs;
+        self.wait_for("CR0ACK", || regs.cr0ack().get() == value)
+    }
+
+    fn write_irq_ctrl(&mut self, value: u32) -> Result<()> {
+        self.regs.irq_ctrl().set(value);
+        let regs = self.regs;
+        self.wait_for("IRQ_CTRLACK", || regs.irq_ctrlack().get() == value)
+    }
+
+    fn wait_for(&mut self, register: &'static str, mut done: impl FnMut() -> bool) -> Result<()> {
+        let mut waited = 0u64;
+        loop {
+            if done() {
+                return Ok(());
+            }
+            if waited >= self.config.ack_timeout_us {
+                return Err(SmmuError::AckTimeout { register });
+            }
+            self.delay.delay_us(self.config.poll_interval_us.max(1));
+            waited += u64::from(self.config.poll_interval_us.max(1));
+        }
+    }
+
+    fn write_ste(
+        &self,
+        stream: u32,
+        ste: &StreamTableEntry,
+        dwords: core::ops::Range<usize>,
+    ) -> Result<()> {
+        let base = stream as usize * STRUCT_BYTES;
+        for i in dwords {
+            let value = ste.0.get(i).copied().unwrap_or(0);
+            self.strtab.write_u64(base + i * 8, value)?;
+        }
+        Ok(())
+    }
+
+    fn reset(&mut self) -> Result<()> {
+        let cr0 = self.regs.cr0().get();
+        if cr0 & CR0::SMMUEN::SET.value != 0 {
+            // Abort incoming traffic while the SMMU is reconfigured (Linux does the same).
+            // GBPA is not modelled by QEMU 7.2 (it reads 0, so UPDATE is "done" at once).
+            self.regs.gbpa().write(GBPA::ABORT::SET + GBPA::UPDATE::SET);
+            let regs = self.regs;
+            self.wait_for("GBPA", || !regs.gbpa().is_set(GBPA::UPDATE))?;
+        }
+        self.write_cr0(0)?;
+
+        let abort = StreamTableEntry::abort();
+        for stream in 0..(1u32 << self.config.stream_table_log2) {
+            self.write_ste(stream, &abort, 0..8)?;
+        }
+        self.dma.sync_for_device(self.strtab.region());
+
+        let (cache, shareable) = if self.caps.coherent { (1, 3) } else { (0, 2) };
+        self.regs.cr1().write(
+            CR1::QUEUE_IC.val(cache)
+                + CR1::QUEUE_OC.val(cache)
+                + CR1::QUEUE_SH.val(shareable)
+                + CR1::TABLE_IC.val(cache)
+                + CR1::TABLE_OC.val(cache)
+                + CR1::TABLE_SH.val(shareable),
+        );
+        self.regs.cr2().write(CR2::RECINVSID::SET + CR2::PTM::SET);
+        self.regs
+            .strtab_base()
+            .write(STRTAB_BASE::RA::SET + STRTAB_BASE::ADDR.val(self.strtab.bus().as_u64() >> 6));
+        self.regs.strtab_base_cfg().write(
+            STRTAB_BASE_CFG::FMT::Linear
+                + STRTAB_BASE_CFG::LOG2SIZE.val(u32::from(self.config.stream_table_log2)),
+        );
+        self.regs.cmdq_base().write(
+            QUEUE_BASE::ALLOCATE::SET
+                + QUEUE_BASE::ADDR.val(self.cmdq.bus().as_u64() >> 5)
+                + QUEUE_BASE::LOG2SIZE.val(u64::from(self.config.cmdq_log2)),
+        );
+        self.regs.cmdq_prod().set(0);
+        self.regs.cmdq_cons().set(0);
+        self.cmdq_prod = 0;
+        self.cmdq_cons = 0;
+        self.write_cr0(CR0::CMDQEN::SET.value)?;
+
+        // Nothing cached from before may survive (§3.21: configuration and TLB caches).
+        self.push(Command::CfgiAll.encode())?;
+        self.push(Command::TlbiNsnhAll.encode())?;
+        self.sync()?;
+
+        self.regs.eventq_base().write(
+            QUEUE_BASE::ALLOCATE::SET
+                + QUEUE_BASE::ADDR.val(self.eventq.bus().as_u64() >> 5)
+                + QUEUE_BASE::LOG2SIZE.val(u64::from(self.config.eventq_log2)),
+        );
+        self.regs.eventq_prod().set(0);
+        self.regs.eventq_cons().set(0);
+        self.eventq_cons = 0;
+        self.overflow_ack = 0;
+        self.write_cr0(CR0::CMDQEN::SET.value | CR0::EVENTQEN::SET.value)?;
+
+        // The driver polls; QEMU only pulses lines whose enable is set (notes §3.2).
+        self.write_irq_ctrl(0)?;
+
+        // Acknowledge whatever was active before us: toggling GERRORN to GERROR only touches
+        // active errors (§6.3.20).
+        self.gerrorn = self.regs.gerror().get() & GERROR_KNOWN;
+        self.regs.gerrorn().set(self.gerrorn);
+        self.events_lost = false;
+        self.command_error = None;
+
+        self.write_cr0(CR0::CMDQEN::SET.value | CR0::EVENTQEN::SET.value | CR0::SMMUEN::SET.value)
+    }
+
+    /// Disables the SMMU (every transaction then bypasses or aborts per GBPA) and returns the
+    /// stream table, queues and CDs to the allocator.
+    pub fn shutdown(mut self) -> Result<()> {
+        let disabled = self.write_cr0(0);
+        if disabled.is_ok() {
+            let Smmuv3 {
+                dma,
+                strtab,
+                cmdq,
+                eventq,
+                streams,
+                ..
+            } = self;
+            strtab.free(&dma)?;
+            cmdq.free(&dma)?;
+            eventq.free(&dma)?;
+            for attached in streams.into_iter().flatten() {
+                attached.cd.free(&dma)?;
+            }
+        }
+        disabled
+    }
+
+    // ---- command queue ----
+
+    /// Writes one raw command into the queue (publishing and waiting if it is full).
+    fn push(&mut self, raw: [u64; 2]) -> Result<()> {
+        if self.cmdq_ring.is_full(self.cmdq_prod, self.cmdq_cons) {
+            self.publish();
+            self.wait_for_space()?;
+        }
+        let at = self.cmdq_ring.index(self.cmdq_prod) as usize * CMD_BYTES;
+        self.cmdq.write_u64(at, raw[0])?;
+        self.cmdq.write_u64(at + 8, raw[1])?;
+        self.cmdq_prod = self.cmdq_ring.next(self.cmdq_prod);
+        self.stats.commands += 1;
+        Ok(())
+    }
+
+    /// Makes the written commands visible (cache maintenance where needed, then a store
+    /// barrier on the register bus, which a model can check), then rings CMDQ_PROD.
+    fn publish(&mut self) {
+        self.dma.sync_for_device(self.cmdq.region());
+        self.regs.barrier(Barrier::DsbSt);
+        self.regs.cmdq_prod().set(self.cmdq_prod);
+    }
+
+    fn read_cmdq_cons(&mut self) -> u32 {
+        let cons = self.regs.cmdq_cons().get();
+        self.cmdq_cons = cons & self.cmdq_ring.mask();
+        cons
+    }
+
+    fn cmdq_error_active(&self) -> bool {
+        (self.regs.gerror().get() ^ self.gerrorn) & GERROR::CMDQ_ERR::SET.value != 0
+    }
+
+    fn wait_for_space(&mut self) -> Result<()> {
+        let mut waited = 0u64;
+        loop {
+            self.read_cmdq_cons();
+            if !self.cmdq_ring.is_full(self.cmdq_prod, self.cmdq_cons) {
+                return Ok(());
+            }
+            if self.cmdq_error_active() {
+                self.handle_global_errors()?;
+                continue;
+            }
+            if waited >= self.config.sync_timeout_us {
+                return Err(SmmuError::CommandQueueFull { waited_us: waited });
+            }
+            self.delay.delay_us(self.config.poll_interval_us.max(1));
+            waited += u64::from(self.config.poll_interval_us.max(1));
+        }
+    }
+
+    /// Waits until the SMMU consumed every published command, recovering from command errors
+    /// on the way.
+    fn wait_until_consumed(&mut self) -> Result<()> {
+        let mut waited = 0u64;
+        loop {
+            let cons = self.read_cmdq_cons();
+            if self.cmdq_ring.is_empty(self.cmdq_prod, cons) {
+                return Ok(());
+            }
+            // A command error stops consumption until it is acknowledged (§7.1).
+            if self.cmdq_error_active() {
+                self.handle_global_errors()?;
+                continue;
+            }
+            if waited >= self.config.sync_timeout_us {
+                return Err(SmmuError::CommandSyncTimeout { waited_us: waited });
+            }
+            self.delay.delay_us(self.config.poll_interval_us.max(1));
+            waited += u64::from(self.config.poll_interval_us.max(1));
+        }
+    }
+
+    /// Queues `commands` and rings the doorbell, without waiting.
+    pub fn submit(&mut self, commands: &[Command]) -> Result<()> {
+        for c in commands {
+            self.push(c.encode())?;
+        }
+        self.publish();
+        Ok(())
+    }
+
+    /// Queues one raw, unvalidated command and rings the doorbell: for diagnostics (e.g.
+    /// proving that a rejected command is recovered from). Follow it with [`sync`](Self::sync).
+    pub fn submit_raw(&mut self, raw: [u64; 2]) -> Result<()> {
+        self.push(raw)?;
+        self.publish();
+        Ok(())
+    }
+
+    /// Appends a CMD_SYNC and waits until it was consumed: every earlier command has taken
+    /// effect, and event records of transactions terminated before it are visible (§4.7.3).
+    /// If the SMMU rejected a command since the last sync, the queue is recovered and that
+    /// command's [`SmmuError::CommandRejected`] is returned.
+    pub fn sync(&mut self) -> Result<()> {
+        self.push(
+            Command::Sync {
+                signal: SyncSignal::None,
+            }
+            .encode(),
+        )?;
+        self.publish();
+        self.stats.syncs += 1;
+        self.wait_until_consumed()?;
+        match self.command_error.take() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    /// Replaces the command the SMMU stopped at with a CMD_SYNC (§7.1: commands at CONS are
+    /// re-fetched when the error is acknowledged) and returns what it was.
+    fn skip_bad_command(&mut self) -> Result<SmmuError> {
+        let cons = self.read_cmdq_cons();
+        let reason = ((cons >> 24) & 0x7f) as u8;
+        let index = self.cmdq_ring.index(cons);
+        let at = index as usize * CMD_BYTES;
+        let opcode = (self.cmdq.read_u64(at)? & 0xff) as u8;
+        let sync = Command::Sync {
+            signal: SyncSignal::None,
+        }
+        .encode();
+        self.cmdq.write_u64(at, sync[0])?;
+        self.cmdq.write_u64(at + 8, sync[1])?;
+        self.dma.sync_for_device(self.cmdq.region());
+        self.stats.cmdq_errors += 1;
+        Ok(SmmuError::CommandRejected {
+            reason,
+            opcode,
+            index,
+        })
+    }
+
+    /// Handles and acknowledges every active global error (GERROR != GERRORN, §7.5):
+    /// CMDQ_ERR by skipping the bad command (the next [`sync`](Self::sync) reports it);
+    /// EVENTQ_ABT_ERR by noting that records were lost (the next
+    /// [`drain_events`](Self::drain_events) reports it); others are counted.
+    pub fn handle_global_errors(&mut self) -> Result<GlobalErrors> {
+        let active = (self.regs.gerror().get() ^ self.gerrorn) & GERROR_KNOWN;
+        let mut report = GlobalErrors {
+            active,
+            ..GlobalErrors::default()
+        };
+        if active == 0 {
+            return Ok(report);
+        }
+        if active & GERROR::CMDQ_ERR::SET.value != 0 {
+            let rejected = self.skip_bad_command()?;
+            report.command = Some(rejected);
+            self.command_error.get_or_insert(rejected);
+        }
+        if active & GERROR::EVENTQ_ABT_ERR::SET.value != 0 {
+            report.events_lost = true;
+            self.events_lost = true;
+            self.stats.overflows += 1;
+        }
+        if active & !(GERROR::CMDQ_ERR::SET.value | GERROR::EVENTQ_ABT_ERR::SET.value) != 0 {
+            self.stats.other_global_errors += 1;
+        }
+        // Toggle exactly the active bits (§6.3.20: never toggle an inactive one). For
+        // CMDQ_ERR this restarts command consumption.
+        self.gerrorn ^= active;
+        self.regs.gerrorn().set(self.gerrorn);
+        Ok(report)
+    }
+
+    // ---- TLB maintenance ----
+
+    /// Issues the TLB invalidations `list` asks for, for `asid`, and waits for them.
+    pub fn invalidate(&mut self, asid: u16, list: &Invalidations) -> Result<()> {
+        if list.is_empty() {
+            return Ok(());
+        }
+        let range = self.caps.range_invalidation;
+        let needed: u64 = if list.overflowed() {
+            u64::MAX
+        } else {
+            list.iter()
+                .map(|run| {
+                    if range && run.leaf_only {
+                        cmd::range_command_count(run.len() >> 12)
+                    } else {
+                        run.count
+                    }
+                })
+                .fold(0u64, u64::saturating_add)
+        };
+        let limit = MAX_TLBI_COMMANDS.min(u64::from(self.cmdq_ring.entries() / 2).max(1));
+        if needed > limit {
+            self.push(Command::TlbiNhAsid { asid }.encode())?;
+            self.stats.tlbi_asid += 1;
+        } else {
+            for run in list.iter() {
+                if range && run.leaf_only {
+                    let mut pushed = 0u64;
+                    cmd::range_commands(
+                        asid,
+                        run.start,
+                        run.len() >> 12,
+                        true,
+                        run.level(),
+                        |c| {
+                            pushed += 1;
+                            self.push(c.encode())
+                        },
+                    )?;
+                    self.stats.tlbi_va += pushed;
+                } else {
+                    for address in run.addresses() {
+                        self.push(
+                            Command::TlbiNhVa {
+                                asid,
+                                address,
+                                leaf: run.leaf_only,
+                                range: None,
+                            }
+                            .encode(),
+                        )?;
+                        self.stats.tlbi_va += 1;
+                    }
+                }
+            }
+        }
+        self.sync()
+    }
+
+    /// Invalidates every TLB entry of `asid` and waits.
+    pub fn invalidate_asid(&mut self, asid: u16) -> Result<()> {
+        self.push(Command::TlbiNhAsid { asid }.encode())?;
+        self.stats.tlbi_asid += 1;
+        self.sync()
+    }
+
+    /// The [`TlbMaintenance`] of the context with `asid`, for the page table and the fault
+    /// handler.
+    pub fn tlb(&mut self, asid: u16) -> AsidTlb<'_, 'a, B, M, D> {
+        AsidTlb { smmu: self, asid }
+    }
+
+    // ---- streams ----
+
+    /// Makes `stream` translate through the stage-1 context `context`.
+    pub fn attach(&mut self, stream: StreamId, context: &ContextConfig) -> Result<()> {
+        let log2 = self.config.stream_table_log2;
+        if u64::from(stream.0) >> log2 != 0 {
+            return Err(SmmuError::StreamIdOutOfRange {
+                id: stream.0,
+                bits: log2,
+            });
+        }
+        self.caps.check_stall(context.stall_on_fault)?;
+        if context.stall_on_fault && !context.stall_tolerant {
+            return Err(SmmuError::StallOnIntolerantStream { stream: stream.0 });
+        }
+        if context.asid > self.caps.max_asid() {
+            return Err(SmmuError::InvalidConfig {
+                what: "ASID beyond 8 bits on an SMMU without IDR0.ASID16",
+            });
+        }
+        if self.streams.iter().flatten().any(|a| a.stream == stream) {
+            return Err(SmmuError::InvalidConfig {
+                what: "stream already attached: detach it first",
+            });
+        }
+        let Some(slot) = self.streams.iter().position(Option::is_none) else {
+            return Err(SmmuError::ResourceExhausted {
+                what: "attached SMMUv3 streams",
+                capacity: MAX_STREAMS as u32,
+            });
+        };
+        let cd_config = CdConfig {
+            asid: context.asid,
+            ttb0: context.ttb0,
+            input_bits: context.input_bits,
+            output_bits: context.output_bits.min(self.caps.output_bits),
+            mair: context.mair,
+            stall: context.stall_on_fault,
+            record: true,
+            abort: true,
+        };
+        let descriptor = ContextDescriptor::stage1(&cd_config)?;
+        let cd = AlignedDma::new(
+            &self.dma,
+            STRUCT_BYTES,
+            STRUCT_BYTES,
+            DmaDirection::ToDevice,
+        )?;
+        if let Err(e) = self.install(stream, &cd, &descriptor, context) {
+            let _ = cd.free(&self.dma);
+            return Err(e);
+        }
+        if let Some(s) = self.streams.get_mut(slot) {
+            *s = Some(Attached {
+                stream,
+                asid: context.asid,
+                cd,
+            });
+        }
+        Ok(())
+    }
+
+    fn install(
+        &mut self,
+        stream: StreamId,
+        cd: &AlignedDma,
+        descriptor: &ContextDescriptor,
+        context: &ContextConfig,
+    ) -> Result<()> {
+        // The CD is not reachable yet: dwords 1-7, then dword 0 (V) last anyway.
+        for i in (1..8).chain(0..1) {
+            cd.write_u64(i * 8, descriptor.0.get(i).copied().unwrap_or(0))?;
+        }
+        self.dma.sync_for_device(cd.region());
+        let ste =
+            StreamTableEntry::stage1(cd.bus(), self.caps.s1stalld_for(context.stall_tolerant))?;
+        // §3.21.3: dwords 1-7 while dword 0 still says "abort", invalidate, then dword 0.
+        self.write_ste(stream.0, &ste, 1..8)?;
+        self.dma.sync_for_device(self.strtab.region());
+        self.push(Command::CfgiSte { stream, leaf: true }.encode())?;
+        self.sync()?;
+        self.write_ste(stream.0, &ste, 0..1)?;
+        self.dma.sync_for_device(self.strtab.region());
+        self.push(Command::CfgiSte { stream, leaf: true }.encode())?;
+        self.sync()
+    }
+
+    /// Makes `stream` abort again, drops its cached configuration and TLB entries, and frees
+    /// its CD.
+    pub fn detach(&mut self, stream: StreamId) -> Result<()> {
+        let slot = self
+            .streams
+            .iter()
+            .position(|a| a.as_ref().is_some_and(|a| a.stream == stream))
+            .ok_or(SmmuError::StreamNotAttached { stream: stream.0 })?;
+        self.write_ste(stream.0, &StreamTableEntry::abort(), 0..8)?;
+        self.dma.sync_for_device(self.strtab.region());
+        self.push(Command::CfgiSte { stream, leaf: true }.encode())?;
+        self.sync()?;
+        let attached = self.streams.get_mut(slot).and_then(Option::take);
+        if let Some(attached) = attached {
+            self.invalidate_asid(attached.asid)?;
+            attached.cd.free(&self.dma)?;
+        }
+        Ok(())
+    }
+
+    // ---- events ----
+
+    fn write_eventq_cons(&self) {
+        self.regs
+            .eventq_cons()
+            .set(self.eventq_cons | (self.overflow_ack << 31));
+    }
+
+    /// Consumes every record in the event queue (at most twice its size per call, so a
+    /// babbling device cannot keep the caller here), handing each decoded record, or its
+    /// decoding error, to `sink`. Then checks the overflow signals (EVENTQ_PROD.OVFLG and
+    /// GERROR.EVENTQ_ABT_ERR) and acknowledges them.
+    ///
+    /// On silicon, issue [`sync`](Self::sync) before draining when you need every event of
+    /// transactions that already completed (§4.7.3); QEMU writes records synchronously.
+    pub fn drain_events(&mut self, mut sink: impl FnMut(Result<Event>)) -> Result<DrainSummary> {
+        let ring = self.eventq_ring;
+        let limit = ring.entries().saturating_mul(2);
+        let mut summary = DrainSummary::default();
+        loop {
+            let prod = self.regs.eventq_prod().get();
+            if ring.is_empty(prod, self.eventq_cons) || summary.records >= limit {
+                break;
+            }
+            self.dma.sync_for_cpu(self.eventq.region());
+            while !ring.is_empty(prod, self.eventq_cons) && summary.records < limit {
+                let at = ring.index(self.eventq_cons) as usize * EVENT_BYTES;
+                let raw = [
+                    self.eventq.read_u64(at)?,
+                    self.eventq.read_u64(at + 8)?,
+                    self.eventq.read_u64(at + 16)?,
+                    self.eventq.read_u64(at + 24)?,
+                ];
+                self.eventq_cons = ring.next(self.eventq_cons);
+                summary.records += 1;
+                self.stats.events += 1;
+                let decoded = event::decode(raw, &self.caps, self.config.instance);
+                match &decoded {
+                    Ok(Event::Fault(_)) => {
+                        summary.faults += 1;
+                        self.stats.fault_events += 1;
+                    }
+                    Ok(_) => self.stats.other_events += 1,
+                    Err(SmmuError::UnknownEvent { .. }) => {
+                        summary.rejected += 1;
+                        self.stats.unknown_events += 1;
+                    }
+                    Err(_) => {
+                        summary.rejected += 1;
+                        self.stats.malformed_events += 1;
+                    }
+                }
+                sink(decoded);
+                // Free space for the SMMU now and then while draining a long queue.
+                if summary.records % 64 == 0 {
+                    self.write_eventq_cons();
+                }
+            }
+            self.write_eventq_cons();
+        }
+        let ovflg = self.regs.eventq_prod().get() >> 31;
+        if ovflg != self.overflow_ack {
+            self.overflow_ack = ovflg;
+            self.events_lost = true;
+            self.stats.overflows += 1;
+            self.write_eventq_cons();
+        }
+        self.handle_global_errors()?;
+        summary.overflow = core::mem::take(&mut self.events_lost);
+        Ok(summary)
+    }
+
+    // ---- stalls and the fault path ----
+
+    /// Answers a stalled transaction (CMD_RESUME; §4.7.1). Refused on a terminate-only SMMU,
+    /// where the command would be a CERROR_ILL.
+    pub fn resume(&mut self, stream: StreamId, stag: StallTag, action: ResumeAction) -> Result<()> {
+        if !self.caps.has_resume() {
+            return Err(SmmuError::Unsupported {
+                what: "CMD_RESUME (IDR0.STALL_MODEL = terminate only)",
+            });
+        }
+        self.push(
+            Command::Resume {
+                stream,
+                stag: (stag.0 & 0xffff) as u16,
+                action,
+            }
+            .encode(),
+        )?;
+        self.publish();
+        // RESUME completes when consumed (§4.7.3 table): wait for that, and for errors.
+        self.wait_until_consumed()?;
+        match self.command_error.take() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    /// Services one fault record with the shared fault path: decide; terminate a stalled
+    /// transaction that will not be resumed; make the page present (resolver + table); issue
+    /// and sync its invalidations; resume a stalled transaction the policy resumes. The
+    /// returned decision says what the master must do: `TerminateAndRetransmit` means "issue
+    /// the transfer again", `Abort` means "fail it" (the error says why).
+    pub fn service_fault<P, R, T>(
+        &mut self,
+        record: &FaultRecord,
+        handler: &mut FaultHandler<P>,
+        resolver: &mut R,
+        table: &mut PageTable<T>,
+        stream: &StreamFaultConfig,
+    ) -> Result<FaultOutcome>
+    where
+        P: FaultPolicy,
+        R: FaultResolver + ?Sized,
+        T: Deref<Target: DmaMemory>,
+    {
+        let stalled = record.stall;
+        let decided = self
+            .asid_of(record.stream)
+            .and_then(|asid| Ok((asid, handler.decide(record, stream, resolver, table)?)));
+        let (asid, plan) = match decided {
+            Ok(d) => d,
+            Err(e) => {
+                // A stall must always be answered (§4.7.1), even when nothing else works.
+                if let Some(stag) = stalled {
+                    let _ = self.resume(record.stream, stag, ResumeAction::Abort);
+                }
+                return Err(e);
+            }
+        };
+        if let Some(stag) = stalled
+            && plan.decision != FaultDecision::Resume
+        {
+            self.resume(record.stream, stag, ResumeAction::Abort)?;
+        }
+        if let FaultDecision::Abort(_) = plan.decision {
+            return Ok(FaultOutcome {
+                decision: plan.decision,
+                estimate: plan.estimate,
+                mapped: None,
+                invalidations: Invalidations::new(),
+            });
+        }
+        let fixed = handler.fix(&plan, resolver, table, &mut self.tlb(asid));
+        let fix = match fixed {
+            Ok(fix) => fix,
+            Err(e) => {
+                if let (Some(stag), FaultDecision::Resume) = (stalled, plan.decision) {
+                    self.resume(record.stream, stag, ResumeAction::Abort)?;
+                }
+                return Ok(FaultOutcome {
+                    decision: FaultDecision::Abort(e),
+                    estimate: plan.estimate,
+                    mapped: None,
+                    invalidations: Invalidations::new(),
+                });
+            }
+        };
+        let invalidated = self.invalidate(asid, &fix.invalidations);
+        if let (Some(stag), FaultDecision::Resume) = (stalled, plan.decision) {
+            // Retry only once the new mapping is certainly visible; otherwise terminate.
+            let action = if invalidated.is_ok() {
+                ResumeAction::Retry
+            } else {
+                ResumeAction::Abort
+            };
+            self.resume(record.stream, stag, action)?;
+        }
+        invalidated?;
+        Ok(FaultOutcome {
+            decision: plan.decision,
+            estimate: plan.estimate,
+            mapped: fix.mapped,
+            invalidations: fix.invalidations,
+        })
+    }
+}
+
+/// The TLB maintenance of one context (ASID) of an [`Smmuv3`]: CMD_TLBI_NH_VA (or range
+/// TLBIs, or CMD_TLBI_NH_ASID on overflow), then CMD_SYNC.
+pub struct AsidTlb<'s, 'a, B: RegisterBus + ?Sized, M: Deref<Target: DmaMemory>, D: DelayNs> {
+    smmu: &'s mut Smmuv3<'a, B, M, D>,
+    asid: u16,
+}
+
+impl<B: RegisterBus + ?Sized, M: Deref<Target: DmaMemory>, D: DelayNs> AsidTlb<'_, '_, B, M, D> {
+    /// The ASID.
+    pub fn asid(&self) -> u16 {
+        self.asid
+    }
+}
+
+impl<B: RegisterBus + ?Sized, M: Deref<Target: DmaMemory>, D: DelayNs> TlbMaintenance
+    for AsidTlb<'_, '_, B, M, D>
+{
+    fn invalidate_now(&mut self, invalidations: &Invalidations) -> Result<()> {
+        self.smmu.invalidate(self.asid, invalidations)
+    }
+}
