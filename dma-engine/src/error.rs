@@ -1,8 +1,9 @@
-//! The crate's one error type.
+//! The crate's one error type (zDMA and NPE drivers).
 
 use hal::HalError;
+use protocol::ProtocolError;
 
-/// Errors of the DMA engine drivers. Codes are stable (see [`DmaError::code`]): they end up in
+/// Errors of the DMA engine drivers (zDMA and NPE). Codes are stable (see [`DmaError::code`]): they end up in
 /// transfer status words and logs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
@@ -49,6 +50,76 @@ pub enum DmaError {
         /// Bytes transferred when giving up.
         bytes: u32,
     },
+    /// NPE: the protocol state machine refused a call (see the inner error).
+    #[error("protocol: {0}")]
+    Protocol(#[from] ProtocolError),
+    /// NPE: `ID` does not identify an NPE.
+    #[error("not an NPE: ID reads {id:#010x}")]
+    NotAnNpe {
+        /// The `ID` register's value.
+        id: u32,
+    },
+    /// NPE: the engine implements another spec version.
+    #[error("NPE spec version {found} is not supported (driver speaks 1)")]
+    UnsupportedVersion {
+        /// The engine's version.
+        found: u32,
+    },
+    /// NPE: a configuration value is out of range.
+    #[error("invalid NPE configuration: {what}")]
+    InvalidConfig {
+        /// What is wrong.
+        what: &'static str,
+    },
+    /// NPE: the engine or the driver has fewer of something than the configuration asks for.
+    #[error("{what}: {requested} requested, at most {max} available")]
+    Capacity {
+        /// Which resource.
+        what: &'static str,
+        /// How many were asked for.
+        requested: u32,
+        /// How many there are.
+        max: u32,
+    },
+    /// NPE: a queue entry breaks a rule of docs/dma-engine.md §4.
+    #[error("bad queue entry: {what}")]
+    BadEntry {
+        /// The rule broken.
+        what: &'static str,
+    },
+    /// NPE: an inline message longer than 64 bytes.
+    #[error("inline message of {len} bytes exceeds 64")]
+    MessageTooLong {
+        /// Its length.
+        len: usize,
+    },
+    /// NPE back-pressure: the channel's transfer window is full. Poll completions and submit
+    /// again; nothing was queued and nothing was lost.
+    #[error("channel {channel} queue full ({open} transfers open)")]
+    QueueFull {
+        /// The channel.
+        channel: u8,
+        /// Transfers open on it.
+        open: usize,
+    },
+    /// NPE: the channel index is not an open data channel.
+    #[error("channel {channel} is not open")]
+    NoSuchChannel {
+        /// The channel.
+        channel: u8,
+    },
+    /// NPE: the channel index is already open or reserved.
+    #[error("channel {channel} is in use")]
+    ChannelInUse {
+        /// The channel.
+        channel: u8,
+    },
+    /// NPE: no receive connection is open for that peer slot.
+    #[error("peer slot {slot} is not open")]
+    NoSuchPeer {
+        /// The slot.
+        slot: u8,
+    },
 }
 
 impl DmaError {
@@ -63,7 +134,23 @@ impl DmaError {
             Self::DescriptorRead { .. } => 6,
             Self::InvalidRegisterAccess => 7,
             Self::Timeout { .. } => 8,
+            Self::Protocol(_) => 9,
+            Self::NotAnNpe { .. } => 10,
+            Self::UnsupportedVersion { .. } => 11,
+            Self::InvalidConfig { .. } => 12,
+            Self::Capacity { .. } => 13,
+            Self::BadEntry { .. } => 14,
+            Self::MessageTooLong { .. } => 15,
+            Self::QueueFull { .. } => 16,
+            Self::NoSuchChannel { .. } => 17,
+            Self::ChannelInUse { .. } => 18,
+            Self::NoSuchPeer { .. } => 19,
         }
+    }
+
+    /// Whether this is back-pressure (retry later) rather than a failure.
+    pub const fn is_back_pressure(&self) -> bool {
+        matches!(self, Self::QueueFull { .. })
     }
 
     /// Whether retransmitting the transfer may succeed: an AXI data error is what the master

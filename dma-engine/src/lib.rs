@@ -5,13 +5,16 @@
 //!   Every ZynqMP has it, and its traffic goes through the MMU-500, so it is the DMA master the
 //!   SMMU fault path is proven with before any PL engine exists.
 //!
-//! Our PL RDMA engine (`docs/dma-engine.md`) will be a sibling module.
+//! - [`npe`]: NPE, our PL RDMA engine (`docs/dma-engine.md`): channels running the
+//!   unpinned-memory protocol, fault-aware scheduling, retransmission, in-order exactly-once
+//!   completions.
 //!
 //! `no_std`, no heap. Every wait is bounded; an AXI error (for example a transaction the SMMU
 //! terminated) is a typed error the caller can answer by retransmitting.
 #![cfg_attr(not(test), no_std)]
 
 mod error;
+pub mod npe;
 pub mod zdma;
 
 pub use error::{DmaError, Result};

@@ -1,9 +1,13 @@
 //! The crate's one error type.
 
+use dma_engine::DmaError;
 use hal::HalError;
+use protocol::ProtocolError;
+use smmu_driver::SmmuError;
 
-/// Errors building or using a simulated machine.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+/// Errors building or using a simulated machine and running the virtual QFDB. Messages are
+/// one line each: the CLI prints them as they are. Codes are stable ([`SimError::code`]).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum SimError {
     /// The hardware seam failed (e.g. the simulated DRAM could not be allocated).
@@ -23,6 +27,30 @@ pub enum SimError {
         /// Index asked for.
         index: usize,
     },
+    /// Virtual QFDB: a knob is out of range or knobs contradict each other.
+    #[error("{0}")]
+    Config(String),
+    /// The SMMU driver refused something.
+    #[error("smmu: {0}")]
+    Smmu(#[from] SmmuError),
+    /// The protocol refused something.
+    #[error("protocol: {0}")]
+    Protocol(#[from] ProtocolError),
+    /// A DMA engine driver (the NPE driver) refused something.
+    #[error("npe driver: {0}")]
+    Dma(#[from] DmaError),
+    /// Node memory is exhausted (every frame pinned or in use).
+    #[error("out of memory: {0}")]
+    OutOfMemory(String),
+    /// Transferred data did not match what was sent.
+    #[error("DATA VERIFICATION FAILED: {0}")]
+    Verification(String),
+    /// A transfer was lost, aborted, duplicated or completed out of order.
+    #[error("TRANSFER ACCOUNTING FAILED: {0}")]
+    Accounting(String),
+    /// The simulation reached a state that should be impossible (a model bug).
+    #[error("internal simulator error: {0}")]
+    Internal(String),
 }
 
 impl SimError {
@@ -32,6 +60,14 @@ impl SimError {
             Self::Hal(_) => 1,
             Self::InvalidConfig { .. } => 2,
             Self::NoSuchDevice { .. } => 3,
+            Self::Config(_) => 4,
+            Self::Smmu(_) => 5,
+            Self::Protocol(_) => 6,
+            Self::Dma(_) => 7,
+            Self::OutOfMemory(_) => 8,
+            Self::Verification(_) => 9,
+            Self::Accounting(_) => 10,
+            Self::Internal(_) => 11,
         }
     }
 }

@@ -15,7 +15,12 @@
 //! - [`soc`]: a ZynqMP: DRAM, the MMU-500, GDMA and ADMA channels whose memory traffic goes
 //!   through the MMU-500 with their stream IDs, and register windows for drivers.
 //!
-//! Time is not modelled. A DMA master moves data in [`soc::ZynqMpSoc::run_until_blocked`],
+//! The virtual QFDB (`docs/virtual-qfdb.md`): [`npe`] (our PL RDMA engine's model), [`axi`]
+//! (the SMMU seam of master models), [`link`] (ExaNet links), [`qfdb`] (topology),
+//! [`node_memory`] (memory limit, reclaim, swap), [`des`] (the seeded discrete-event core,
+//! in model time) and [`vqfdb`] (node software, workloads, strategies, verified runs).
+//!
+//! In the ZynqMP models above time is not modelled. A DMA master moves data in [`soc::ZynqMpSoc::run_until_blocked`],
 //! which runs after every register write until every master is idle, done, or held by a
 //! stalled SMMU transaction; a RESUME write releases the hold and the masters continue within
 //! that write. Runs are deterministic (no threads, masters in a fixed order).
@@ -28,5 +33,14 @@ pub mod memory;
 pub mod mmu500;
 pub mod soc;
 pub mod zdma;
+
+// The virtual QFDB (issue 6): engine model, link, topology, node memory, event core, runs.
+pub mod axi;
+pub mod des;
+pub mod link;
+pub mod node_memory;
+pub mod npe;
+pub mod qfdb;
+pub mod vqfdb;
 
 pub use error::{Result, SimError};

@@ -1,6 +1,7 @@
 //! `cargo xtask test`: everything CI checks, in one command.
 //!
-//! Order: set-up (Debian packages), formatting, the layering rule, clippy, host tests, cross builds of the
+//! Order: set-up (Debian packages), formatting, the layering rule, clippy, host tests, a small
+//! run of the main job (`nprdma demo`), cross builds of the
 //! `no_std` crates, then every firmware program on QEMU. Every step runs even if an earlier
 //! one failed, so one CI run reports all problems; the command fails if any step failed.
 

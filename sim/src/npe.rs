@@ -1,0 +1,1230 @@
+//! A register-accurate model of NPE, our PL RDMA engine (docs/dma-engine.md).
+//!
+//! The model implements the register map (§3) as a `hal::model::RegisterModel`, so the real
+//! driver (`dma_engine::npe`) runs against it unchanged; it reads and writes its queues in the
+//! node's simulated DRAM by bus address, and every access to user memory goes through an
+//! [`AxiTranslate`] (the SMMU), which may translate, terminate or stall it.
+//!
+//! Timing is modelled per block, in model time: a source read takes the AXI latency plus the
+//! block at the AXI rate, the block then waits for the injection port, and a commit takes the
+//! same at the destination. The model advances only when the simulation calls
+//! [`NpeModel::advance`] (after the driver rang a doorbell, when a frame arrives, when a stall
+//! is answered, or at the wake-up time `advance` returned); register accesses themselves only
+//! record what the driver did, as on silicon where the engine acts a few cycles later.
+//!
+//! Behaviour per spec section: channels and SQ/CQ (§4.1, §4.2), the receive path with slots,
+//! RQ, WQ and WCQ (§4.3-§4.5), back-pressure without loss (§4), source faults parking the
+//! channel in FAULT_WAIT until `RESUME` (§5.4), destination faults finishing the commit with
+//! DST_FAULT (§5.3), stalls holding one channel or the write engine (§6.3), and the interrupt
+//! summary (§9).
+
+use std::collections::VecDeque;
+
+use dma_engine::npe::desc::{
+    CQ_ENTRY, CqEntry, EntryStatus, InlineMsg, RQ_ENTRY, RqEntry, RqKind, SQ_ENTRY, SqEntry, SqOp,
+    WCQ_ENTRY, WQ_ENTRY, WcqEntry, WqEntry, WqOp,
+};
+use dma_engine::npe::regs::{CHANNEL_BASE, CHANNEL_STRIDE, MAGIC, VERSION, WINDOW_SIZE};
+use hal::dma::HostDma;
+use hal::model::RegisterModel;
+use hal::regs::AccessWidth;
+use hal::{Iova, PhysAddr};
+use smmu_driver::fault::{AccessKind, StreamId};
+
+use crate::axi::{AxiOutcome, AxiTranslate, StallResolution, StallToken};
+use crate::des::ModelTime;
+use crate::link::{block_wire_bytes, message_wire_bytes};
+use crate::qfdb::Vc;
+
+/// Block size of spec version 1.
+pub const BLOCK: u32 = 4096;
+const PAGE: u64 = 4096;
+
+/// Parameters of one engine instance.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NpeModelParams {
+    /// Hardware channels (`CAPS.CHANNELS`).
+    pub channels: u8,
+    /// log2 of the receive slots.
+    pub rx_slots_log2: u8,
+    /// AXI data rate in bits per second (128 bit at 250 MHz = 32 Gb/s: ours).
+    pub axi_bps: u64,
+    /// Latency of an AXI read or write burst sequence (ours: 0.2 µs).
+    pub axi_latency: ModelTime,
+    /// Link rate the injection port serialises at (bits per second).
+    pub link_bps: u64,
+    /// Stream ID of AXI ID 0 on the engine's PL port. The engine's AXI ID is the PDID's low
+    /// 5 bits, with bit 5 set for destination writes (§3.2).
+    pub stream_base: u32,
+    /// This node's index in the simulation.
+    pub node: usize,
+}
+
+impl NpeModelParams {
+    /// Defaults of docs/dma-engine.md §10 for node `node`, with the stream base of the HP0 port
+    /// (0xE80, `zynqmp-exanest.md` §4, an \[I\] value there).
+    pub fn new(node: usize) -> Self {
+        Self {
+            channels: 16,
+            rx_slots_log2: 6,
+            axi_bps: 32_000_000_000,
+            axi_latency: ModelTime::from_ns(200),
+            link_bps: 32_000_000_000,
+            stream_base: 0xE80,
+            node,
+        }
+    }
+
+    /// The stream ID a source read (`write = false`) or destination write for `pdid` carries.
+    pub fn stream_of(&self, pdid: u16, write: bool) -> StreamId {
+        StreamId(self.stream_base | u32::from(pdid & 0x1f) | u32::from(write) << 5)
+    }
+}
+
+/// A frame on the wire between two engines.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Frame {
+    /// Sending node.
+    pub src: usize,
+    /// Receiving node.
+    pub dst: usize,
+    /// PDID from the header.
+    pub pdid: u16,
+    /// TID14 from the footer.
+    pub tid14: u16,
+    /// The inline protocol message (for a block: its header area).
+    pub msg: InlineMsg,
+    /// The block payload (`None` for a message).
+    pub payload: Option<Vec<u8>>,
+}
+
+impl Frame {
+    /// Bytes on the wire.
+    pub fn wire_bytes(&self) -> u64 {
+        match &self.payload {
+            Some(p) => block_wire_bytes(p.len() as u64),
+            None => message_wire_bytes(self.msg.len() as u64),
+        }
+    }
+
+    /// Its virtual channel.
+    pub fn vc(&self) -> Vc {
+        if self.payload.is_some() {
+            Vc::Data
+        } else {
+            Vc::Control
+        }
+    }
+}
+
+/// What [`NpeModel::advance`] needs from the rest of the node.
+pub struct EngineCtx<'a> {
+    /// The current model time.
+    pub now: ModelTime,
+    /// The node's DRAM (queues and user frames).
+    pub dram: &'a HostDma,
+    /// The SMMU.
+    pub axi: &'a mut dyn AxiTranslate,
+    /// Frames the engine sent (the simulation hands them to the fabric).
+    pub out: &'a mut Vec<Frame>,
+}
+
+/// What happened in [`NpeModel::advance`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Advance {
+    /// When the engine next needs `advance` without an outside event.
+    pub next: Option<ModelTime>,
+    /// The interrupt line is asserted.
+    pub irq: bool,
+}
+
+/// Counters.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct EngineStats {
+    /// Blocks sent.
+    pub tx_blocks: u64,
+    /// Messages sent.
+    pub tx_msgs: u64,
+    /// Blocks staged from the link.
+    pub rx_blocks: u64,
+    /// Messages received.
+    pub rx_msgs: u64,
+    /// Blocks written to memory.
+    pub commits: u64,
+    /// Source reads terminated.
+    pub src_faults: u64,
+    /// Destination writes terminated.
+    pub dst_faults: u64,
+    /// Model time channels spent with a stalled read.
+    pub read_stall_time: ModelTime,
+    /// Model time the write engine spent stalled (everything behind it waited).
+    pub write_stall_time: ModelTime,
+    /// Times arriving traffic had to wait for a slot or an RQ entry.
+    pub rx_held: u64,
+    /// Doorbells beyond the ring size (driver bugs), ignored.
+    pub bad_doorbells: u64,
+    /// Descriptors with BAD_DESCRIPTOR.
+    pub bad_descriptors: u64,
+    /// Doorbells rung without a store barrier since the previous one (driver bugs).
+    pub unordered_doorbells: u64,
+}
+
+#[derive(Clone, Copy, Debug, Default)]
+struct RingRegs {
+    base: u64,
+    log2: u8,
+    head: u32,
+    tail: u32,
+}
+
+impl RingRegs {
+    fn size(&self) -> u32 {
+        1 << self.log2
+    }
+    fn used(&self) -> u32 {
+        self.tail.wrapping_sub(self.head)
+    }
+    fn addr(&self, index: u32, entry: usize) -> PhysAddr {
+        PhysAddr::new(self.base + u64::from(index & (self.size() - 1)) * entry as u64)
+    }
+    /// PHASE for the entry at `index` (§4): 1 on the first pass.
+    fn phase(&self, index: u32) -> bool {
+        (index >> self.log2) & 1 == 0
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum ChanState {
+    Idle,
+    Running,
+    FaultWait,
+    Error,
+    Stalled,
+}
+
+impl ChanState {
+    fn code(self) -> u32 {
+        match self {
+            ChanState::Idle => 0,
+            ChanState::Running => 1,
+            ChanState::FaultWait => 2,
+            ChanState::Error => 3,
+            ChanState::Stalled => 4,
+        }
+    }
+}
+
+#[derive(Debug)]
+enum JobPhase {
+    /// Translating and reading from `done` bytes on.
+    Read,
+    /// Read done at `ready_at`.
+    Reading { ready_at: ModelTime },
+    /// A read is held by the SMMU.
+    Stalled { token: StallToken, since: ModelTime },
+    /// A read was terminated; waiting for RESUME.
+    FaultWait,
+    /// Ready to go out.
+    TxReady,
+}
+
+#[derive(Debug)]
+struct Job {
+    entry: SqEntry,
+    index: u32,
+    done: usize,
+    payload: Vec<u8>,
+    phase: JobPhase,
+}
+
+#[derive(Debug)]
+struct Channel {
+    en: bool,
+    irq_en: bool,
+    pdid: u16,
+    sq: RingRegs,
+    cq: RingRegs,
+    irq: u32,
+    last_error: u8,
+    fault_addr: u64,
+    fault_index: u16,
+    fault_valid: bool,
+    job: Option<Job>,
+    resume: Option<bool>,
+}
+
+impl Channel {
+    fn new() -> Self {
+        Self {
+            en: false,
+            irq_en: false,
+            pdid: 0,
+            sq: RingRegs::default(),
+            cq: RingRegs::default(),
+            irq: 0,
+            last_error: 0,
+            fault_addr: 0,
+            fault_index: 0,
+            fault_valid: false,
+            job: None,
+            resume: None,
+        }
+    }
+
+    fn state(&self) -> ChanState {
+        match &self.job {
+            _ if !self.en => ChanState::Idle,
+            Some(Job {
+                phase: JobPhase::FaultWait,
+                ..
+            }) => ChanState::FaultWait,
+            Some(Job {
+                phase: JobPhase::Stalled { .. },
+                ..
+            }) => ChanState::Stalled,
+            Some(_) => ChanState::Running,
+            None if self.last_error != 0 && self.sq.used() > 0 => ChanState::Error,
+            None if self.sq.used() > 0 => ChanState::Running,
+            None => ChanState::Idle,
+        }
+    }
+}
+
+#[derive(Debug)]
+enum WritePhase {
+    Write,
+    Writing { ready_at: ModelTime },
+    Stalled { token: StallToken, since: ModelTime },
+}
+
+#[derive(Debug)]
+struct WriteJob {
+    entry: WqEntry,
+    done: usize,
+    phase: WritePhase,
+}
+
+const IRQ_COMPLETION: u32 = 1;
+const IRQ_LOCAL_FAULT: u32 = 2;
+const IRQ_ERROR: u32 = 4;
+const GEVENT_BAD_DOORBELL: u32 = 1;
+const GEVENT_RX_HELD: u32 = 8;
+
+/// The NPE model (see the module documentation).
+#[derive(Debug)]
+pub struct NpeModel {
+    params: NpeModelParams,
+    enabled: bool,
+    irq_enabled: bool,
+    node_reg: u32,
+    gevent: u32,
+    channels: Vec<Channel>,
+    rq: RingRegs,
+    wq: RingRegs,
+    wcq: RingRegs,
+    slots: Vec<Option<Vec<u8>>>,
+    free_slots: Vec<u8>,
+    ingress_data: VecDeque<Frame>,
+    ingress_msgs: VecDeque<Frame>,
+    write_job: Option<WriteJob>,
+    tx_busy_until: ModelTime,
+    next_tx_channel: usize,
+    barrier_seen: bool,
+    stats: EngineStats,
+    tx_count: u32,
+    rx_count: u32,
+}
+
+impl NpeModel {
+    /// An engine after reset.
+    pub fn new(params: NpeModelParams) -> Self {
+        let slots = 1usize << params.rx_slots_log2;
+        Self {
+            params,
+            enabled: false,
+            irq_enabled: false,
+            node_reg: 0,
+            gevent: 0,
+            channels: (0..params.channels).map(|_| Channel::new()).collect(),
+            rq: RingRegs::default(),
+            wq: RingRegs::default(),
+            wcq: RingRegs::default(),
+            slots: vec![None; slots],
+            free_slots: (0..slots as u16).rev().map(|s| s as u8).collect(),
+            ingress_data: VecDeque::new(),
+            ingress_msgs: VecDeque::new(),
+            write_job: None,
+            tx_busy_until: ModelTime::ZERO,
+            next_tx_channel: 0,
+            barrier_seen: false,
+            stats: EngineStats::default(),
+            tx_count: 0,
+            rx_count: 0,
+        }
+    }
+
+    /// The parameters.
+    pub fn params(&self) -> &NpeModelParams {
+        &self.params
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> &EngineStats {
+        &self.stats
+    }
+
+    /// Arriving traffic waiting for a slot or an RQ entry.
+    pub fn held(&self) -> usize {
+        self.ingress_data.len() + self.ingress_msgs.len()
+    }
+
+    /// Receive slots in use.
+    pub fn slots_in_use(&self) -> usize {
+        self.slots.len() - self.free_slots.len()
+    }
+
+    /// A frame arrived from the link. It waits at the ingress until there is room.
+    pub fn deliver(&mut self, frame: Frame) {
+        if frame.payload.is_some() {
+            self.ingress_data.push_back(frame);
+        } else {
+            self.ingress_msgs.push_back(frame);
+        }
+    }
+
+    fn soft_reset(&mut self) {
+        let params = self.params;
+        let stats = self.stats;
+        *self = NpeModel::new(params);
+        self.stats = stats;
+    }
+
+    /// Whether the interrupt line is asserted (§9).
+    pub fn irq_asserted(&self) -> bool {
+        self.irq_enabled && self.irq_status() != 0
+    }
+
+    fn irq_status(&self) -> u32 {
+        let mut s = 0;
+        if self.channels.iter().any(|c| c.irq_en && c.irq != 0) {
+            s |= 1;
+        }
+        if self.rq.used() != 0 {
+            s |= 2;
+        }
+        if self.wcq.used() != 0 {
+            s |= 4;
+        }
+        if self.gevent != 0 {
+            s |= 8;
+        }
+        s
+    }
+
+    /// Does everything that can happen at `ctx.now`.
+    pub fn advance(&mut self, ctx: &mut EngineCtx<'_>) -> Advance {
+        if self.enabled {
+            for _ in 0..64 {
+                let mut progress = false;
+                for ch in 0..self.channels.len() {
+                    progress |= self.step_channel(ch, ctx);
+                }
+                progress |= self.inject(ctx);
+                progress |= self.take_ingress(ctx);
+                progress |= self.step_write(ctx);
+                if !progress {
+                    break;
+                }
+            }
+        }
+        Advance {
+            next: self.next_wake(ctx.now),
+            irq: self.irq_asserted(),
+        }
+    }
+
+    fn next_wake(&self, now: ModelTime) -> Option<ModelTime> {
+        let mut best: Option<ModelTime> = None;
+        let mut consider = |t: ModelTime| {
+            let t = t.max(now);
+            best = Some(best.map_or(t, |b| b.min(t)));
+        };
+        for ch in &self.channels {
+            match ch.job.as_ref().map(|j| &j.phase) {
+                Some(JobPhase::Reading { ready_at }) => consider(*ready_at),
+                Some(JobPhase::TxReady) if self.tx_busy_until > now => consider(self.tx_busy_until),
+                _ => {}
+            }
+        }
+        if let Some(WriteJob {
+            phase: WritePhase::Writing { ready_at },
+            ..
+        }) = &self.write_job
+        {
+            consider(*ready_at);
+        }
+        best
+    }
+
+    fn post_cq(&mut self, ch: usize, dram: &HostDma, entry: CqEntry) {
+        let Some(c) = self.channels.get_mut(ch) else {
+            return;
+        };
+        let e = CqEntry {
+            phase: c.cq.phase(c.cq.tail),
+            ..entry
+        };
+        let addr = c.cq.addr(c.cq.tail, CQ_ENTRY);
+        if dram.write_phys(addr, &e.encode()).is_ok() {
+            c.cq.tail = c.cq.tail.wrapping_add(1);
+            c.irq |= IRQ_COMPLETION;
+        }
+    }
+
+    /// Finishes the channel's current descriptor.
+    fn finish(&mut self, ch: usize, dram: &HostDma, status: EntryStatus, bytes: u32, fault: u64) {
+        let Some(c) = self.channels.get_mut(ch) else {
+            return;
+        };
+        let Some(job) = c.job.take() else {
+            return;
+        };
+        c.sq.head = c.sq.head.wrapping_add(1);
+        if status != EntryStatus::Ok {
+            c.last_error = status.code();
+            if status != EntryStatus::SrcFault {
+                c.irq |= IRQ_ERROR;
+            }
+        }
+        if job.entry.signal || status != EntryStatus::Ok {
+            self.post_cq(
+                ch,
+                dram,
+                CqEntry {
+                    phase: false,
+                    status,
+                    sq_index: job.index as u16,
+                    bytes,
+                    cookie: job.entry.cookie,
+                    fault_addr: fault,
+                },
+            );
+        }
+    }
+
+    fn step_channel(&mut self, ch: usize, ctx: &mut EngineCtx<'_>) -> bool {
+        let now = ctx.now;
+        let Some(c) = self.channels.get_mut(ch) else {
+            return false;
+        };
+        if !c.en {
+            return false;
+        }
+        // RESUME written while in FAULT_WAIT.
+        if let Some(retry) = c.resume.take()
+            && let Some(job) = c
+                .job
+                .as_mut()
+                .filter(|j| matches!(j.phase, JobPhase::FaultWait))
+        {
+            {
+                c.fault_valid = false;
+                if retry {
+                    job.done = 0;
+                    job.payload.clear();
+                    job.phase = JobPhase::Read;
+                } else {
+                    let fault = c.fault_addr;
+                    self.finish(ch, ctx.dram, EntryStatus::SrcFault, 0, fault);
+                }
+                return true;
+            }
+        }
+        let Some(c) = self.channels.get_mut(ch) else {
+            return false;
+        };
+        match c.job.as_ref().map(|j| &j.phase) {
+            None => {
+                if c.sq.used() == 0 || c.cq.used() >= c.cq.size() {
+                    return false;
+                }
+                let index = c.sq.head;
+                let mut bytes = [0u8; SQ_ENTRY];
+                if ctx
+                    .dram
+                    .read_phys(c.sq.addr(index, SQ_ENTRY), &mut bytes)
+                    .is_err()
+                {
+                    c.last_error = EntryStatus::BadDescriptor.code();
+                    return false;
+                }
+                match SqEntry::decode(&bytes, BLOCK) {
+                    Ok(entry) => {
+                        let phase = match entry.op {
+                            SqOp::SendBlock { .. } => JobPhase::Read,
+                            SqOp::SendMsg | SqOp::Nop => JobPhase::TxReady,
+                        };
+                        c.job = Some(Job {
+                            entry,
+                            index,
+                            done: 0,
+                            payload: Vec::new(),
+                            phase,
+                        });
+                        if matches!(entry.op, SqOp::SendMsg | SqOp::Nop) {
+                            // Messages use the control VC and go out at once; NOP does nothing.
+                            if matches!(entry.op, SqOp::SendMsg) {
+                                ctx.out.push(Frame {
+                                    src: self.params.node,
+                                    dst: entry.peer as usize,
+                                    pdid: entry.dst_pdid,
+                                    tid14: entry.tid14,
+                                    msg: entry.msg,
+                                    payload: None,
+                                });
+                                self.stats.tx_msgs += 1;
+                            }
+                            self.finish(ch, ctx.dram, EntryStatus::Ok, 0, 0);
+                        }
+                    }
+                    Err(_) => {
+                        self.stats.bad_descriptors += 1;
+                        c.job = Some(Job {
+                            entry: SqEntry {
+                                op: SqOp::Nop,
+                                signal: true,
+                                tid14: 0,
+                                peer: 0,
+                                dst_pdid: 0,
+                                cookie: u64::from_le_bytes(
+                                    bytes
+                                        .get(32..40)
+                                        .and_then(|b| b.try_into().ok())
+                                        .unwrap_or([0; 8]),
+                                ),
+                                msg: InlineMsg::EMPTY,
+                            },
+                            index,
+                            done: 0,
+                            payload: Vec::new(),
+                            phase: JobPhase::TxReady,
+                        });
+                        self.finish(ch, ctx.dram, EntryStatus::BadDescriptor, 0, 0);
+                    }
+                }
+                true
+            }
+            Some(JobPhase::Read) => {
+                self.read_block(ch, ctx);
+                true
+            }
+            Some(JobPhase::Reading { ready_at }) if *ready_at <= now => {
+                if let Some(job) = c.job.as_mut() {
+                    job.phase = JobPhase::TxReady;
+                }
+                true
+            }
+            Some(JobPhase::Stalled { token, since }) => {
+                let (token, since) = (*token, *since);
+                match ctx.axi.stall_outcome(token) {
+                    None => false,
+                    Some(resolution) => {
+                        self.stats.read_stall_time =
+                            self.stats.read_stall_time.after(now.since(since));
+                        if let Some(job) = c.job.as_mut() {
+                            match resolution {
+                                StallResolution::Retry => job.phase = JobPhase::Read,
+                                StallResolution::Terminate => {
+                                    let va = match job.entry.op {
+                                        SqOp::SendBlock { src_va, .. } => src_va + job.done as u64,
+                                        _ => 0,
+                                    };
+                                    job.phase = JobPhase::FaultWait;
+                                    c.fault_addr = va;
+                                    c.fault_index = job.index as u16;
+                                    c.fault_valid = true;
+                                    c.irq |= IRQ_LOCAL_FAULT;
+                                    self.stats.src_faults += 1;
+                                }
+                            }
+                        }
+                        true
+                    }
+                }
+            }
+            _ => false,
+        }
+    }
+
+    /// Translates and reads the block of the channel's job from where it stopped.
+    fn read_block(&mut self, ch: usize, ctx: &mut EngineCtx<'_>) {
+        let axi_bps = self.params.axi_bps;
+        let latency = self.params.axi_latency;
+        let Some(c) = self.channels.get_mut(ch) else {
+            return;
+        };
+        let stream = self.params.stream_of(c.pdid, false);
+        let Some(job) = c.job.as_mut() else {
+            return;
+        };
+        let SqOp::SendBlock { src_va, length, .. } = job.entry.op else {
+            return;
+        };
+        let len = length as usize;
+        while job.done < len {
+            let va = src_va + job.done as u64;
+            let chunk = ((PAGE - va % PAGE) as usize).min(len - job.done);
+            match ctx
+                .axi
+                .translate(ctx.now, stream, Iova::new(va), AccessKind::Read)
+            {
+                AxiOutcome::Ok(pa) => {
+                    let start = job.payload.len();
+                    job.payload.resize(start + chunk, 0);
+                    let dst = job.payload.get_mut(start..).unwrap_or(&mut []);
+                    if ctx.dram.read_phys(pa, dst).is_err() {
+                        // A decode error behind the SMMU: treat as a terminated read.
+                        job.phase = JobPhase::FaultWait;
+                        c.fault_addr = va;
+                        c.fault_index = job.index as u16;
+                        c.fault_valid = true;
+                        c.irq |= IRQ_LOCAL_FAULT;
+                        self.stats.src_faults += 1;
+                        return;
+                    }
+                    job.done += chunk;
+                }
+                AxiOutcome::Stalled(token) => {
+                    job.phase = JobPhase::Stalled {
+                        token,
+                        since: ctx.now,
+                    };
+                    return;
+                }
+                AxiOutcome::Terminated => {
+                    job.phase = JobPhase::FaultWait;
+                    c.fault_addr = va;
+                    c.fault_index = job.index as u16;
+                    c.fault_valid = true;
+                    c.irq |= IRQ_LOCAL_FAULT;
+                    self.stats.src_faults += 1;
+                    return;
+                }
+            }
+        }
+        let ready_at = ctx
+            .now
+            .after(latency)
+            .after(ModelTime::transfer(len as u64, axi_bps));
+        job.phase = JobPhase::Reading { ready_at };
+    }
+
+    /// The transmit arbiter: one block at a time on the injection port, round-robin.
+    fn inject(&mut self, ctx: &mut EngineCtx<'_>) -> bool {
+        if ctx.now < self.tx_busy_until {
+            return false;
+        }
+        let n = self.channels.len();
+        for step in 0..n {
+            let ch = (self.next_tx_channel + step) % n;
+            let ready = self.channels.get(ch).is_some_and(|c| {
+                matches!(
+                    c.job,
+                    Some(Job {
+                        phase: JobPhase::TxReady,
+                        entry: SqEntry {
+                            op: SqOp::SendBlock { .. },
+                            ..
+                        },
+                        ..
+                    })
+                )
+            });
+            if !ready {
+                continue;
+            }
+            let Some(job) = self.channels.get_mut(ch).and_then(|c| c.job.as_mut()) else {
+                continue;
+            };
+            let payload = std::mem::take(&mut job.payload);
+            let bytes = payload.len() as u32;
+            let frame = Frame {
+                src: self.params.node,
+                dst: job.entry.peer as usize,
+                pdid: job.entry.dst_pdid,
+                tid14: job.entry.tid14,
+                msg: job.entry.msg,
+                payload: Some(payload),
+            };
+            let ser = ModelTime::transfer(frame.wire_bytes(), self.params.link_bps);
+            self.tx_busy_until = ctx.now.after(ser);
+            ctx.out.push(frame);
+            self.stats.tx_blocks += 1;
+            self.tx_count = self.tx_count.wrapping_add(1);
+            self.finish(ch, ctx.dram, EntryStatus::Ok, bytes, 0);
+            self.next_tx_channel = (ch + 1) % n;
+            return true;
+        }
+        false
+    }
+
+    /// Moves arrived frames into the RQ (messages first: their own virtual channel).
+    fn take_ingress(&mut self, ctx: &mut EngineCtx<'_>) -> bool {
+        let mut progress = false;
+        while self.rq.used() < self.rq.size() && self.rq.log2 > 0 {
+            let Some(frame) = self.ingress_msgs.pop_front() else {
+                break;
+            };
+            self.post_rq(ctx.dram, RqKind::Msg, &frame);
+            self.stats.rx_msgs += 1;
+            progress = true;
+        }
+        while self.rq.used() < self.rq.size() && self.rq.log2 > 0 {
+            let Some(slot) = self.free_slots.last().copied() else {
+                break;
+            };
+            let Some(frame) = self.ingress_data.pop_front() else {
+                break;
+            };
+            self.free_slots.pop();
+            let length = frame.payload.as_ref().map_or(0, |p| p.len() as u32);
+            self.post_rq(ctx.dram, RqKind::Block { slot, length }, &frame);
+            if let Some(s) = self.slots.get_mut(usize::from(slot)) {
+                *s = frame.payload;
+            }
+            self.stats.rx_blocks += 1;
+            self.rx_count = self.rx_count.wrapping_add(1);
+            progress = true;
+        }
+        if !self.ingress_data.is_empty() || !self.ingress_msgs.is_empty() {
+            if self.gevent & GEVENT_RX_HELD == 0 {
+                self.stats.rx_held += 1;
+            }
+            self.gevent |= GEVENT_RX_HELD;
+        }
+        progress
+    }
+
+    fn post_rq(&mut self, dram: &HostDma, kind: RqKind, frame: &Frame) {
+        let entry = RqEntry {
+            phase: self.rq.phase(self.rq.tail),
+            kind,
+            src: frame.src as u32,
+            pdid: frame.pdid,
+            tid14: frame.tid14,
+            msg: frame.msg,
+        };
+        if dram
+            .write_phys(self.rq.addr(self.rq.tail, RQ_ENTRY), &entry.encode())
+            .is_ok()
+        {
+            self.rq.tail = self.rq.tail.wrapping_add(1);
+        }
+    }
+
+    fn post_wcq(&mut self, dram: &HostDma, entry: WcqEntry) {
+        let e = WcqEntry {
+            phase: self.wcq.phase(self.wcq.tail),
+            ..entry
+        };
+        if dram
+            .write_phys(self.wcq.addr(self.wcq.tail, WCQ_ENTRY), &e.encode())
+            .is_ok()
+        {
+            self.wcq.tail = self.wcq.tail.wrapping_add(1);
+        }
+    }
+
+    fn free_slot(&mut self, slot: u8) {
+        if let Some(s) = self.slots.get_mut(usize::from(slot))
+            && s.take().is_some()
+        {
+            self.free_slots.push(slot);
+        }
+    }
+
+    /// The write engine: one WQ entry at a time, in order.
+    fn step_write(&mut self, ctx: &mut EngineCtx<'_>) -> bool {
+        let now = ctx.now;
+        match self.write_job.as_ref().map(|j| &j.phase) {
+            None => {
+                if self.wq.used() == 0 || self.wcq.used() >= self.wcq.size() {
+                    return false;
+                }
+                let mut bytes = [0u8; WQ_ENTRY];
+                let index = self.wq.head;
+                if ctx
+                    .dram
+                    .read_phys(self.wq.addr(index, WQ_ENTRY), &mut bytes)
+                    .is_err()
+                {
+                    return false;
+                }
+                self.wq.head = self.wq.head.wrapping_add(1);
+                match WqEntry::decode(&bytes) {
+                    Ok(entry) => match entry.op {
+                        WqOp::Release => self.free_slot(entry.slot),
+                        WqOp::Commit { length, .. } => {
+                            let slot_len = self
+                                .slots
+                                .get(usize::from(entry.slot))
+                                .and_then(|s| s.as_ref())
+                                .map(Vec::len);
+                            match slot_len {
+                                Some(have) if length as usize <= have => {
+                                    self.write_job = Some(WriteJob {
+                                        entry,
+                                        done: 0,
+                                        phase: WritePhase::Write,
+                                    });
+                                }
+                                _ => {
+                                    self.stats.bad_descriptors += 1;
+                                    self.post_wcq(
+                                        ctx.dram,
+                                        WcqEntry {
+                                            phase: false,
+                                            status: EntryStatus::BadDescriptor,
+                                            slot: entry.slot,
+                                            bytes: 0,
+                                            cookie: entry.cookie,
+                                            fault_addr: 0,
+                                            axi_resp: 0,
+                                        },
+                                    );
+                                    self.free_slot(entry.slot);
+                                }
+                            }
+                        }
+                    },
+                    Err(_) => {
+                        self.stats.bad_descriptors += 1;
+                        self.post_wcq(
+                            ctx.dram,
+                            WcqEntry {
+                                phase: false,
+                                status: EntryStatus::BadDescriptor,
+                                slot: bytes[1],
+                                bytes: 0,
+                                cookie: 0,
+                                fault_addr: 0,
+                                axi_resp: 0,
+                            },
+                        );
+                    }
+                }
+                true
+            }
+            Some(WritePhase::Write) => {
+                self.write_block(ctx);
+                true
+            }
+            Some(WritePhase::Writing { ready_at }) if *ready_at <= now => {
+                if let Some(job) = self.write_job.take() {
+                    let length = match job.entry.op {
+                        WqOp::Commit { length, .. } => length,
+                        WqOp::Release => 0,
+                    };
+                    self.post_wcq(
+                        ctx.dram,
+                        WcqEntry {
+                            phase: false,
+                            status: EntryStatus::Ok,
+                            slot: job.entry.slot,
+                            bytes: length,
+                            cookie: job.entry.cookie,
+                            fault_addr: 0,
+                            axi_resp: 0,
+                        },
+                    );
+                    self.free_slot(job.entry.slot);
+                    self.stats.commits += 1;
+                }
+                true
+            }
+            Some(WritePhase::Stalled { token, since }) => {
+                let (token, since) = (*token, *since);
+                match ctx.axi.stall_outcome(token) {
+                    None => false,
+                    Some(resolution) => {
+                        self.stats.write_stall_time =
+                            self.stats.write_stall_time.after(now.since(since));
+                        match resolution {
+                            StallResolution::Retry => {
+                                if let Some(job) = self.write_job.as_mut() {
+                                    job.phase = WritePhase::Write;
+                                }
+                            }
+                            StallResolution::Terminate => self.write_fault(ctx.dram),
+                        }
+                        true
+                    }
+                }
+            }
+            _ => false,
+        }
+    }
+
+    fn write_block(&mut self, ctx: &mut EngineCtx<'_>) {
+        let Some(job) = self.write_job.as_mut() else {
+            return;
+        };
+        let WqOp::Commit {
+            pdid,
+            length,
+            dst_va,
+        } = job.entry.op
+        else {
+            return;
+        };
+        let stream = self.params.stream_of(pdid, true);
+        let len = length as usize;
+        let Some(data) = self
+            .slots
+            .get(usize::from(job.entry.slot))
+            .and_then(|s| s.as_ref())
+        else {
+            return;
+        };
+        while job.done < len {
+            let va = dst_va + job.done as u64;
+            let chunk = ((PAGE - va % PAGE) as usize).min(len - job.done);
+            match ctx
+                .axi
+                .translate(ctx.now, stream, Iova::new(va), AccessKind::Write)
+            {
+                AxiOutcome::Ok(pa) => {
+                    let src = data.get(job.done..job.done + chunk).unwrap_or(&[]);
+                    if ctx.dram.write_phys(pa, src).is_err() {
+                        self.write_fault(ctx.dram);
+                        return;
+                    }
+                    job.done += chunk;
+                }
+                AxiOutcome::Stalled(token) => {
+                    job.phase = WritePhase::Stalled {
+                        token,
+                        since: ctx.now,
+                    };
+                    return;
+                }
+                AxiOutcome::Terminated => {
+                    self.write_fault(ctx.dram);
+                    return;
+                }
+            }
+        }
+        let ready_at = ctx
+            .now
+            .after(self.params.axi_latency)
+            .after(ModelTime::transfer(len as u64, self.params.axi_bps));
+        job.phase = WritePhase::Writing { ready_at };
+    }
+
+    /// The current commit's write was terminated: report DST_FAULT, free the slot.
+    fn write_fault(&mut self, dram: &HostDma) {
+        let Some(job) = self.write_job.take() else {
+            return;
+        };
+        let dst_va = match job.entry.op {
+            WqOp::Commit { dst_va, .. } => dst_va,
+            WqOp::Release => 0,
+        };
+        self.post_wcq(
+            dram,
+            WcqEntry {
+                phase: false,
+                status: EntryStatus::DstFault,
+                slot: job.entry.slot,
+                bytes: job.done as u32,
+                cookie: job.entry.cookie,
+                fault_addr: dst_va + job.done as u64,
+                axi_resp: 2,
+            },
+        );
+        self.free_slot(job.entry.slot);
+        self.stats.dst_faults += 1;
+    }
+
+    fn channel_of(offset: usize) -> Option<(usize, usize)> {
+        let rel = offset.checked_sub(CHANNEL_BASE)?;
+        Some((rel / CHANNEL_STRIDE, rel % CHANNEL_STRIDE))
+    }
+
+    /// A producer-index write: refused (BAD_DOORBELL) if it would pass the consumer by more
+    /// than the ring size.
+    fn doorbell(ring: &mut RingRegs, value: u32, gevent: &mut u32, stats: &mut EngineStats) {
+        if value.wrapping_sub(ring.head) > ring.size() {
+            *gevent |= GEVENT_BAD_DOORBELL;
+            stats.bad_doorbells += 1;
+        } else {
+            ring.tail = value;
+        }
+    }
+
+    /// A consumer-index write: refused if it would pass the producer.
+    fn consume(ring: &mut RingRegs, value: u32, gevent: &mut u32, stats: &mut EngineStats) {
+        if value.wrapping_sub(ring.head) > ring.used() {
+            *gevent |= GEVENT_BAD_DOORBELL;
+            stats.bad_doorbells += 1;
+        } else {
+            ring.head = value;
+        }
+    }
+}
+
+fn low32(v: u64) -> u32 {
+    v as u32
+}
+
+fn ring_log2(v: u64) -> u8 {
+    (v & 0x1f).min(16) as u8
+}
+
+impl RegisterModel for NpeModel {
+    fn size(&self) -> usize {
+        WINDOW_SIZE
+    }
+
+    fn read(&mut self, offset: usize, _width: AccessWidth) -> u64 {
+        if let Some((n, reg)) = Self::channel_of(offset) {
+            let Some(c) = self.channels.get(n) else {
+                return 0;
+            };
+            return match reg {
+                0x00 => c.sq.base,
+                0x08 => u64::from(c.sq.log2),
+                0x0c => u64::from(c.sq.tail),
+                0x10 => u64::from(c.sq.head),
+                0x18 => c.cq.base,
+                0x20 => u64::from(c.cq.log2),
+                0x24 => u64::from(c.cq.head),
+                0x28 => u64::from(c.cq.tail),
+                0x2c => {
+                    u64::from(u32::from(c.en) | u32::from(c.irq_en) << 1 | u32::from(c.pdid) << 16)
+                }
+                0x30 => {
+                    let pending = c.sq.used().min(0xffff);
+                    u64::from(c.state().code() | u32::from(c.last_error) << 8 | pending << 16)
+                }
+                0x34 => u64::from(c.irq),
+                0x38 => c.fault_addr,
+                0x40 => u64::from(c.fault_index),
+                0x44 if c.fault_valid => 2 | 1 << 3,
+                0x44 => 0,
+                _ => 0,
+            };
+        }
+        let caps = u32::from(self.params.channels)
+            | u32::from(self.params.rx_slots_log2) << 12
+            | 6 << 16
+            | 8 << 20
+            | 1 << 24;
+        match offset {
+            0x000 => u64::from(MAGIC << 8 | VERSION),
+            0x004 => u64::from(caps),
+            0x008 => u64::from(self.node_reg),
+            0x00c => u64::from(u32::from(self.enabled) | u32::from(self.irq_enabled) << 2),
+            0x010 => u64::from(self.irq_status()),
+            0x014 => u64::from(self.gevent),
+            0x020 => self.rq.base,
+            0x028 => u64::from(self.rq.log2),
+            0x02c => u64::from(self.rq.head),
+            0x030 => u64::from(self.rq.tail),
+            0x038 => self.wq.base,
+            0x040 => u64::from(self.wq.log2),
+            0x044 => u64::from(self.wq.tail),
+            0x048 => u64::from(self.wq.head),
+            0x050 => self.wcq.base,
+            0x058 => u64::from(self.wcq.log2),
+            0x05c => u64::from(self.wcq.head),
+            0x060 => u64::from(self.wcq.tail),
+            0x064 => {
+                let held = self.held().min(0xffff) as u32;
+                u64::from(self.free_slots.len() as u32 | held << 16)
+            }
+            0x068 => u64::from(self.tx_count),
+            0x06c => u64::from(self.rx_count),
+            _ => 0,
+        }
+    }
+
+    fn write(&mut self, offset: usize, _width: AccessWidth, value: u64) {
+        let v = low32(value);
+        // Descriptors must be published (dsb st) before a doorbell. Any other register write
+        // between the barrier and the doorbell makes the barrier stale for this check.
+        let is_doorbell = matches!(Self::channel_of(offset), Some((_, 0x0c))) || offset == 0x044;
+        if is_doorbell {
+            if !self.barrier_seen {
+                self.stats.unordered_doorbells += 1;
+            }
+        } else {
+            self.barrier_seen = false;
+        }
+        if let Some((n, reg)) = Self::channel_of(offset) {
+            let (gevent, stats) = (&mut self.gevent, &mut self.stats);
+            let Some(c) = self.channels.get_mut(n) else {
+                return;
+            };
+            match reg {
+                0x00 => c.sq.base = value,
+                0x08 => c.sq.log2 = ring_log2(value),
+                0x0c => Self::doorbell(&mut c.sq, v, gevent, stats),
+                0x18 => c.cq.base = value,
+                0x20 => c.cq.log2 = ring_log2(value),
+                0x24 => Self::consume(&mut c.cq, v, gevent, stats),
+                0x2c => {
+                    c.en = v & 1 != 0;
+                    c.irq_en = v & 2 != 0;
+                    c.pdid = (v >> 16) as u16;
+                }
+                0x34 => c.irq &= !(v & 7),
+                0x48 => {
+                    let in_fault_wait = matches!(
+                        c.job,
+                        Some(Job {
+                            phase: JobPhase::FaultWait,
+                            ..
+                        })
+                    );
+                    let retry = v & 1 != 0;
+                    let skip = v & 2 != 0;
+                    if in_fault_wait && retry != skip {
+                        c.resume = Some(retry);
+                    }
+                }
+                _ => {}
+            }
+            return;
+        }
+        match offset {
+            0x008 => self.node_reg = v & 0x803f_ffff,
+            0x00c => {
+                if v & 2 != 0 {
+                    self.soft_reset();
+                } else {
+                    self.enabled = v & 1 != 0;
+                    self.irq_enabled = v & 4 != 0;
+                }
+            }
+            0x014 => self.gevent &= !(v & 0xf),
+            0x020 => self.rq.base = value,
+            0x028 => self.rq.log2 = ring_log2(value),
+            0x02c => Self::consume(&mut self.rq, v, &mut self.gevent, &mut self.stats),
+            0x038 => self.wq.base = value,
+            0x040 => self.wq.log2 = ring_log2(value),
+            0x044 => Self::doorbell(&mut self.wq, v, &mut self.gevent, &mut self.stats),
+            0x050 => self.wcq.base = value,
+            0x058 => self.wcq.log2 = ring_log2(value),
+            0x05c => Self::consume(&mut self.wcq, v, &mut self.gevent, &mut self.stats),
+            _ => {}
+        }
+    }
+
+    fn barrier(&mut self, kind: hal::barrier::Barrier) {
+        use hal::barrier::Barrier;
+        if matches!(kind, Barrier::DsbSt | Barrier::DsbSy) {
+            self.barrier_seen = true;
+        }
+    }
+}

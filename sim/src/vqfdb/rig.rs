@@ -1,0 +1,226 @@
+//! A hand-driven virtual QFDB for tests and experiments: no workload, explicit transfers,
+//! explicit page evictions, and a hook over every frame on the wire.
+
+use dma_engine::npe::{DmaError, NpeStats};
+use protocol::{Completion, Delivery, ReceiverStats, SenderStats, TransferDesc, TransferId};
+
+use super::world::{Ev, World};
+use super::{MemoryLimit, SimConfig, SimError, Strategy, VqResult, Workload};
+use crate::axi::SmmuStats;
+use crate::des::ModelTime;
+use crate::node_memory::{PAGE, PageState};
+use crate::npe::{EngineStats, Frame};
+
+/// A virtual QFDB under a test's control. Every node pair of an all-to-all workload has a
+/// connection; nothing is sent until the test submits it.
+pub struct Rig {
+    world: World<'static>,
+}
+
+/// How a page is taken away by [`Rig::evict`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Eviction {
+    /// Unmapped, data kept in memory: the next access is a minor fault.
+    Minor,
+    /// Written to swap: the next access is a major fault.
+    Major,
+}
+
+impl Rig {
+    /// A rig of `nodes` nodes with every buffer page resident. `slots` slots of
+    /// `slot_size` bytes per pair and direction.
+    pub fn new(nodes: usize, strategy: Strategy, slots: usize, slot_size: u32) -> VqResult<Self> {
+        let cfg = SimConfig {
+            nodes,
+            workload: Workload::AllToAll,
+            strategy,
+            fault_rate: 0.0,
+            memory_limit: MemoryLimit::Fraction(2.0),
+            transfers: 1,
+            transfer_size: slot_size,
+            depth: 1,
+            slots,
+            ..SimConfig::default()
+        };
+        let mut world = World::build(&cfg, Box::new(|_, _| {}))?;
+        world.manual = true;
+        world.setup()?;
+        Ok(Self { world })
+    }
+
+    fn pair(&self, src: usize, dst: usize) -> VqResult<usize> {
+        self.world
+            .pairs
+            .iter()
+            .position(|p| p.src == src && p.dst == dst)
+            .ok_or_else(|| SimError::Config(format!("no connection from node {src} to {dst}")))
+    }
+
+    /// Virtual address of `offset` in the send buffer of `src` towards `dst`.
+    pub fn src_va(&self, src: usize, dst: usize, offset: u64) -> VqResult<u64> {
+        Ok(self.world.pairs[self.pair(src, dst)?].src_base + offset)
+    }
+
+    /// Virtual address of `offset` in `dst`'s receive buffer for `src`.
+    pub fn dst_va(&self, src: usize, dst: usize, offset: u64) -> VqResult<u64> {
+        Ok(self.world.pairs[self.pair(src, dst)?].dst_base + offset)
+    }
+
+    /// The application on `src` writes `data` at `offset` of its send buffer towards `dst`.
+    pub fn write_source(
+        &mut self,
+        src: usize,
+        dst: usize,
+        offset: u64,
+        data: &[u8],
+    ) -> VqResult<()> {
+        let va = self.src_va(src, dst, offset)?;
+        let now = self.world.q.now();
+        let mm = &mut self.world.nodes[src].mm;
+        let mut page = va & !(PAGE - 1);
+        while page < va + data.len() as u64 {
+            mm.cpu_touch(page, now, false)?;
+            page += PAGE;
+        }
+        mm.mem.write_resident(va, data)
+    }
+
+    /// Reads `len` bytes at `offset` of `dst`'s receive buffer for `src` (wherever they are).
+    pub fn read_dest(&self, src: usize, dst: usize, offset: u64, len: usize) -> VqResult<Vec<u8>> {
+        let va = self.dst_va(src, dst, offset)?;
+        let mut out = vec![0u8; len];
+        self.world.nodes[dst].mm.mem.peek(va, &mut out)?;
+        Ok(out)
+    }
+
+    /// Takes the page holding `va` away from `node`.
+    pub fn evict(&mut self, node: usize, va: u64, how: Eviction) -> VqResult<()> {
+        let now = self.world.q.now();
+        let mm = &mut self.world.nodes[node].mm;
+        if mm.mem.is_resident(va) {
+            mm.deactivate(va)?;
+        }
+        if how == Eviction::Major
+            && let Some(PageState::Cached { .. }) = mm.mem.state(va)
+        {
+            mm.mem.evict(va & !(PAGE - 1), now)?;
+        }
+        Ok(())
+    }
+
+    /// Posts an RDMA write of `len` bytes from `src`'s send buffer at `src_offset` to `dst`'s
+    /// receive buffer at `dst_offset`. Back-pressure comes back as `Ok(Err(QueueFull))`.
+    pub fn submit(
+        &mut self,
+        src: usize,
+        dst: usize,
+        src_offset: u64,
+        dst_offset: u64,
+        len: u64,
+    ) -> VqResult<Result<TransferId, DmaError>> {
+        let p = self.pair(src, dst)?;
+        let desc = TransferDesc {
+            src: self.src_va(src, dst, src_offset)?,
+            dest: self.dst_va(src, dst, dst_offset)?,
+            len,
+            key: 1,
+            tag: 0,
+        };
+        let channel = self.world.pairs[p].channel;
+        let result = self.world.nodes[src].driver.submit(channel, desc);
+        if result.is_ok() {
+            let now = self.world.q.now();
+            self.world.request_driver(src, now);
+        }
+        Ok(result)
+    }
+
+    /// Runs the simulation until nothing is left to do or model time `until` is reached.
+    pub fn run_until(&mut self, until: ModelTime) -> VqResult<()> {
+        self.world.run_until(until)
+    }
+
+    /// Runs until nothing is left to do (at most 1 model second).
+    pub fn run(&mut self) -> VqResult<()> {
+        self.world.run_until(ModelTime::from_us(1e6))
+    }
+
+    /// The current model time.
+    pub fn now(&self) -> ModelTime {
+        self.world.q.now()
+    }
+
+    /// Completions taken so far at `src` for `dst`, in the order the driver gave them.
+    pub fn completions(&self, src: usize, dst: usize) -> VqResult<Vec<Completion>> {
+        Ok(self.world.pairs[self.pair(src, dst)?]
+            .completions
+            .iter()
+            .map(|(_, c)| *c)
+            .collect())
+    }
+
+    /// Deliveries taken so far at `dst` from `src`, in order.
+    pub fn deliveries(&self, src: usize, dst: usize) -> VqResult<Vec<Delivery>> {
+        Ok(self.world.pairs[self.pair(src, dst)?]
+            .deliveries
+            .iter()
+            .map(|(_, d)| *d)
+            .collect())
+    }
+
+    /// Installs a hook over every frame an engine sends.
+    pub fn set_frame_hook(&mut self, hook: Box<dyn FnMut(Frame) -> Vec<Frame>>) {
+        self.world.frame_hook = Some(hook);
+    }
+
+    /// Delivers `frame` to its destination engine at the current time, as if it came off the
+    /// link.
+    pub fn inject(&mut self, frame: Frame) -> VqResult<()> {
+        let now = self.world.q.now();
+        let dst = frame.dst;
+        if dst >= self.world.nodes.len() {
+            return Err(SimError::Config(format!(
+                "no node {dst} to inject a frame into"
+            )));
+        }
+        self.world.q.schedule(now, Ev::Inject(dst, Box::new(frame)));
+        Ok(())
+    }
+
+    /// The driver counters of `node`.
+    pub fn driver_stats(&self, node: usize) -> NpeStats {
+        *self.world.nodes[node].driver.stats()
+    }
+
+    /// The sender counters of `src`'s connection to `dst`.
+    pub fn sender_stats(&self, src: usize, dst: usize) -> VqResult<SenderStats> {
+        let channel = self.world.pairs[self.pair(src, dst)?].channel;
+        Ok(*self.world.nodes[src].driver.sender_stats(channel)?)
+    }
+
+    /// The receiver counters of `dst` for data from `src`.
+    pub fn receiver_stats(&self, src: usize, dst: usize) -> VqResult<ReceiverStats> {
+        let slot = self.world.pairs[self.pair(src, dst)?].peer_slot;
+        Ok(*self.world.nodes[dst].driver.receiver_stats(slot)?)
+    }
+
+    /// The engine model counters of `node`.
+    pub fn engine_stats(&self, node: usize) -> EngineStats {
+        *self.world.nodes[node].driver.bus().lock().stats()
+    }
+
+    /// The SMMU counters of `node`.
+    pub fn smmu_stats(&self, node: usize) -> SmmuStats {
+        self.world.nodes[node].mm.smmu.stats()
+    }
+
+    /// The fault handler counters of `node` (minor, major, resumed, retransmitted...).
+    pub fn fault_stats(&self, node: usize) -> smmu_driver::fault::FaultStats {
+        *self.world.nodes[node].faults.handler.stats()
+    }
+
+    /// The session of the connection from `src` to `dst` (for forging messages).
+    pub fn session(&self, src: usize, dst: usize) -> u32 {
+        super::world::session(src, dst)
+    }
+}
