@@ -79,6 +79,24 @@ pub fn run_all(skip_setup: bool) -> Result<(), XtaskError> {
         run_status("cargo test", host_cargo().args(["test", "--workspace"])),
     );
 
+    section("main job: nprdma demo on the virtual QFDB (small run, every byte verified)");
+    step(
+        "demo",
+        run_status(
+            "nprdma demo",
+            host_cargo()
+                .args(["run", "--quiet", "-p", "nprdma", "--", "demo"])
+                .args([
+                    "--transfers",
+                    "200",
+                    "--sweep-transfers",
+                    "200",
+                    "--out",
+                    "target/nprdma-demo-ci",
+                ]),
+        ),
+    );
+
     section(&format!(
         "no_std crates for aarch64-unknown-none: {}",
         NO_STD_CRATES.join(", ")
