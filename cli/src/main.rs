@@ -11,6 +11,7 @@
 //! "wall time", which is the host's.
 
 mod demo;
+mod doctor;
 mod knobs;
 mod output;
 mod plot;
@@ -21,7 +22,8 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use sim::SimError;
 
-/// Unpinned-memory RDMA on a virtual QFDB (model time; see docs/dma-engine.md).
+/// Unpinned-memory RDMA: the virtual QFDB (model time; docs/virtual-qfdb.md) and the
+/// server-path library's doctor.
 #[derive(Parser, Debug)]
 #[command(name = "nprdma", version, about)]
 struct Cli {
@@ -35,6 +37,9 @@ enum Command {
     Demo(DemoArgs),
     /// Run one configuration of the virtual QFDB.
     Sim(SimArgs),
+    /// Report what the server-path library (libnprdma.so) does: mode, budget, pinned vs
+    /// registered bytes, and why it steps aside.
+    Doctor,
 }
 
 /// Options of `nprdma demo`.
@@ -103,6 +108,10 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Demo(args) => demo::run(&args),
         Command::Sim(args) => run_sim(&args),
+        Command::Doctor => {
+            doctor::run();
+            Ok(())
+        }
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

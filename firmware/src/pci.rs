@@ -719,6 +719,27 @@ pub struct PciHost {
     pub io: Option<PciWindow>,
 }
 
+impl PciHost {
+    /// QEMU `virt`'s host bridge as documented (high ECAM, all 256 buses, the 32-bit MMIO
+    /// window identity-mapped), for when no device tree is available.
+    pub const fn virt_default() -> Self {
+        use crate::platform::virt;
+        PciHost {
+            ecam: virt::HIGH_ECAM,
+            first_bus: 0,
+            last_bus: 255,
+            mmio32: Some(PciWindow {
+                cpu_base: virt::PCIE_MMIO32.base,
+                pci_base: virt::PCIE_MMIO32.base,
+                size: virt::PCIE_MMIO32.size,
+                prefetchable: false,
+            }),
+            mmio64: None,
+            io: None,
+        }
+    }
+}
+
 /// Finds the first `pci-host-ecam-generic` node and decodes its `reg`, `bus-range` and
 /// `ranges`. `Ok(None)` if the tree has no such node.
 pub fn host_from_fdt(fdt: &Fdt<'_>) -> Result<Option<PciHost>> {

@@ -5,6 +5,8 @@
 //!   Debian's rustc-web and `-Zbuild-std`.
 //! - `qemu NAME`: builds it and runs it on QEMU's `virt` machine with an SMMUv3 and the `edu`
 //!   device; the firmware's verdict line becomes the exit status.
+//! - `rxe-test`: the server path (libnprdma.so) on Soft-RoCE in a Debian guest under
+//!   `qemu-system-x86_64`: unmodified perftest, the stress program, with/without ratios.
 //! - `test`: everything CI checks.
 //!
 //! Errors are one line naming what is missing and how to get it; the exit status is 1 for a
@@ -12,6 +14,7 @@
 
 mod firmware;
 mod layers;
+mod rxe;
 mod setup;
 mod test;
 mod util;
@@ -28,6 +31,9 @@ commands:
   firmware <name> [--release] cross-build a bare-metal program for aarch64-unknown-none
   qemu <name> [--release] [--timeout <seconds>]
                               build a program and run it on qemu-system-aarch64 (virt + SMMUv3 + edu)
+  rxe-test [--iters <n>] [--cmp-iters <n>] [--stress-ops <n>]
+                              libnprdma.so on Soft-RoCE in a Debian guest (qemu-system-x86_64):
+                              unmodified perftest, the stress program, with/without ratios
   test [--skip-setup]         everything CI checks: fmt, clippy, host tests, no_std cross builds,
                               every firmware test on QEMU
   list                        list the firmware programs and what each is expected to do
@@ -76,6 +82,20 @@ fn run(args: &[String]) -> Result<(), XtaskError> {
             let program = firmware::find(&name)?;
             let outcome = firmware::build_and_run(program, release, timeout)?;
             outcome.into_result()
+        }
+        "rxe-test" => {
+            let mut o = rxe::Options::default();
+            if let Some(n) = opts.value_u64("--iters")? {
+                o.iters = n;
+            }
+            if let Some(n) = opts.value_u64("--cmp-iters")? {
+                o.cmp_iters = n;
+            }
+            if let Some(n) = opts.value_u64("--stress-ops")? {
+                o.stress_ops = n;
+            }
+            opts.finish()?;
+            rxe::run(&o)
         }
         "test" => {
             let skip_setup = opts.flag("--skip-setup");

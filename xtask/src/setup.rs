@@ -38,6 +38,18 @@ pub const ALL_PACKAGES: &[Package] = &[
         name: "qemu-system-arm",
         why: "qemu-system-aarch64 runs the firmware tests on virt + SMMUv3 + edu",
     },
+    Package {
+        name: "qemu-system-x86",
+        why: "qemu-system-x86_64 boots the Debian guest of rxe-test (Soft-RoCE)",
+    },
+    Package {
+        name: "libibverbs-dev",
+        why: "rdma-core headers: connectx's layout test checks its ABI declarations against them",
+    },
+    Package {
+        name: "libibverbs1",
+        why: "libibverbs.so.1, which libnprdma.so links against",
+    },
 ];
 
 /// Whether dpkg says `name` is installed.

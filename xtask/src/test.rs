@@ -1,9 +1,9 @@
 //! `cargo xtask test`: everything CI checks, in one command.
 //!
 //! Order: set-up (Debian packages), formatting, the layering rule, clippy, host tests, a small
-//! run of the main job (`nprdma demo`), cross builds of the
-//! `no_std` crates, then every firmware program on QEMU. Every step runs even if an earlier
-//! one failed, so one CI run reports all problems; the command fails if any step failed.
+//! run of the main job (`nprdma demo`), cross builds of the `no_std` crates, every firmware
+//! program on QEMU, then the server path on Soft-RoCE (`rxe-test`). Every step runs even if an
+//! earlier one failed, so one CI run reports all problems; the command fails if any step failed.
 
 use std::process::Command;
 use std::time::Instant;
@@ -113,6 +113,12 @@ pub fn run_all(skip_setup: bool) -> Result<(), XtaskError> {
             eprintln!("xtask: firmware tests could not run: {e}");
             failed.push("firmware".into());
         }
+    }
+
+    section("libnprdma.so on Soft-RoCE (cargo xtask rxe-test)");
+    if let Err(e) = crate::rxe::run(&crate::rxe::Options::default()) {
+        eprintln!("xtask: step `rxe-test` failed: {e}");
+        failed.push("rxe-test".into());
     }
 
     let secs = started.elapsed().as_secs();

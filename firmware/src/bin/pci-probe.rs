@@ -32,21 +32,8 @@ mod target {
         {
             return Ok((host, "device tree pci-host-ecam-generic node"));
         }
-        let host = PciHost {
-            ecam: virt::HIGH_ECAM,
-            first_bus: 0,
-            last_bus: 255,
-            mmio32: Some(pci::PciWindow {
-                cpu_base: virt::PCIE_MMIO32.base,
-                pci_base: virt::PCIE_MMIO32.base,
-                size: virt::PCIE_MMIO32.size,
-                prefetchable: false,
-            }),
-            mmio64: None,
-            io: None,
-        };
         Ok((
-            host,
+            PciHost::virt_default(),
             "fallback: virt's documented high ECAM, no device-tree node",
         ))
     }

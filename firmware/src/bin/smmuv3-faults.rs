@@ -111,19 +111,7 @@ mod target {
         {
             return Ok(host);
         }
-        Ok(PciHost {
-            ecam: virt::HIGH_ECAM,
-            first_bus: 0,
-            last_bus: 255,
-            mmio32: Some(pci::PciWindow {
-                cpu_base: virt::PCIE_MMIO32.base,
-                pci_base: virt::PCIE_MMIO32.base,
-                size: virt::PCIE_MMIO32.size,
-                prefetchable: false,
-            }),
-            mmio64: None,
-            io: None,
-        })
+        Ok(PciHost::virt_default())
     }
 
     /// The DMA pool: RAM after the image, 64 KiB aligned, inside the first RAM region.

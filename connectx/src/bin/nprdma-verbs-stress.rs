@@ -1,0 +1,774 @@
+//! `nprdma-verbs-stress`: a verbs program that registers a large region on each side and
+//! checks that every byte it moves arrives, while pinned memory stays under the budget.
+//!
+//! Run one server and one client (same arguments, the client adds `--connect HOST`), with
+//! `LD_PRELOAD=libnprdma.so`. Each side registers `--size` bytes (untouched memory: the pages
+//! appear only where operations land) and connects one RC QP (out-of-band exchange over TCP,
+//! as perftest does). The client then runs `--ops` operations at random offsets, drawn from a
+//! seed both sides share:
+//!
+//! - WRITE + READ back: fills a local range with the operation's pattern, writes it to a
+//!   random remote offset, reads that remote range back into another random local offset, and
+//!   compares every byte with the pattern;
+//! - SEND with immediate: the server receives into a random offset of its region and compares
+//!   every byte with the pattern of the operation the immediate names;
+//! - FETCH_AND_ADD on a remote counter: the final counter is read back and must equal the
+//!   number of adds (each executed exactly once).
+//!
+//! Both sides read `VmPin` from /proc/self/status after every operation and the library's
+//! status page at the end, and fail if either ever exceeded `--budget`. Every completion must
+//! carry the expected `wr_id` and status.
+//!
+//! The program calls libibverbs through `dlsym` at run time (never by link-time symbols), so
+//! that the preloaded library is the one that interposes; the data path goes through the
+//! context's operations exactly as verbs.h's inline functions do.
+
+use std::ffi::{CStr, CString, c_char, c_int, c_void};
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use nprdma::sys::*;
+
+type GetDeviceList = unsafe extern "C" fn(*mut c_int) -> *mut *mut ibv_device;
+type GetDeviceName = unsafe extern "C" fn(*mut ibv_device) -> *const c_char;
+type OpenDevice = unsafe extern "C" fn(*mut ibv_device) -> *mut ibv_context;
+type AllocPd = unsafe extern "C" fn(*mut ibv_context) -> *mut ibv_pd;
+type CreateCq =
+    unsafe extern "C" fn(*mut ibv_context, c_int, *mut c_void, *mut c_void, c_int) -> *mut ibv_cq;
+type CreateQp = unsafe extern "C" fn(*mut ibv_pd, *mut ibv_qp_init_attr) -> *mut ibv_qp;
+type ModifyQp = unsafe extern "C" fn(*mut ibv_qp, *mut ibv_qp_attr, c_int) -> c_int;
+type QueryGid = unsafe extern "C" fn(*mut ibv_context, u8, c_int, *mut [u8; 16]) -> c_int;
+type RegMr = unsafe extern "C" fn(*mut ibv_pd, *mut c_void, usize, c_int) -> *mut ibv_mr;
+type DeregMr = unsafe extern "C" fn(*mut ibv_mr) -> c_int;
+
+struct Verbs {
+    get_device_list: GetDeviceList,
+    get_device_name: GetDeviceName,
+    open_device: OpenDevice,
+    alloc_pd: AllocPd,
+    create_cq: CreateCq,
+    create_qp: CreateQp,
+    modify_qp: ModifyQp,
+    query_gid: QueryGid,
+    reg_mr: RegMr,
+    dereg_mr: DeregMr,
+}
+
+/// Looks `name` up in the global scope: the preloaded library first, then libibverbs. Plain
+/// `dlsym`, not `dlvsym`: glibc's `dlvsym` never matches an unversioned definition (it looks
+/// up "hidden" versions), so it would skip the preloaded library's symbols.
+fn sym(name: &str) -> Result<*mut c_void, String> {
+    let n = CString::new(name).map_err(|e| e.to_string())?;
+    // SAFETY: a NUL-terminated string; RTLD_DEFAULT searches the global scope.
+    let p = unsafe { libc::dlsym(libc::RTLD_DEFAULT, n.as_ptr()) };
+    if p.is_null() {
+        Err(format!("libibverbs has no {name}"))
+    } else {
+        Ok(p)
+    }
+}
+
+macro_rules! load {
+    ($name:literal, $ty:ty) => {{
+        let p = sym($name)?;
+        // SAFETY: the libibverbs symbol has this C signature (verbs.h).
+        unsafe { std::mem::transmute::<*mut c_void, $ty>(p) }
+    }};
+}
+
+impl Verbs {
+    fn load() -> Result<Self, String> {
+        // SAFETY: a NUL-terminated library name; the handle is kept for the process lifetime.
+        let h = unsafe {
+            libc::dlopen(
+                c"libibverbs.so.1".as_ptr(),
+                libc::RTLD_NOW | libc::RTLD_GLOBAL,
+            )
+        };
+        if h.is_null() {
+            return Err("cannot load libibverbs.so.1".into());
+        }
+        Ok(Self {
+            get_device_list: load!("ibv_get_device_list", GetDeviceList),
+            get_device_name: load!("ibv_get_device_name", GetDeviceName),
+            open_device: load!("ibv_open_device", OpenDevice),
+            alloc_pd: load!("ibv_alloc_pd", AllocPd),
+            create_cq: load!("ibv_create_cq", CreateCq),
+            create_qp: load!("ibv_create_qp", CreateQp),
+            modify_qp: load!("ibv_modify_qp", ModifyQp),
+            query_gid: load!("ibv_query_gid", QueryGid),
+            reg_mr: load!("ibv_reg_mr", RegMr),
+            dereg_mr: load!("ibv_dereg_mr", DeregMr),
+        })
+    }
+}
+
+struct Args {
+    device: String,
+    gid_index: i32,
+    size: u64,
+    ops: u64,
+    budget: u64,
+    port: u16,
+    connect: Option<String>,
+    seed: u64,
+}
+
+fn parse_args() -> Result<Args, String> {
+    let mut a = Args {
+        device: "rxe0".into(),
+        gid_index: 1,
+        size: 1 << 30,
+        ops: 1000,
+        budget: 16 << 20,
+        port: 18515,
+        connect: None,
+        seed: 0x6e70_7264_6d61,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(k) = it.next() {
+        let mut v = || it.next().ok_or(format!("{k} needs a value"));
+        match k.as_str() {
+            "--device" => a.device = v()?,
+            "--gid-index" => a.gid_index = v()?.parse().map_err(|_| "bad --gid-index")?,
+            "--size" => {
+                a.size = nprdma::config::parse_size("--size", &v()?).map_err(|e| e.to_string())?
+            }
+            "--ops" => a.ops = v()?.parse().map_err(|_| "bad --ops")?,
+            "--budget" => {
+                a.budget =
+                    nprdma::config::parse_size("--budget", &v()?).map_err(|e| e.to_string())?
+            }
+            "--port" => a.port = v()?.parse().map_err(|_| "bad --port")?,
+            "--connect" => a.connect = Some(v()?),
+            "--seed" => a.seed = v()?.parse().map_err(|_| "bad --seed")?,
+            "--help" | "-h" => {
+                return Err("usage: nprdma-verbs-stress [--device rxe0] [--gid-index N] [--size 1G] [--ops N] [--budget 16M] [--port P] [--seed S] [--connect HOST]".into());
+            }
+            other => return Err(format!("unknown argument {other}")),
+        }
+    }
+    if a.size < 1 << 20 {
+        return Err("--size must be at least 1M".into());
+    }
+    Ok(a)
+}
+
+/// The operations both sides agree on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Op {
+    WriteRead { lo: u64, ro: u64, so: u64, len: u64 },
+    Send { lo: u64, len: u64 },
+    Add,
+}
+
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+}
+
+const MAX_LEN: u64 = 64 * 1024;
+/// The remote counter of the fetch-and-adds lives in the region's first 8 bytes; operations
+/// keep away from the first page.
+const COUNTER: u64 = 0;
+
+fn plan(seed: u64, ops: u64, size: u64) -> Vec<Op> {
+    let mut r = Rng(seed | 1);
+    let mut pick = |len: u64| 4096 + r.next() % (size - 4096 - len);
+    (0..ops)
+        .map(|_| {
+            let kind = pick(0) % 8;
+            let len = 1 + pick(0) % MAX_LEN;
+            match kind {
+                0..=4 => Op::WriteRead {
+                    lo: pick(len),
+                    ro: pick(len),
+                    so: pick(len),
+                    len,
+                },
+                5 | 6 => Op::Send { lo: pick(len), len },
+                _ => Op::Add,
+            }
+        })
+        .collect()
+}
+
+fn pattern(i: u64, len: u64) -> impl Iterator<Item = u8> {
+    let mut x = (i + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    (0..len).map(move |_| {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x as u8
+    })
+}
+
+fn vm_pin() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmPin:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        })
+        .map_or(0, |kb| kb * 1024)
+}
+
+struct Side {
+    v: Verbs,
+    qp: *mut ibv_qp,
+    cq: *mut ibv_cq,
+    buf: *mut u8,
+    size: u64,
+    lkey: u32,
+    peer_addr: u64,
+    peer_rkey: u32,
+    vmpin_max: u64,
+}
+
+impl Side {
+    fn post_send(&self, wr: &mut ibv_send_wr) -> Result<(), String> {
+        let mut bad = std::ptr::null_mut();
+        // SAFETY: what verbs.h's ibv_post_send does, on a live QP.
+        let rc = unsafe {
+            ((*(*self.qp).context).ops.post_send.ok_or("no post_send")?)(self.qp, wr, &mut bad)
+        };
+        if rc != 0 {
+            return Err(format!("post_send failed: errno {rc}"));
+        }
+        Ok(())
+    }
+
+    fn post_recv(&self, wr_id: u64, off: u64, len: u64) -> Result<(), String> {
+        let mut s = ibv_sge {
+            addr: self.buf as u64 + off,
+            length: len as u32,
+            lkey: self.lkey,
+        };
+        let mut wr = ibv_recv_wr {
+            wr_id,
+            next: std::ptr::null_mut(),
+            sg_list: &mut s,
+            num_sge: 1,
+        };
+        let mut bad = std::ptr::null_mut();
+        // SAFETY: what verbs.h's ibv_post_recv does, on a live QP.
+        let rc = unsafe {
+            ((*(*self.qp).context).ops.post_recv.ok_or("no post_recv")?)(self.qp, &mut wr, &mut bad)
+        };
+        if rc != 0 {
+            return Err(format!("post_recv failed: errno {rc}"));
+        }
+        Ok(())
+    }
+
+    fn wait(&mut self, want_wr_id: u64) -> Result<ibv_wc, String> {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let mut wc = ibv_wc::default();
+            // SAFETY: what verbs.h's ibv_poll_cq does, on a live CQ.
+            let n = unsafe {
+                ((*(*self.cq).context).ops.poll_cq.ok_or("no poll_cq")?)(self.cq, 1, &mut wc)
+            };
+            if n < 0 {
+                return Err("poll_cq failed".into());
+            }
+            if n == 1 {
+                if wc.status != IBV_WC_SUCCESS {
+                    return Err(format!(
+                        "completion {} failed with status {}",
+                        wc.wr_id, wc.status
+                    ));
+                }
+                if wc.wr_id != want_wr_id {
+                    return Err(format!(
+                        "completion carries wr_id {} instead of {want_wr_id}",
+                        wc.wr_id
+                    ));
+                }
+                return Ok(wc);
+            }
+            if Instant::now() > deadline {
+                return Err(format!("no completion for wr_id {want_wr_id} within 60 s"));
+            }
+        }
+    }
+
+    fn bytes(&mut self, off: u64, len: u64) -> &mut [u8] {
+        // SAFETY: `off + len <= size` for every operation of the plan; the mapping lives as
+        // long as the process and is only reached through `&mut self` here.
+        unsafe { std::slice::from_raw_parts_mut(self.buf.add(off as usize), len as usize) }
+    }
+
+    fn rdma(&self, opcode: u32, wr_id: u64, remote: u64) -> ibv_send_wr {
+        let mut w = ibv_send_wr::zeroed();
+        w.wr_id = wr_id;
+        w.opcode = opcode;
+        w.send_flags = IBV_SEND_SIGNALED;
+        w.set_rdma(self.peer_addr + remote, self.peer_rkey);
+        w
+    }
+}
+
+fn connect_qp(side: &Side, a: &Args, peer_qpn: u32, peer_gid: [u8; 16]) -> Result<(), String> {
+    let modify = |attr: &mut ibv_qp_attr, mask: c_int, what: &str| -> Result<(), String> {
+        // SAFETY: a live QP and a valid attribute struct.
+        let rc = unsafe { (side.v.modify_qp)(side.qp, attr, mask) };
+        if rc != 0 {
+            Err(format!("modify_qp to {what}: errno {rc}"))
+        } else {
+            Ok(())
+        }
+    };
+    let mut init = ibv_qp_attr {
+        qp_state: IBV_QPS_INIT,
+        qp_access_flags: IBV_ACCESS_LOCAL_WRITE
+            | IBV_ACCESS_REMOTE_WRITE
+            | IBV_ACCESS_REMOTE_READ
+            | IBV_ACCESS_REMOTE_ATOMIC,
+        port_num: 1,
+        ..Default::default()
+    };
+    modify(
+        &mut init,
+        IBV_QP_STATE | IBV_QP_ACCESS_FLAGS | (1 << 4) | (1 << 5),
+        "INIT",
+    )?;
+    let mut rtr = ibv_qp_attr {
+        qp_state: IBV_QPS_RTR,
+        path_mtu: 3, // IBV_MTU_1024
+        dest_qp_num: peer_qpn,
+        rq_psn: 0,
+        max_dest_rd_atomic: 1,
+        min_rnr_timer: 12,
+        ..Default::default()
+    };
+    rtr.ah_attr.is_global = 1;
+    rtr.ah_attr.grh.dgid = peer_gid;
+    rtr.ah_attr.grh.sgid_index = a.gid_index as u8;
+    rtr.ah_attr.grh.hop_limit = 1;
+    rtr.ah_attr.port_num = 1;
+    // STATE | AV | PATH_MTU | DEST_QPN | RQ_PSN | MAX_DEST_RD_ATOMIC | MIN_RNR_TIMER
+    modify(
+        &mut rtr,
+        IBV_QP_STATE
+            | (1 << 7)
+            | (1 << 8)
+            | IBV_QP_DEST_QPN
+            | (1 << 12)
+            | IBV_QP_MAX_DEST_RD_ATOMIC
+            | (1 << 15),
+        "RTR",
+    )?;
+    let mut rts = ibv_qp_attr {
+        qp_state: IBV_QPS_RTS,
+        timeout: 14,
+        retry_cnt: 7,
+        rnr_retry: 7,
+        sq_psn: 0,
+        max_rd_atomic: 1,
+        ..Default::default()
+    };
+    // STATE | TIMEOUT | RETRY_CNT | RNR_RETRY | SQ_PSN | MAX_QP_RD_ATOMIC
+    modify(
+        &mut rts,
+        IBV_QP_STATE | (1 << 9) | (1 << 10) | (1 << 11) | (1 << 16) | IBV_QP_MAX_QP_RD_ATOMIC,
+        "RTS",
+    )
+}
+
+/// Exchanges (qpn, gid, addr, rkey) over TCP; returns the peer's and the stream.
+fn exchange(a: &Args, mine: &[u8; 36]) -> Result<([u8; 36], TcpStream), String> {
+    let mut s = match &a.connect {
+        Some(host) => {
+            let deadline = Instant::now() + Duration::from_secs(20);
+            loop {
+                match TcpStream::connect((host.as_str(), a.port)) {
+                    Ok(s) => break s,
+                    Err(e) if Instant::now() > deadline => return Err(format!("connect: {e}")),
+                    Err(_) => std::thread::sleep(Duration::from_millis(100)),
+                }
+            }
+        }
+        None => {
+            let l = TcpListener::bind(("0.0.0.0", a.port)).map_err(|e| format!("listen: {e}"))?;
+            l.accept().map_err(|e| format!("accept: {e}"))?.0
+        }
+    };
+    s.write_all(mine).map_err(|e| e.to_string())?;
+    let mut peer = [0u8; 36];
+    s.read_exact(&mut peer).map_err(|e| e.to_string())?;
+    Ok((peer, s))
+}
+
+fn run() -> Result<String, String> {
+    let a = parse_args()?;
+    let v = Verbs::load()?;
+    let mut n = 0;
+    // SAFETY: plain libibverbs calls with valid arguments; results are checked.
+    let (ctx, pd, cq, qp) = unsafe {
+        let list = (v.get_device_list)(&mut n);
+        if list.is_null() || n == 0 {
+            return Err("no RDMA device".into());
+        }
+        let mut dev = std::ptr::null_mut();
+        for i in 0..n as usize {
+            let d = *list.add(i);
+            if CStr::from_ptr((v.get_device_name)(d)).to_string_lossy() == a.device {
+                dev = d;
+            }
+        }
+        if dev.is_null() {
+            return Err(format!("no device {}", a.device));
+        }
+        let ctx = (v.open_device)(dev);
+        let pd = if ctx.is_null() {
+            std::ptr::null_mut()
+        } else {
+            (v.alloc_pd)(ctx)
+        };
+        let cq = if pd.is_null() {
+            std::ptr::null_mut()
+        } else {
+            (v.create_cq)(ctx, 256, std::ptr::null_mut(), std::ptr::null_mut(), 0)
+        };
+        if cq.is_null() {
+            return Err("cannot open the device".into());
+        }
+        let mut attr = ibv_qp_init_attr {
+            qp_context: std::ptr::null_mut(),
+            send_cq: cq,
+            recv_cq: cq,
+            srq: std::ptr::null_mut(),
+            cap: ibv_qp_cap {
+                max_send_wr: 64,
+                max_recv_wr: 64,
+                max_send_sge: 1,
+                max_recv_sge: 1,
+                max_inline_data: 0,
+            },
+            qp_type: IBV_QPT_RC,
+            sq_sig_all: 0,
+        };
+        let qp = (v.create_qp)(pd, &mut attr);
+        if qp.is_null() {
+            return Err("cannot create a QP".into());
+        }
+        (ctx, pd, cq, qp)
+    };
+    // SAFETY: anonymous mapping, untouched; checked.
+    let buf = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            a.size as usize,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+            -1,
+            0,
+        )
+    };
+    if buf == libc::MAP_FAILED {
+        return Err("cannot map the region".into());
+    }
+    let t_reg = Instant::now();
+    let access = IBV_ACCESS_LOCAL_WRITE
+        | IBV_ACCESS_REMOTE_WRITE
+        | IBV_ACCESS_REMOTE_READ
+        | IBV_ACCESS_REMOTE_ATOMIC;
+    // SAFETY: a live PD and our mapping.
+    let mr = unsafe { (v.reg_mr)(pd, buf, a.size as usize, access as c_int) };
+    if mr.is_null() {
+        return Err(format!(
+            "ibv_reg_mr of {} bytes failed: {}",
+            a.size,
+            std::io::Error::last_os_error()
+        ));
+    }
+    let reg_ms = t_reg.elapsed().as_secs_f64() * 1e3;
+    // SAFETY: a live MR and QP.
+    let (lkey, rkey, qpn) = unsafe { ((*mr).lkey, (*mr).rkey, (*qp).qp_num) };
+    let mut gid = [0u8; 16];
+    // SAFETY: a live context; `gid` is 16 writable bytes.
+    if unsafe { (v.query_gid)(ctx, 1, a.gid_index, &mut gid) } != 0 {
+        return Err("ibv_query_gid failed".into());
+    }
+    let mut mine = [0u8; 36];
+    mine[0..4].copy_from_slice(&qpn.to_le_bytes());
+    mine[4..20].copy_from_slice(&gid);
+    mine[20..28].copy_from_slice(&(buf as u64).to_le_bytes());
+    mine[28..32].copy_from_slice(&rkey.to_le_bytes());
+    let (peer, mut stream) = exchange(&a, &mine)?;
+    let mut side = Side {
+        v,
+        qp,
+        cq,
+        buf: buf.cast(),
+        size: a.size,
+        lkey,
+        peer_addr: u64::from_le_bytes(peer[20..28].try_into().map_err(|_| "bad peer")?),
+        peer_rkey: u32::from_le_bytes(peer[28..32].try_into().map_err(|_| "bad peer")?),
+        vmpin_max: vm_pin(),
+    };
+    let mut peer_gid = [0u8; 16];
+    peer_gid.copy_from_slice(&peer[4..20]);
+    let peer_qpn = u32::from_le_bytes(peer[0..4].try_into().map_err(|_| "bad peer")?);
+    let ops = plan(a.seed, a.ops, a.size);
+    let sends: Vec<(u64, u64)> = ops
+        .iter()
+        .enumerate()
+        .filter_map(|(i, o)| match o {
+            Op::Send { len, .. } => Some((i as u64, *len)),
+            _ => None,
+        })
+        .collect();
+    let role = if a.connect.is_some() {
+        "client"
+    } else {
+        "server"
+    };
+    let mut moved = 0u64;
+    let started = Instant::now();
+    if a.connect.is_none() {
+        // The server receives every SEND at a random offset of its own and checks it.
+        let mut r = Rng(a.seed.rotate_left(17) | 1);
+        let mut offs = std::collections::VecDeque::new();
+        let depth = 4.min(sends.len() + 1);
+        let mut next_post = 0usize;
+        let total = sends.len() + 1; // + the final "done"
+        let post =
+            |side: &Side, r: &mut Rng, k: usize, offs: &mut std::collections::VecDeque<u64>| {
+                let off = 4096 + r.next() % (side.size - 4096 - MAX_LEN);
+                offs.push_back(off);
+                side.post_recv(k as u64, off, MAX_LEN)
+            };
+        // Receives can be posted once the QP left RESET; the client starts after "R".
+        connect_qp(&side, &a, peer_qpn, peer_gid)?;
+        while next_post < depth {
+            post(&side, &mut r, next_post, &mut offs)?;
+            next_post += 1;
+        }
+        stream.write_all(b"R").map_err(|e| e.to_string())?;
+        for k in 0..total {
+            let wc = side.wait(k as u64)?;
+            side.vmpin_max = side.vmpin_max.max(vm_pin());
+            let off = offs.pop_front().ok_or("receive bookkeeping")?;
+            if next_post < total {
+                post(&side, &mut r, next_post, &mut offs)?;
+                next_post += 1;
+            }
+            if k == sends.len() {
+                if wc.imm_data != u32::MAX.to_be() {
+                    return Err("the last message is not the end marker".into());
+                }
+                break;
+            }
+            let (i, len) = sends[k];
+            if wc.imm_data != (i as u32).to_be() || u64::from(wc.byte_len) != len {
+                return Err(format!(
+                    "SEND {k}: got op {} ({} bytes), expected op {i} ({len} bytes)",
+                    u32::from_be(wc.imm_data),
+                    wc.byte_len
+                ));
+            }
+            if !side.bytes(off, len).iter().copied().eq(pattern(i, len)) {
+                return Err(format!("SEND of op {i}: received bytes differ"));
+            }
+            moved += len;
+        }
+    } else {
+        connect_qp(&side, &a, peer_qpn, peer_gid)?;
+        let mut ready = [0u8; 1];
+        stream.read_exact(&mut ready).map_err(|e| e.to_string())?;
+        let mut adds = 0u64;
+        for (i, op) in ops.iter().enumerate() {
+            let i = i as u64;
+            side.vmpin_max = side.vmpin_max.max(vm_pin());
+            match *op {
+                Op::WriteRead { lo, ro, so, len } => {
+                    for (b, p) in side.bytes(lo, len).iter_mut().zip(pattern(i, len)) {
+                        *b = p;
+                    }
+                    let mut s = ibv_sge {
+                        addr: side.buf as u64 + lo,
+                        length: len as u32,
+                        lkey,
+                    };
+                    let mut w = side.rdma(IBV_WR_RDMA_WRITE, 2 * i, ro);
+                    w.sg_list = &mut s;
+                    w.num_sge = 1;
+                    side.post_send(&mut w)?;
+                    side.wait(2 * i)?;
+                    let mut s = ibv_sge {
+                        addr: side.buf as u64 + so,
+                        length: len as u32,
+                        lkey,
+                    };
+                    let mut w = side.rdma(IBV_WR_RDMA_READ, 2 * i + 1, ro);
+                    w.sg_list = &mut s;
+                    w.num_sge = 1;
+                    side.post_send(&mut w)?;
+                    side.wait(2 * i + 1)?;
+                    if !side.bytes(so, len).iter().copied().eq(pattern(i, len)) {
+                        return Err(format!("op {i}: bytes read back differ from those written"));
+                    }
+                    moved += 2 * len;
+                }
+                Op::Send { lo, len } => {
+                    for (b, p) in side.bytes(lo, len).iter_mut().zip(pattern(i, len)) {
+                        *b = p;
+                    }
+                    let mut s = ibv_sge {
+                        addr: side.buf as u64 + lo,
+                        length: len as u32,
+                        lkey,
+                    };
+                    let mut w = ibv_send_wr::zeroed();
+                    w.wr_id = 2 * i;
+                    w.opcode = IBV_WR_SEND_WITH_IMM;
+                    w.imm_data = (i as u32).to_be();
+                    w.send_flags = IBV_SEND_SIGNALED;
+                    w.sg_list = &mut s;
+                    w.num_sge = 1;
+                    side.post_send(&mut w)?;
+                    side.wait(2 * i)?;
+                    moved += len;
+                }
+                Op::Add => {
+                    let mut s = ibv_sge {
+                        addr: side.buf as u64 + 64,
+                        length: 8,
+                        lkey,
+                    };
+                    let mut w = ibv_send_wr::zeroed();
+                    w.wr_id = 2 * i;
+                    w.opcode = IBV_WR_ATOMIC_FETCH_AND_ADD;
+                    w.send_flags = IBV_SEND_SIGNALED;
+                    w.sg_list = &mut s;
+                    w.num_sge = 1;
+                    w.set_atomic(side.peer_addr + COUNTER, 1, 0, side.peer_rkey);
+                    side.post_send(&mut w)?;
+                    side.wait(2 * i)?;
+                    let old = u64::from_le_bytes(side.bytes(64, 8).try_into().map_err(|_| "x")?);
+                    if old != adds {
+                        return Err(format!("fetch-and-add {adds} returned {old}"));
+                    }
+                    adds += 1;
+                }
+            }
+        }
+        // Read the counter back: every add landed exactly once.
+        let mut s = ibv_sge {
+            addr: side.buf as u64 + 128,
+            length: 8,
+            lkey,
+        };
+        let mut w = side.rdma(IBV_WR_RDMA_READ, u64::MAX - 1, COUNTER);
+        w.sg_list = &mut s;
+        w.num_sge = 1;
+        side.post_send(&mut w)?;
+        side.wait(u64::MAX - 1)?;
+        let counter = u64::from_le_bytes(side.bytes(128, 8).try_into().map_err(|_| "x")?);
+        if counter != adds {
+            return Err(format!("remote counter is {counter} after {adds} adds"));
+        }
+        // The end marker.
+        let mut w = ibv_send_wr::zeroed();
+        w.wr_id = u64::MAX;
+        w.opcode = IBV_WR_SEND_WITH_IMM;
+        w.imm_data = u32::MAX.to_be();
+        w.send_flags = IBV_SEND_SIGNALED;
+        side.post_send(&mut w)?;
+        side.wait(u64::MAX)?;
+    }
+    side.vmpin_max = side.vmpin_max.max(vm_pin());
+    let secs = started.elapsed().as_secs_f64();
+    // The library's own view of this process (its status page), if it is active.
+    let lib = std::env::var_os("NPRDMA_STATUS_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| nprdma::config::default_status_dir(nprdma::config::current_uid()))
+        .join(format!("{}.status", std::process::id()));
+    let report = nprdma::status::read_file(&lib).ok();
+    let mut line = format!(
+        "STRESS {role}: ops={} bytes_verified={moved} time={secs:.1}s reg_1st={reg_ms:.2}ms vmpin_max={} budget={}",
+        a.ops, side.vmpin_max, a.budget
+    );
+    if let Some(r) = &report {
+        line.push_str(&format!(
+            " lib_pinned_peak={} lib_registered={} window_registrations={} evictions={} leases_granted={} remote_requests={}",
+            r.pinned_peak, r.registered_bytes, r.window_registrations, r.evictions, r.leases_granted, r.remote_requests
+        ));
+    }
+    if side.vmpin_max > a.budget {
+        return Err(format!(
+            "{line}\nVmPin reached {} bytes, above the budget",
+            side.vmpin_max
+        ));
+    }
+    match report {
+        Some(r) if r.pinned_peak > a.budget => Err(format!(
+            "{line}\nthe library counted {} pinned bytes, above the budget",
+            r.pinned_peak
+        )),
+        Some(r) if r.registered_bytes < a.size => Err(format!(
+            "{line}\nthe library does not see the region as unpinned"
+        )),
+        None if std::env::var_os("LD_PRELOAD").is_some() => Err(format!(
+            "{line}\nthe library is preloaded but left no status page"
+        )),
+        _ => {
+            // SAFETY: a live MR; the process exits next, which closes the device.
+            unsafe { (side.v.dereg_mr)(mr) };
+            Ok(line)
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    match run() {
+        Ok(line) => {
+            println!("{line}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("STRESS FAILED: {e}");
+            println!("STRESS FAILED: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plan_is_deterministic_and_in_bounds() {
+        let a = plan(42, 500, 1 << 30);
+        assert!(a == plan(42, 500, 1 << 30), "same seed, same plan");
+        assert!(a != plan(100, 500, 1 << 30), "another seed, another plan");
+        for op in &a {
+            if let Op::WriteRead { lo, ro, so, len } = *op {
+                assert!((1..=MAX_LEN).contains(&len));
+                for o in [lo, ro, so] {
+                    assert!(o >= 4096 && o + len <= 1 << 30);
+                }
+            }
+        }
+        assert!(a.iter().any(|o| matches!(o, Op::Send { .. })));
+        assert!(a.iter().any(|o| matches!(o, Op::Add)));
+    }
+
+    #[test]
+    fn patterns_differ_per_operation() {
+        assert!(!pattern(1, 64).eq(pattern(2, 64)));
+        assert!(pattern(5, 100).eq(pattern(5, 100)));
+    }
+}

@@ -1,0 +1,247 @@
+//! Configuration from the environment, read once per process.
+//!
+//! | variable | meaning | default |
+//! |---|---|---|
+//! | `NPRDMA` | `on`, or `off` for pass-through (the library steps aside completely) | `on` |
+//! | `NPRDMA_PIN_BUDGET` | bytes the library may keep pinned (`K`/`M`/`G` suffixes) | 64 MiB, lowered to `RLIMIT_MEMLOCK` when that is smaller |
+//! | `NPRDMA_WINDOW` | size of a registration window, a power of two ≥ 4 KiB | 1 MiB |
+//! | `NPRDMA_REMOTE_TIMEOUT_MS` | how long a requester waits for a peer's directory | 5000 |
+//! | `NPRDMA_LOG` | `0` silences the library's stderr log | `1` |
+//! | `NPRDMA_STATUS_DIR` | where the per-process status file lives | `/dev/shm/nprdma-<uid>` |
+
+use std::path::PathBuf;
+
+use crate::error::{ConnectxError, Result};
+
+/// Default pinned-memory budget.
+pub const DEFAULT_BUDGET: u64 = 64 << 20;
+/// Default window size.
+pub const DEFAULT_WINDOW: u64 = 1 << 20;
+/// Smallest window: one page.
+pub const MIN_WINDOW: u64 = 4096;
+
+/// Whether the library does anything.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// Registrations are virtual; windows are pinned on demand under the budget.
+    Unpinned,
+    /// `NPRDMA=off`: every call goes straight to libibverbs.
+    Off,
+}
+
+/// The library's settings.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Config {
+    /// Active mode.
+    pub mode: Mode,
+    /// Pinned-memory budget in bytes.
+    pub budget: u64,
+    /// Where the budget came from (for the log and doctor).
+    pub budget_source: &'static str,
+    /// Window size in bytes (power of two).
+    pub window: u64,
+    /// Remote directory deadline.
+    pub remote_timeout_ms: u64,
+    /// Whether to log to stderr.
+    pub log: bool,
+    /// Status directory.
+    pub status_dir: PathBuf,
+}
+
+impl Config {
+    /// Reads the configuration through `get` (the process environment in the library, a map
+    /// in tests). `memlock` is `RLIMIT_MEMLOCK`'s soft limit, `None` when unlimited.
+    pub fn from_lookup(
+        get: impl Fn(&str) -> Option<String>,
+        memlock: Option<u64>,
+        uid: u32,
+    ) -> Result<Self> {
+        let mode = match get("NPRDMA").as_deref().map(str::trim) {
+            None | Some("") | Some("on") | Some("1") => Mode::Unpinned,
+            Some("off") | Some("0") => Mode::Off,
+            Some(other) => {
+                return Err(ConnectxError::Config {
+                    name: "NPRDMA",
+                    value: other.to_string(),
+                    why: "use on or off",
+                });
+            }
+        };
+        let (budget, budget_source) = match get("NPRDMA_PIN_BUDGET") {
+            Some(v) => (parse_size("NPRDMA_PIN_BUDGET", &v)?, "NPRDMA_PIN_BUDGET"),
+            None => match memlock {
+                Some(limit) if limit < DEFAULT_BUDGET => (limit, "RLIMIT_MEMLOCK"),
+                _ => (DEFAULT_BUDGET, "default"),
+            },
+        };
+        if budget < 4 * MIN_WINDOW {
+            return Err(ConnectxError::Config {
+                name: "NPRDMA_PIN_BUDGET",
+                value: budget.to_string(),
+                why: "must be at least 16 KiB",
+            });
+        }
+        let window = match get("NPRDMA_WINDOW") {
+            Some(v) => parse_size("NPRDMA_WINDOW", &v)?,
+            None => DEFAULT_WINDOW,
+        };
+        if !window.is_power_of_two() || window < MIN_WINDOW {
+            return Err(ConnectxError::Config {
+                name: "NPRDMA_WINDOW",
+                value: window.to_string(),
+                why: "must be a power of two of at least 4096",
+            });
+        }
+        // A window larger than a quarter of the budget would leave no room to evict into.
+        let window = window.min(prev_power_of_two(budget / 4)).max(MIN_WINDOW);
+        let remote_timeout_ms = match get("NPRDMA_REMOTE_TIMEOUT_MS") {
+            Some(v) => v.trim().parse::<u64>().map_err(|_| ConnectxError::Config {
+                name: "NPRDMA_REMOTE_TIMEOUT_MS",
+                value: v.clone(),
+                why: "a whole number of milliseconds",
+            })?,
+            None => 5000,
+        };
+        let log = !matches!(get("NPRDMA_LOG").as_deref().map(str::trim), Some("0"));
+        let status_dir = get("NPRDMA_STATUS_DIR")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| default_status_dir(uid));
+        Ok(Self {
+            mode,
+            budget,
+            budget_source,
+            window,
+            remote_timeout_ms,
+            log,
+            status_dir,
+        })
+    }
+
+    /// The process's configuration: environment, `RLIMIT_MEMLOCK` and uid.
+    pub fn from_env() -> Result<Self> {
+        Self::from_lookup(|k| std::env::var(k).ok(), memlock_limit(), current_uid())
+    }
+
+    /// A configuration for tests: unpinned, the given budget and window, log off.
+    pub fn for_tests(budget: u64, window: u64) -> Self {
+        Self {
+            mode: Mode::Unpinned,
+            budget,
+            budget_source: "test",
+            window,
+            remote_timeout_ms: 5000,
+            log: false,
+            status_dir: std::env::temp_dir().join("nprdma-test-status"),
+        }
+    }
+}
+
+/// The default status directory for `uid`.
+pub fn default_status_dir(uid: u32) -> PathBuf {
+    PathBuf::from(format!("/dev/shm/nprdma-{uid}"))
+}
+
+/// The real uid of this process.
+pub fn current_uid() -> u32 {
+    // SAFETY: getuid has no preconditions and cannot fail.
+    unsafe { libc::getuid() }
+}
+
+fn memlock_limit() -> Option<u64> {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: `lim` is a valid, writable rlimit for the duration of the call.
+    let rc = unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut lim) };
+    if rc != 0 || lim.rlim_cur == libc::RLIM_INFINITY {
+        None
+    } else {
+        Some(lim.rlim_cur)
+    }
+}
+
+fn prev_power_of_two(x: u64) -> u64 {
+    if x == 0 {
+        0
+    } else {
+        1 << (63 - x.leading_zeros())
+    }
+}
+
+/// Parses `123`, `64K`, `16M`, `1G` (binary multiples).
+pub fn parse_size(name: &'static str, value: &str) -> Result<u64> {
+    let v = value.trim();
+    let bad = || ConnectxError::Config {
+        name,
+        value: value.to_string(),
+        why: "a size in bytes, optionally with K, M or G",
+    };
+    let (digits, shift) = match v.char_indices().last() {
+        Some((i, 'k' | 'K')) => (&v[..i], 10),
+        Some((i, 'm' | 'M')) => (&v[..i], 20),
+        Some((i, 'g' | 'G')) => (&v[..i], 30),
+        Some(_) => (v, 0),
+        None => return Err(bad()),
+    };
+    let n: u64 = digits.trim().parse().map_err(|_| bad())?;
+    n.checked_mul(1u64 << shift).ok_or_else(bad)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn cfg(vars: &[(&str, &str)], memlock: Option<u64>) -> Result<Config> {
+        let map: HashMap<String, String> = vars
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        Config::from_lookup(|k| map.get(k).cloned(), memlock, 1000)
+    }
+
+    #[test]
+    fn defaults_and_memlock_cap() {
+        let c = cfg(&[], None).unwrap();
+        assert_eq!(c.mode, Mode::Unpinned);
+        assert_eq!(c.budget, 64 << 20);
+        assert_eq!(c.window, 1 << 20);
+        assert_eq!(c.status_dir, PathBuf::from("/dev/shm/nprdma-1000"));
+        // Debian's default RLIMIT_MEMLOCK is 8 MiB: the budget follows it.
+        let c = cfg(&[], Some(8 << 20)).unwrap();
+        assert_eq!((c.budget, c.budget_source), (8 << 20, "RLIMIT_MEMLOCK"));
+        // An explicit budget wins.
+        let c = cfg(&[("NPRDMA_PIN_BUDGET", "16M")], Some(8 << 20)).unwrap();
+        assert_eq!(c.budget, 16 << 20);
+    }
+
+    #[test]
+    fn off_and_bad_values() {
+        assert_eq!(cfg(&[("NPRDMA", "off")], None).unwrap().mode, Mode::Off);
+        assert_eq!(cfg(&[("NPRDMA", "bogus")], None).unwrap_err().code(), 1);
+        assert!(cfg(&[("NPRDMA_WINDOW", "5000")], None).is_err());
+        assert!(cfg(&[("NPRDMA_PIN_BUDGET", "1K")], None).is_err());
+        assert!(cfg(&[("NPRDMA_PIN_BUDGET", "x")], None).is_err());
+        assert!(cfg(&[("NPRDMA_PIN_BUDGET", "99999999999G")], None).is_err());
+    }
+
+    #[test]
+    fn window_is_capped_to_a_quarter_of_the_budget() {
+        let c = cfg(
+            &[("NPRDMA_PIN_BUDGET", "1M"), ("NPRDMA_WINDOW", "1M")],
+            None,
+        )
+        .unwrap();
+        assert_eq!(c.window, 256 << 10);
+    }
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("X", "4096").unwrap(), 4096);
+        assert_eq!(parse_size("X", "64k").unwrap(), 65536);
+        assert_eq!(parse_size("X", " 2G ").unwrap(), 2 << 30);
+        assert!(parse_size("X", "").is_err());
+        assert!(parse_size("X", "M").is_err());
+    }
+}

@@ -1,0 +1,2169 @@
+//! The library's state and everything that happens between an application's verbs call and the
+//! provider: virtual registrations, the window cache, QP and CQ records, work-request
+//! translation and completion rewriting. The design is docs/connectx.md.
+//!
+//! Locking order (never taken in the other direction): a QP's `send` lock → a CQ's lock → a
+//! queue's tracker lock → the engine's `state` lock → the registry.
+
+use core::ffi::{c_int, c_void};
+use std::cell::Cell;
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use crate::completion::{Origin, Outcome, RecvTracker, SendTracker, WinList};
+use crate::config::{Config, Mode};
+use crate::directory::{DirHeader, DmaBuf, LeaseBook};
+use crate::fasthash::FastMap;
+use crate::real::RealVerbs;
+use crate::registry;
+use crate::remote::RemoteRegion;
+use crate::status::{Counters, PageStore};
+use crate::sys::*;
+use crate::translate::{Geometry, PlanError, PlannedRemote, PlannedSge, RemoteClass, SgeClass};
+use crate::window::{CacheError, Keys, RegionId, Registrar, WindowCache, WindowId, WindowSpec};
+
+/// Bit 63 of a provider `wr_id` marks a receive (an error completion has no valid opcode, so
+/// the queue must be told from the id).
+pub(crate) const RECV_TAG: u64 = 1 << 63;
+/// Extra send queue entries per QP for the library's own work requests and for splits.
+const SQ_RESERVE: u32 = 16;
+/// Directory entries a region may have (its directory stays ≤ 1 MiB + 8 KiB).
+const MAX_WINDOWS_PER_REGION: u64 = 1 << 17;
+
+thread_local! {
+    static IN_REAL: Cell<u32> = const { Cell::new(0) };
+}
+
+/// Marks the current thread as inside a call into libibverbs: hooks entered meanwhile (the
+/// real `ibv_reg_mr` jumps through the PLT to `ibv_reg_mr_iova2`, which is ours) pass straight
+/// through.
+pub(crate) struct RealCall;
+
+impl RealCall {
+    /// Enters.
+    pub(crate) fn enter() -> Self {
+        IN_REAL.with(|c| c.set(c.get() + 1));
+        RealCall
+    }
+}
+
+impl Drop for RealCall {
+    fn drop(&mut self) {
+        IN_REAL.with(|c| c.set(c.get().saturating_sub(1)));
+    }
+}
+
+/// Whether this thread is inside a real libibverbs call.
+pub(crate) fn in_real_call() -> bool {
+    IN_REAL.with(|c| c.get() > 0)
+}
+
+/// Sets `errno`.
+pub(crate) fn set_errno(e: c_int) {
+    // SAFETY: __errno_location returns this thread's errno slot.
+    unsafe { *libc::__errno_location() = e };
+}
+
+/// Reads `errno`.
+pub(crate) fn errno() -> c_int {
+    // SAFETY: as above.
+    unsafe { *libc::__errno_location() }
+}
+
+/// What a device can do, read once when its context is opened.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct DevCaps {
+    pub max_sge: u32,
+    pub max_qp_wr: u32,
+    pub atomics: bool,
+}
+
+/// An opened device context.
+pub(crate) struct CtxRec {
+    pub engine: Arc<Engine>,
+    pub ctx: usize,
+    pub orig: ibv_context_ops,
+    pub orig_create_qp_ex: Option<CreateQpExFn>,
+    pub vctx: usize,
+    pub caps: DevCaps,
+    /// Why this context is in pass-through, if it is (set once; read on every post).
+    pub passthrough: std::sync::OnceLock<&'static str>,
+}
+
+// SAFETY: the saved operations are function pointers and opaque provider pointers that are
+// never written after the context is opened; the rest is Sync.
+unsafe impl Send for CtxRec {}
+// SAFETY: as above.
+unsafe impl Sync for CtxRec {}
+
+impl CtxRec {
+    pub(crate) fn passthrough(&self) -> Option<&'static str> {
+        self.passthrough.get().copied()
+    }
+}
+
+/// A virtual region: one application registration.
+pub(crate) struct Region {
+    pub id: RegionId,
+    pub ctx: usize,
+    pub pd: usize,
+    pub va: u64,
+    pub len: u64,
+    pub iova: u64,
+    pub access: u32,
+    pub geom: Geometry,
+    pub header: DirHeader,
+    pub dir: DmaBuf,
+    pub dir_mr: usize,
+    pub dir_pinned: u64,
+    pub leases: LeaseBook,
+    pub generation: u64,
+    pub stall_since: Option<Instant>,
+}
+
+impl Region {
+    /// Where window `index` lies.
+    pub(crate) fn window_spec(&self, index: u64) -> WindowSpec {
+        let (start, end) = self.geom.window_range(index);
+        WindowSpec {
+            va: self.va.wrapping_add(start - self.iova),
+            iova: start,
+            len: end - start,
+        }
+    }
+
+    /// An address past the directory: an SGE or remote address pointed here with the region's
+    /// key fails the NIC's bounds check, exactly like an out-of-region access on plain verbs.
+    pub(crate) fn poison_addr(&self) -> u64 {
+        self.dir.len() as u64
+    }
+}
+
+/// Everything behind the engine's lock.
+pub(crate) struct State {
+    pub regions: FastMap<RegionId, Region>,
+    pub by_mr: FastMap<usize, RegionId>,
+    pub by_lkey: FastMap<(usize, u32), RegionId>,
+    pub passthrough_mrs: FastMap<usize, u64>,
+    pub cache: WindowCache,
+    pub next_region: RegionId,
+    /// Bytes of windows leased to peers.
+    pub leased_bytes: u64,
+}
+
+/// The provider side of the window cache.
+pub(crate) struct Provider<'a> {
+    pub real: &'a RealVerbs,
+    pub regions: &'a FastMap<RegionId, Region>,
+}
+
+impl Registrar for Provider<'_> {
+    fn register(&mut self, id: WindowId, spec: &WindowSpec) -> Result<Keys, i32> {
+        let r = self.regions.get(&id.region).ok_or(libc::EINVAL)?;
+        let _g = RealCall::enter();
+        set_errno(0);
+        // SAFETY: `r.pd` is the live PD the application registered the region in; the window
+        // lies inside the region, which the application keeps mapped while it is registered.
+        let mr = unsafe {
+            (self.real.reg_mr_iova2)(
+                r.pd as *mut ibv_pd,
+                spec.va as *mut c_void,
+                spec.len as usize,
+                spec.iova,
+                r.access,
+            )
+        };
+        if mr.is_null() {
+            let e = errno();
+            return Err(if e == 0 { libc::ENOMEM } else { e });
+        }
+        // SAFETY: the provider returned a valid MR.
+        let (lkey, rkey) = unsafe { ((*mr).lkey, (*mr).rkey) };
+        Ok(Keys {
+            lkey,
+            rkey,
+            handle: mr as usize,
+        })
+    }
+
+    fn deregister(&mut self, _id: WindowId, keys: &Keys) {
+        let _g = RealCall::enter();
+        // SAFETY: `handle` is an MR this cache registered and has not deregistered.
+        unsafe {
+            (self.real.dereg_mr)(keys.handle as *mut ibv_mr);
+        }
+    }
+
+    fn evicting(&mut self, id: WindowId) {
+        if let Some(r) = self.regions.get(&id.region)
+            && r.header.exported
+        {
+            r.dir.store(r.header.entry_off(id.index), 0);
+        }
+    }
+}
+
+/// Locks a mutex, ignoring poisoning (a panic elsewhere must not wedge every later call).
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    match m.lock() {
+        Ok(g) => g,
+        Err(p) => p.into_inner(),
+    }
+}
+
+/// The library instance: one per process in the preloaded library, one per test otherwise.
+pub struct Engine {
+    pub(crate) real: RealVerbs,
+    pub(crate) cfg: Config,
+    pub(crate) state: Mutex<State>,
+    pub(crate) status: PageStore,
+    helper_started: AtomicBool,
+    pub(crate) stop: AtomicBool,
+}
+
+impl std::fmt::Debug for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine").field("cfg", &self.cfg).finish()
+    }
+}
+
+impl Engine {
+    /// An engine over `real` with configuration `cfg`, counting into `status`.
+    pub fn new(real: RealVerbs, cfg: Config, status: PageStore) -> Arc<Self> {
+        Arc::new(Self {
+            real,
+            state: Mutex::new(State {
+                regions: FastMap::default(),
+                by_mr: FastMap::default(),
+                by_lkey: FastMap::default(),
+                passthrough_mrs: FastMap::default(),
+                cache: WindowCache::new(cfg.budget),
+                next_region: 1,
+                leased_bytes: 0,
+            }),
+            cfg,
+            status,
+            helper_started: AtomicBool::new(false),
+            stop: AtomicBool::new(false),
+        })
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &Config {
+        &self.cfg
+    }
+
+    /// The counters.
+    pub fn counters(&self) -> &Counters {
+        &self.status.page().counters
+    }
+
+    /// The status page (counters, reasons).
+    pub fn status(&self) -> &PageStore {
+        &self.status
+    }
+
+    /// Logs a pass-through (or other notable) reason once and records it for doctor.
+    pub(crate) fn note(&self, reason: &str) {
+        if crate::log::once(reason) {
+            self.status.page().add_reason(reason);
+        }
+    }
+
+    /// Publishes the cache's gauges to the status page.
+    pub(crate) fn publish(&self, st: &State) {
+        let page = self.status.page();
+        page.set_pinned(st.cache.pinned());
+        // The cache's own peak also covers moments between two publications.
+        page.counters
+            .pinned_peak
+            .fetch_max(st.cache.peak(), Ordering::Relaxed);
+        let c = &page.counters;
+        c.windows.store(st.cache.len() as u64, Ordering::Relaxed);
+        let s = st.cache.stats();
+        c.window_registrations
+            .store(s.registrations, Ordering::Relaxed);
+        c.evictions.store(s.evictions, Ordering::Relaxed);
+        c.regions.store(st.regions.len() as u64, Ordering::Relaxed);
+    }
+
+    /// Ends in-flight uses of windows.
+    pub(crate) fn release(&self, windows: &WinList) {
+        if windows.is_empty() {
+            return;
+        }
+        let mut st = lock(&self.state);
+        for w in windows.iter() {
+            st.cache.release(w);
+        }
+    }
+
+    /// Starts the helper thread that serves peers' lease requests (once).
+    pub(crate) fn ensure_helper(self: &Arc<Self>) {
+        if self.helper_started.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let weak = Arc::downgrade(self);
+        let spawned = std::thread::Builder::new()
+            .name("nprdma-helper".into())
+            .spawn(move || crate::remote::helper_loop(weak));
+        if spawned.is_err() {
+            self.helper_started.store(false, Ordering::Release);
+            self.note("could not start the helper thread: peers cannot reach unpinned memory");
+        }
+    }
+
+    // ---------------------------------------------------------------- contexts
+
+    /// Called after the provider opened `ctx`: saves and wraps its data-path operations.
+    ///
+    /// # Safety
+    /// `ctx` is a context the provider just returned, not yet used by the application.
+    pub(crate) unsafe fn on_open(self: &Arc<Self>, ctx: *mut ibv_context) {
+        if ctx.is_null() || self.cfg.mode == Mode::Off {
+            return;
+        }
+        let mut attr = ibv_device_attr::zeroed();
+        let rc = {
+            let _g = RealCall::enter();
+            // SAFETY: live context; `attr` is writable.
+            unsafe { (self.real.query_device)(ctx, &mut attr) }
+        };
+        let caps = if rc == 0 {
+            DevCaps {
+                max_sge: attr.max_sge.max(1) as u32,
+                max_qp_wr: attr.max_qp_wr.max(1) as u32,
+                atomics: attr.atomic_cap != IBV_ATOMIC_NONE,
+            }
+        } else {
+            DevCaps {
+                max_sge: 1,
+                max_qp_wr: 1,
+                atomics: false,
+            }
+        };
+        // SAFETY: live context.
+        let c = unsafe { &mut *ctx };
+        let orig = c.ops;
+        let (vctx, orig_create_qp_ex) = if c.abi_compat == VERBS_ABI_IS_EXTENDED {
+            let off = core::mem::offset_of!(verbs_context, context);
+            // SAFETY: an extended context is the last field of its verbs_context (verbs.h
+            // verbs_get_ctx), so the verbs_context starts `off` bytes before it.
+            let v = unsafe { &mut *(ctx.cast::<u8>().sub(off).cast::<verbs_context>()) };
+            let needed = core::mem::size_of::<verbs_context>()
+                - core::mem::offset_of!(verbs_context, create_qp_ex);
+            if v.sz >= needed {
+                (v as *mut verbs_context as usize, v.create_qp_ex)
+            } else {
+                (0, None)
+            }
+        } else {
+            (0, None)
+        };
+        let rec = Arc::new(CtxRec {
+            engine: self.clone(),
+            ctx: ctx as usize,
+            orig,
+            orig_create_qp_ex,
+            vctx,
+            caps,
+            passthrough: std::sync::OnceLock::new(),
+        });
+        if !caps.atomics {
+            self.note("device has no atomics: regions with remote access are registered in pass-through (pinned)");
+        }
+        registry::add_ctx(rec);
+        c.ops.post_send = Some(crate::ops::wrapped_post_send);
+        c.ops.post_recv = Some(crate::ops::wrapped_post_recv);
+        c.ops.poll_cq = Some(crate::ops::wrapped_poll_cq);
+        c.ops.post_srq_recv = orig
+            .post_srq_recv
+            .map(|_| crate::ops::wrapped_post_srq_recv as PostSrqRecvFn);
+        if vctx != 0 && orig_create_qp_ex.is_some() {
+            // SAFETY: checked above that the verbs_context is large enough to hold this field.
+            unsafe {
+                (*(vctx as *mut verbs_context)).create_qp_ex =
+                    Some(crate::ops::wrapped_create_qp_ex);
+            }
+        }
+    }
+
+    /// Called before the provider closes `ctx`: restores its operations.
+    ///
+    /// # Safety
+    /// `ctx` is a live context about to be closed.
+    pub(crate) unsafe fn on_close(&self, ctx: *mut ibv_context) {
+        if let Some(rec) = registry::remove_ctx(ctx as usize) {
+            // SAFETY: still live (closed after this returns).
+            unsafe {
+                (*ctx).ops = rec.orig;
+                if rec.vctx != 0 {
+                    (*(rec.vctx as *mut verbs_context)).create_qp_ex = rec.orig_create_qp_ex;
+                }
+            }
+        }
+    }
+
+    // ---------------------------------------------------------------- registration
+
+    /// `ibv_reg_mr*` for a context we manage. Returns the MR the application sees, or NULL
+    /// with errno set.
+    ///
+    /// # Safety
+    /// `pd` is a live PD of a context opened through the library.
+    pub(crate) unsafe fn reg_mr(
+        self: &Arc<Self>,
+        rec: &CtxRec,
+        pd: *mut ibv_pd,
+        addr: *mut c_void,
+        len: usize,
+        iova: u64,
+        access: u32,
+    ) -> *mut ibv_mr {
+        let passthrough = |why: &str| -> *mut ibv_mr {
+            self.note(why);
+            // SAFETY: forwarded unchanged.
+            unsafe { self.real_reg(pd, addr, len, iova, access) }
+        };
+        if let Some(why) = rec.passthrough() {
+            return passthrough(why);
+        }
+        if access & IBV_ACCESS_ON_DEMAND != 0 {
+            return passthrough(
+                "ODP region (IBV_ACCESS_ON_DEMAND) is already unpinned: pass-through",
+            );
+        }
+        if access & IBV_ACCESS_MW_BIND != 0 {
+            return passthrough(
+                "region with IBV_ACCESS_MW_BIND: memory windows need the real MR: pass-through",
+            );
+        }
+        if access & IBV_ACCESS_ZERO_BASED != 0 {
+            return passthrough("zero-based region (IBV_ACCESS_ZERO_BASED): pass-through");
+        }
+        let exported = access
+            & (IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)
+            != 0;
+        if exported && !rec.caps.atomics {
+            return passthrough(
+                "device has no atomics: regions with remote access are registered in pass-through (pinned)",
+            );
+        }
+        // The checks plain verbs makes (ibv_reg_mr(3)): remote write/atomic need local write.
+        if access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC) != 0
+            && access & IBV_ACCESS_LOCAL_WRITE == 0
+        {
+            set_errno(libc::EINVAL);
+            return core::ptr::null_mut();
+        }
+        let va = addr as u64;
+        let len64 = len as u64;
+        if len == 0 || va.checked_add(len64).is_none() || iova.checked_add(len64).is_none() {
+            set_errno(libc::EINVAL);
+            return core::ptr::null_mut();
+        }
+        if !range_is_mapped(va, len64, access & IBV_ACCESS_LOCAL_WRITE != 0) {
+            set_errno(libc::EFAULT);
+            return core::ptr::null_mut();
+        }
+
+        // Window size: the configured one, or larger so that the directory stays bounded.
+        let mut shift = self.cfg.window.trailing_zeros();
+        while len64.div_ceil(1 << shift) + 1 > MAX_WINDOWS_PER_REGION {
+            shift += 1;
+        }
+        let geom = Geometry {
+            iova,
+            len: len64,
+            window_shift: shift,
+        };
+        let mut header = DirHeader::for_region(
+            exported,
+            iova,
+            len64,
+            shift as u8,
+            geom.window_count() as u32,
+        );
+        header.instance = random_u64();
+        if iova < header.dir_len.next_multiple_of(4096) {
+            return passthrough(
+                "region whose IOVA range overlaps the directory at IOVA 0: pass-through",
+            );
+        }
+        let Some(dir) = DmaBuf::new(header.dir_len as usize) else {
+            set_errno(libc::ENOMEM);
+            return core::ptr::null_mut();
+        };
+        // Peers aim out-of-region accesses at `dir_len`: it must be the registered length.
+        header.dir_len = dir.len() as u64;
+        dir.write(0, &header.encode());
+        let dir_pinned = dir.len() as u64;
+
+        let mut st = lock(&self.state);
+        {
+            let State { regions, cache, .. } = &mut *st;
+            let mut prov = Provider {
+                real: &self.real,
+                regions,
+            };
+            if cache.charge_fixed(dir_pinned, &mut prov).is_err() {
+                set_errno(libc::ENOMEM);
+                return core::ptr::null_mut();
+            }
+        }
+        let dir_access = if exported {
+            IBV_ACCESS_LOCAL_WRITE
+                | IBV_ACCESS_REMOTE_READ
+                | IBV_ACCESS_REMOTE_WRITE
+                | IBV_ACCESS_REMOTE_ATOMIC
+        } else {
+            IBV_ACCESS_LOCAL_WRITE
+        };
+        let mr = {
+            let _g = RealCall::enter();
+            // SAFETY: `dir` is our own mapping of `dir.len()` bytes; registered at IOVA 0.
+            unsafe { (self.real.reg_mr_iova2)(pd, dir.as_ptr().cast(), dir.len(), 0, dir_access) }
+        };
+        if mr.is_null() {
+            let e = errno();
+            st.cache.uncharge_fixed(dir_pinned);
+            set_errno(if e == 0 { libc::ENOMEM } else { e });
+            return core::ptr::null_mut();
+        }
+        // SAFETY: the provider returned a valid MR; the application sees its addr/length as the
+        // region's (restored before the real deregistration, which reads them).
+        let lkey = unsafe {
+            (*mr).addr = addr;
+            (*mr).length = len;
+            (*mr).lkey
+        };
+        let id = st.next_region;
+        st.next_region += 1;
+        st.regions.insert(
+            id,
+            Region {
+                id,
+                ctx: rec.ctx,
+                pd: pd as usize,
+                va,
+                len: len64,
+                iova,
+                access,
+                geom,
+                header,
+                dir,
+                dir_mr: mr as usize,
+                dir_pinned,
+                leases: LeaseBook::new(usize::from(header.lease_cap)),
+                generation: 0,
+                stall_since: None,
+            },
+        );
+        st.by_mr.insert(mr as usize, id);
+        st.by_lkey.insert((rec.ctx, lkey), id);
+        self.counters()
+            .registered_bytes
+            .fetch_add(len64, Ordering::Relaxed);
+        self.publish(&st);
+        drop(st);
+        if exported {
+            self.ensure_helper();
+        }
+        mr
+    }
+
+    /// Registers in pass-through, counting the bytes.
+    ///
+    /// # Safety
+    /// As `ibv_reg_mr_iova2`.
+    pub(crate) unsafe fn real_reg(
+        &self,
+        pd: *mut ibv_pd,
+        addr: *mut c_void,
+        len: usize,
+        iova: u64,
+        access: u32,
+    ) -> *mut ibv_mr {
+        let mr = {
+            let _g = RealCall::enter();
+            // SAFETY: forwarded unchanged.
+            unsafe { (self.real.reg_mr_iova2)(pd, addr, len, iova, access) }
+        };
+        if !mr.is_null() {
+            self.counters()
+                .passthrough_bytes
+                .fetch_add(len as u64, Ordering::Relaxed);
+            lock(&self.state)
+                .passthrough_mrs
+                .insert(mr as usize, len as u64);
+        }
+        mr
+    }
+
+    /// Whether `mr` is a virtual region of this engine.
+    pub(crate) fn owns_mr(&self, mr: *mut ibv_mr) -> bool {
+        lock(&self.state).by_mr.contains_key(&(mr as usize))
+    }
+
+    /// `ibv_dereg_mr`.
+    ///
+    /// # Safety
+    /// `mr` is an MR returned by a registration of this engine (virtual or pass-through).
+    pub(crate) unsafe fn dereg_mr(&self, mr: *mut ibv_mr) -> c_int {
+        let mut st = lock(&self.state);
+        let Some(id) = st.by_mr.get(&(mr as usize)).copied() else {
+            let len = st.passthrough_mrs.remove(&(mr as usize));
+            drop(st);
+            let _g = RealCall::enter();
+            // SAFETY: a pass-through MR, forwarded.
+            let rc = unsafe { (self.real.dereg_mr)(mr) };
+            if rc == 0
+                && let Some(len) = len
+            {
+                self.counters()
+                    .passthrough_bytes
+                    .fetch_sub(len, Ordering::Relaxed);
+            }
+            return rc;
+        };
+        {
+            let State { regions, cache, .. } = &mut *st;
+            let mut prov = Provider {
+                real: &self.real,
+                regions,
+            };
+            cache.remove_region(id, &mut prov);
+        }
+        let leased = st.regions.get(&id).map(|r| {
+            r.leases
+                .lessees()
+                .iter()
+                .map(|l| r.leases.held(*l).len() as u64)
+                .sum::<u64>()
+                * r.geom.window_size()
+        });
+        let Some(region) = st.regions.get(&id) else {
+            return libc::EINVAL;
+        };
+        let (va, len, dir_ptr, dir_len, lkey, ctx) = (
+            region.va,
+            region.len,
+            region.dir.as_ptr(),
+            region.dir.len(),
+            // SAFETY: the directory MR is live until the real deregistration below.
+            unsafe { (*mr).lkey },
+            region.ctx,
+        );
+        // SAFETY: restore what the provider registered, so libibverbs' dofork bookkeeping in
+        // ibv_dereg_mr sees the directory's range, not the application's.
+        unsafe {
+            (*mr).addr = dir_ptr.cast();
+            (*mr).length = dir_len;
+        }
+        let rc = {
+            let _g = RealCall::enter();
+            // SAFETY: the directory MR, registered by us.
+            unsafe { (self.real.dereg_mr)(mr) }
+        };
+        if rc != 0 {
+            // Still registered (e.g. EBUSY: memory windows bound): keep the region usable.
+            // SAFETY: the MR is still live.
+            unsafe {
+                (*mr).addr = va as *mut c_void;
+                (*mr).length = len as usize;
+            }
+            return rc;
+        }
+        if let Some(r) = st.regions.remove(&id) {
+            st.cache.uncharge_fixed(r.dir_pinned);
+        }
+        st.leased_bytes = st.leased_bytes.saturating_sub(leased.unwrap_or(0));
+        st.by_mr.remove(&(mr as usize));
+        st.by_lkey.remove(&(ctx, lkey));
+        self.counters()
+            .registered_bytes
+            .fetch_sub(len, Ordering::Relaxed);
+        self.publish(&st);
+        0
+    }
+
+    /// `ibv_rereg_mr` on a virtual region.
+    ///
+    /// # Safety
+    /// `mr` is a virtual region of this engine; `pd`/`addr` as in `ibv_rereg_mr`.
+    pub(crate) unsafe fn rereg_mr(
+        &self,
+        mr: *mut ibv_mr,
+        flags: c_int,
+        pd: *mut ibv_pd,
+        addr: *mut c_void,
+        len: usize,
+        access: c_int,
+    ) -> c_int {
+        let supported =
+            IBV_REREG_MR_CHANGE_TRANSLATION | IBV_REREG_MR_CHANGE_PD | IBV_REREG_MR_CHANGE_ACCESS;
+        if flags == 0 || flags & !supported != 0 {
+            set_errno(libc::EINVAL);
+            return IBV_REREG_MR_ERR_INPUT;
+        }
+        let mut st = lock(&self.state);
+        let Some(id) = st.by_mr.get(&(mr as usize)).copied() else {
+            set_errno(libc::EINVAL);
+            return IBV_REREG_MR_ERR_INPUT;
+        };
+        let Some(r) = st.regions.get(&id) else {
+            set_errno(libc::EINVAL);
+            return IBV_REREG_MR_ERR_INPUT;
+        };
+        let new_access = if flags & IBV_REREG_MR_CHANGE_ACCESS != 0 {
+            access as u32
+        } else {
+            r.access
+        };
+        let (new_va, new_len) = if flags & IBV_REREG_MR_CHANGE_TRANSLATION != 0 {
+            (addr as u64, len as u64)
+        } else {
+            (r.va, r.len)
+        };
+        if new_len == 0
+            || new_va.checked_add(new_len).is_none()
+            || (new_access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC) != 0
+                && new_access & IBV_ACCESS_LOCAL_WRITE == 0)
+        {
+            set_errno(libc::EINVAL);
+            return IBV_REREG_MR_ERR_INPUT;
+        }
+        if !range_is_mapped(new_va, new_len, new_access & IBV_ACCESS_LOCAL_WRITE != 0) {
+            set_errno(libc::EFAULT);
+            return IBV_REREG_MR_ERR_INPUT;
+        }
+        let exported = new_access
+            & (IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)
+            != 0;
+        // A new translation keeps the IOVA the region had (ibv_rereg_mr(3) sets iova = addr).
+        let new_iova = if flags & IBV_REREG_MR_CHANGE_TRANSLATION != 0 {
+            new_va
+        } else {
+            r.iova
+        };
+        let geom = Geometry {
+            iova: new_iova,
+            len: new_len,
+            window_shift: r.geom.window_shift,
+        };
+        let mut header = DirHeader::for_region(
+            exported,
+            new_iova,
+            new_len,
+            r.header.window_shift,
+            geom.window_count() as u32,
+        );
+        header.instance = random_u64();
+        // The directory cannot grow (the application holds its MR): refuse what does not fit,
+        // and a directory that was registered without remote rights cannot gain them.
+        if header.dir_len > r.dir.len() as u64
+            || (exported && !r.header.exported)
+            || new_iova < (r.dir.len() as u64)
+        {
+            set_errno(libc::EOPNOTSUPP);
+            return IBV_REREG_MR_ERR_INPUT;
+        }
+        header.dir_len = r.dir.len() as u64;
+        if flags & IBV_REREG_MR_CHANGE_PD != 0 {
+            let rc = {
+                let _g = RealCall::enter();
+                // SAFETY: our directory MR; only the PD changes.
+                unsafe {
+                    (self.real.rereg_mr)(
+                        mr,
+                        IBV_REREG_MR_CHANGE_PD,
+                        pd,
+                        core::ptr::null_mut(),
+                        0,
+                        0,
+                    )
+                }
+            };
+            if rc != 0 {
+                return rc;
+            }
+        }
+        {
+            let State { regions, cache, .. } = &mut *st;
+            let mut prov = Provider {
+                real: &self.real,
+                regions,
+            };
+            cache.remove_region(id, &mut prov);
+        }
+        let old_len;
+        {
+            let Some(r) = st.regions.get_mut(&id) else {
+                return IBV_REREG_MR_ERR_CMD;
+            };
+            old_len = r.len;
+            if flags & IBV_REREG_MR_CHANGE_PD != 0 {
+                r.pd = pd as usize;
+            }
+            r.va = new_va;
+            r.len = new_len;
+            r.iova = new_iova;
+            r.access = new_access;
+            r.geom = geom;
+            r.header = header;
+            r.leases = LeaseBook::new(usize::from(header.lease_cap));
+            r.generation += 1;
+            // Clear the ring and entries, then publish the new header.
+            r.dir.write(0, &vec![0u8; r.dir.len()]);
+            r.dir.write(0, &header.encode());
+            // SAFETY: the directory MR is live; the application sees the new range.
+            unsafe {
+                (*mr).addr = new_va as *mut c_void;
+                (*mr).length = new_len as usize;
+            }
+        }
+        let c = self.counters();
+        c.registered_bytes.fetch_sub(old_len, Ordering::Relaxed);
+        c.registered_bytes.fetch_add(new_len, Ordering::Relaxed);
+        self.publish(&st);
+        0
+    }
+
+    // ---------------------------------------------------------------- QPs
+
+    /// Widens a QP's requested capabilities for splits and the library's own WRs.
+    pub(crate) fn widen_caps(rec: &CtxRec, cap: &mut ibv_qp_cap) {
+        let c = rec.caps;
+        cap.max_send_wr = cap
+            .max_send_wr
+            .saturating_add(cap.max_send_wr / 2 + SQ_RESERVE)
+            .min(c.max_qp_wr.max(cap.max_send_wr));
+        let sge = |n: u32| n.max(1).saturating_mul(2).max(n + 2).min(c.max_sge.max(n));
+        cap.max_send_sge = sge(cap.max_send_sge);
+        cap.max_recv_sge = sge(cap.max_recv_sge);
+    }
+
+    /// Records a QP the provider created.
+    ///
+    /// # Safety
+    /// `qp` is a live QP just created on a context of `rec`.
+    pub(crate) unsafe fn on_create_qp(
+        self: &Arc<Self>,
+        rec: &Arc<CtxRec>,
+        qp: *mut ibv_qp,
+        real_cap: ibv_qp_cap,
+        sq_sig_all: bool,
+        with_ex: bool,
+    ) {
+        // SAFETY: live QP.
+        let q = unsafe { &*qp };
+        let ctl = Arc::new(QpCtl {
+            engine: self.clone(),
+            ctx: rec.clone(),
+            qp: qp as usize,
+            qp_num: q.qp_num,
+            qp_type: q.qp_type,
+            sq_sig_all,
+            send_cq: q.send_cq as usize,
+            recv_cq: q.recv_cq as usize,
+            srq: q.srq as usize,
+            pd: q.pd as usize,
+            max_send_sge: real_cap.max_send_sge.max(1) as usize,
+            max_recv_sge: real_cap.max_recv_sge.max(1) as usize,
+            signal_every: (real_cap.max_send_wr / 2).clamp(1, 64),
+            dest_qpn: AtomicU32::new(0),
+            send: Mutex::new(SendSide::default()),
+            track: Mutex::new(Trackers::default()),
+            internal_done: Mutex::new(FastMap::default()),
+            next_token: AtomicU64::new(1),
+        });
+        registry::add_qp(ctl);
+        if with_ex {
+            // SAFETY: live QP created with send ops flags.
+            let qpx = unsafe { (self.real.qp_to_qp_ex)(qp) };
+            if !qpx.is_null() {
+                // SAFETY: the provider's ibv_qp_ex of this QP; the application has not used it.
+                unsafe { crate::ops::wrap_qp_ex(qpx) };
+            }
+        }
+    }
+
+    /// `ibv_modify_qp` for a managed QP: keeps what the library needs (remote read, write and
+    /// atomic rights on RC, at least one outstanding read) and notes the peer's QP number.
+    ///
+    /// # Safety
+    /// As `ibv_modify_qp`.
+    pub(crate) unsafe fn modify_qp(
+        &self,
+        ctl: &QpCtl,
+        qp: *mut ibv_qp,
+        attr: *mut ibv_qp_attr,
+        mask: c_int,
+    ) -> c_int {
+        if attr.is_null() {
+            let _g = RealCall::enter();
+            // SAFETY: forwarded unchanged; the provider reports the error.
+            return unsafe { (self.real.modify_qp)(qp, attr, mask) };
+        }
+        // SAFETY: the application passed a valid attribute struct.
+        let mut a = unsafe { *attr };
+        if ctl.qp_type == IBV_QPT_RC {
+            if mask & IBV_QP_ACCESS_FLAGS != 0 {
+                a.qp_access_flags |= IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE;
+                if ctl.ctx.caps.atomics {
+                    a.qp_access_flags |= IBV_ACCESS_REMOTE_ATOMIC;
+                }
+            }
+            if mask & IBV_QP_MAX_DEST_RD_ATOMIC != 0 && a.max_dest_rd_atomic == 0 {
+                a.max_dest_rd_atomic = 1;
+            }
+            if mask & IBV_QP_MAX_QP_RD_ATOMIC != 0 && a.max_rd_atomic == 0 {
+                a.max_rd_atomic = 1;
+            }
+        }
+        if mask & IBV_QP_DEST_QPN != 0 {
+            ctl.dest_qpn.store(a.dest_qp_num, Ordering::Release);
+        }
+        let rc = {
+            let _g = RealCall::enter();
+            // SAFETY: `a` is a valid copy of the application's attributes.
+            unsafe { (self.real.modify_qp)(qp, &mut a, mask) }
+        };
+        if rc == 0
+            && mask & IBV_QP_STATE != 0
+            && (a.qp_state == IBV_QPS_ERR || a.qp_state == IBV_QPS_RESET)
+        {
+            self.drop_lessee(ctl.ctx.ctx, ctl.qp_num);
+        }
+        rc
+    }
+
+    /// Ends every lease held through local QP `qp_num` (the connection is gone).
+    pub(crate) fn drop_lessee(&self, ctx: usize, qp_num: u32) {
+        let mut st = lock(&self.state);
+        let State {
+            regions,
+            cache,
+            leased_bytes,
+            ..
+        } = &mut *st;
+        for r in regions.values_mut() {
+            if r.ctx != ctx {
+                continue;
+            }
+            for w in r.leases.drop_lessee(qp_num) {
+                let id = WindowId {
+                    region: r.id,
+                    index: w,
+                };
+                let bytes = cache.spec(id).map_or(0, |s| s.pinned_bytes());
+                cache.remove_lease(id);
+                if cache.refs(id).is_some_and(|(_, l)| l == 0) {
+                    *leased_bytes = leased_bytes.saturating_sub(bytes);
+                }
+            }
+        }
+    }
+
+    /// Forgets a QP before the provider destroys it.
+    pub(crate) fn on_destroy_qp(&self, qp: *mut ibv_qp) {
+        if let Some(ctl) = registry::remove_qp(qp as usize) {
+            // CQs remember the QP of their last completion: forget it (its number may be reused).
+            for cq in [ctl.send_cq, ctl.recv_cq] {
+                if let Some(c) = registry::cq(cq) {
+                    let mut inner = lock(&c.stash);
+                    if inner
+                        .last_qp
+                        .as_ref()
+                        .is_some_and(|(n, _)| *n == ctl.qp_num)
+                    {
+                        inner.last_qp = None;
+                    }
+                }
+            }
+            self.drop_lessee(ctl.ctx.ctx, ctl.qp_num);
+            let windows = {
+                let mut t = lock(&ctl.track);
+                t.drain_all()
+            };
+            self.release(&windows);
+            let scratch = lock(&ctl.send).scratch.take();
+            if let Some(s) = scratch {
+                self.free_scratch(s);
+            }
+        }
+    }
+}
+
+/// The library's pinned buffer for a QP's own work requests (directory reads, requests).
+pub(crate) struct Scratch {
+    pub buf: DmaBuf,
+    pub mr: usize,
+    pub lkey: u32,
+}
+
+impl Engine {
+    /// Registers a scratch buffer in `pd`.
+    pub(crate) fn alloc_scratch(&self, pd: usize) -> Option<Scratch> {
+        let buf = DmaBuf::new(4096)?;
+        let mut st = lock(&self.state);
+        {
+            let State { regions, cache, .. } = &mut *st;
+            let mut prov = Provider {
+                real: &self.real,
+                regions,
+            };
+            cache.charge_fixed(4096, &mut prov).ok()?;
+        }
+        let mr = {
+            let _g = RealCall::enter();
+            // SAFETY: our own page, registered in the QP's live PD.
+            unsafe {
+                (self.real.reg_mr_iova2)(
+                    pd as *mut ibv_pd,
+                    buf.as_ptr().cast(),
+                    buf.len(),
+                    buf.as_ptr() as u64,
+                    IBV_ACCESS_LOCAL_WRITE,
+                )
+            }
+        };
+        if mr.is_null() {
+            st.cache.uncharge_fixed(4096);
+            return None;
+        }
+        self.publish(&st);
+        // SAFETY: valid MR.
+        let lkey = unsafe { (*mr).lkey };
+        Some(Scratch {
+            buf,
+            mr: mr as usize,
+            lkey,
+        })
+    }
+
+    fn free_scratch(&self, s: Scratch) {
+        {
+            let _g = RealCall::enter();
+            // SAFETY: the scratch MR registered in `alloc_scratch`.
+            unsafe {
+                (self.real.dereg_mr)(s.mr as *mut ibv_mr);
+            }
+        }
+        let mut st = lock(&self.state);
+        st.cache.uncharge_fixed(4096);
+        self.publish(&st);
+    }
+}
+
+/// Send and receive trackers of a QP.
+#[derive(Default)]
+pub(crate) struct Trackers {
+    pub send: SendTracker,
+    pub recv: RecvTracker,
+}
+
+impl Trackers {
+    fn drain_all(&mut self) -> WinList {
+        let mut w = self.send.drain();
+        w.extend(self.recv.drain());
+        w
+    }
+}
+
+/// State used only while posting on a QP (under its `send` lock).
+#[derive(Default)]
+pub(crate) struct SendSide {
+    pub batch: Batch,
+    pub remote: FastMap<u32, RemoteRegion>,
+    pub scratch: Option<Scratch>,
+    pub builder: crate::ops::ExBuilder,
+}
+
+// SAFETY: the builder's recorded WRs hold pointers only into their own owned SGE and inline
+// buffers; SendSide is only used under its QP's mutex.
+unsafe impl Send for SendSide {}
+
+/// A managed QP.
+pub(crate) struct QpCtl {
+    pub engine: Arc<Engine>,
+    pub ctx: Arc<CtxRec>,
+    pub qp: usize,
+    pub qp_num: u32,
+    pub qp_type: u32,
+    pub sq_sig_all: bool,
+    pub send_cq: usize,
+    pub recv_cq: usize,
+    pub srq: usize,
+    pub pd: usize,
+    pub max_send_sge: usize,
+    pub max_recv_sge: usize,
+    pub signal_every: u32,
+    pub dest_qpn: AtomicU32,
+    pub send: Mutex<SendSide>,
+    pub track: Mutex<Trackers>,
+    pub internal_done: Mutex<FastMap<u64, u32>>,
+    pub next_token: AtomicU64,
+}
+
+/// A CQ's stash: completions taken from the provider while the library waited for its own
+/// work requests, handed to the application first, in order.
+pub(crate) struct CqCtl {
+    pub cq: usize,
+    pub ctx: usize,
+    pub orig_poll: PollCqFn,
+    pub stash: Mutex<CqInner>,
+}
+
+/// What a CQ's lock protects.
+#[derive(Default)]
+pub(crate) struct CqInner {
+    /// Completions taken early, in order.
+    pub stash: VecDeque<ibv_wc>,
+    /// The QP of the last completion (most CQs serve one QP): saves the registry lookup.
+    pub last_qp: Option<(u32, Arc<QpCtl>)>,
+}
+
+/// A shared receive queue.
+pub(crate) struct SrqCtl {
+    pub engine: Arc<Engine>,
+    pub ctx: usize,
+    pub orig_post: PostSrqRecvFn,
+    pub max_sge: usize,
+    pub track: Mutex<RecvTracker>,
+}
+
+/// The CQ record of `cq`, created on first use.
+pub(crate) fn cq_ctl(cq: usize) -> Option<Arc<CqCtl>> {
+    registry::cq_or_insert(cq, || {
+        // SAFETY: a live CQ the application or a QP refers to.
+        let ctx = unsafe { (*(cq as *mut ibv_cq)).context } as usize;
+        let rec = registry::ctx(ctx)?;
+        Some(CqCtl {
+            cq,
+            ctx,
+            orig_poll: rec.orig.poll_cq?,
+            stash: Mutex::new(CqInner::default()),
+        })
+    })
+}
+
+/// Decides what the application sees of one provider completion; rewrites its `wr_id`.
+/// Returns whether to deliver it.
+pub(crate) fn process_wc(
+    ctx: usize,
+    wc: &mut ibv_wc,
+    last: &mut Option<(u32, Arc<QpCtl>)>,
+) -> bool {
+    let qpc = match last {
+        Some((n, q)) if *n == wc.qp_num => q.clone(),
+        _ => {
+            let Some(q) = registry::qp_by_num(ctx, wc.qp_num) else {
+                return true;
+            };
+            *last = Some((wc.qp_num, q.clone()));
+            q
+        }
+    };
+    if wc.wr_id & RECV_TAG != 0 {
+        let seq = wc.wr_id & !RECV_TAG;
+        let found = if qpc.srq != 0 {
+            registry::srq(qpc.srq).and_then(|s| lock(&s.track).complete(seq))
+        } else {
+            lock(&qpc.track).recv.complete(seq)
+        };
+        if let Some((wr_id, windows)) = found {
+            qpc.engine.release(&windows);
+            wc.wr_id = wr_id;
+        }
+        return true;
+    }
+    let (released, outcome) = lock(&qpc.track).send.complete(wc.wr_id, wc.status);
+    qpc.engine.release(&released);
+    match outcome {
+        Outcome::Deliver { wr_id } => {
+            wc.wr_id = wr_id;
+            true
+        }
+        Outcome::Internal { token, status } => {
+            lock(&qpc.internal_done).insert(token, status);
+            false
+        }
+        Outcome::Suppress => false,
+        Outcome::Unknown => true,
+    }
+}
+
+/// Polls the provider for `cq` once (up to 16 completions), processing them into the stash.
+/// Returns how many provider completions there were, or a negative provider error.
+pub(crate) fn poll_into_stash(cqc: &CqCtl) -> c_int {
+    let mut buf = [ibv_wc::default(); 16];
+    let mut inner = lock(&cqc.stash);
+    let CqInner { stash, last_qp } = &mut *inner;
+    // SAFETY: a live CQ and a buffer of 16 entries.
+    let n = unsafe { (cqc.orig_poll)(cqc.cq as *mut ibv_cq, 16, buf.as_mut_ptr()) };
+    for wc in buf.iter_mut().take(n.max(0) as usize) {
+        if process_wc(cqc.ctx, wc, last_qp) {
+            stash.push_back(*wc);
+        }
+    }
+    n
+}
+
+/// Why a work request could not be posted.
+#[derive(Debug)]
+pub(crate) enum PostFail {
+    /// Return this errno; the application WR at this pointer (NULL: the current one) is the
+    /// first not posted.
+    Errno(c_int, usize),
+    /// Complete the current application WR with this status (the library could not carry it
+    /// out: its peer directory refused, timed out, or the QP failed under the library's WR).
+    Status(u32),
+}
+
+/// Provider WRs built but not yet posted.
+///
+/// The SGEs of all WRs share one vector (`spans` says which belong to which WR); the vectors
+/// are kept in the QP between calls, so a warm data path allocates nothing.
+#[derive(Default)]
+pub(crate) struct Batch {
+    pub wrs: Vec<ibv_send_wr>,
+    pub sges: Vec<ibv_sge>,
+    pub spans: Vec<(usize, usize)>,
+    pub app: Vec<usize>,
+    pub seqs: Vec<u64>,
+}
+
+impl Batch {
+    fn is_empty(&self) -> bool {
+        self.wrs.is_empty()
+    }
+
+    fn push(&mut self, wr: ibv_send_wr, sges: &[ibv_sge], app: usize, seq: u64) {
+        self.spans.push((self.sges.len(), sges.len()));
+        self.sges.extend_from_slice(sges);
+        self.wrs.push(wr);
+        self.app.push(app);
+        self.seqs.push(seq);
+    }
+
+    fn clear(&mut self) {
+        self.wrs.clear();
+        self.sges.clear();
+        self.spans.clear();
+        self.app.clear();
+        self.seqs.clear();
+    }
+}
+
+/// Maps a send opcode to the completion opcode plain verbs reports.
+pub(crate) fn wc_opcode_of(op: u32) -> u32 {
+    match op {
+        IBV_WR_RDMA_WRITE | IBV_WR_RDMA_WRITE_WITH_IMM => IBV_WC_RDMA_WRITE,
+        IBV_WR_RDMA_READ => IBV_WC_RDMA_READ,
+        IBV_WR_ATOMIC_CMP_AND_SWP => IBV_WC_COMP_SWAP,
+        IBV_WR_ATOMIC_FETCH_AND_ADD => IBV_WC_FETCH_ADD,
+        IBV_WR_LOCAL_INV => IBV_WC_LOCAL_INV,
+        IBV_WR_BIND_MW => IBV_WC_BIND_MW,
+        IBV_WR_TSO => IBV_WC_TSO,
+        IBV_WR_ATOMIC_WRITE => IBV_WC_ATOMIC_WRITE,
+        _ => IBV_WC_SEND,
+    }
+}
+
+impl QpCtl {
+    fn orig_post_send(&self) -> Option<PostSendFn> {
+        self.ctx.orig.post_send
+    }
+
+    /// Posts the batch to the provider.
+    pub(crate) fn flush(&self, batch: &mut Batch) -> Result<(), PostFail> {
+        if batch.is_empty() {
+            return Ok(());
+        }
+        let Some(post) = self.orig_post_send() else {
+            return Err(PostFail::Errno(libc::EOPNOTSUPP, batch.app[0]));
+        };
+        let n = batch.wrs.len();
+        let base = batch.wrs.as_mut_ptr();
+        let sbase = batch.sges.as_mut_ptr();
+        for i in 0..n {
+            let (start, count) = batch.spans[i];
+            batch.wrs[i].sg_list = if count == 0 {
+                core::ptr::null_mut()
+            } else {
+                // SAFETY: `start + count <= sges.len()`, inside the vector.
+                unsafe { sbase.add(start) }
+            };
+            batch.wrs[i].num_sge = count as c_int;
+            batch.wrs[i].next = if i + 1 < n {
+                // SAFETY: i + 1 < n, inside the vector.
+                unsafe { base.add(i + 1) }
+            } else {
+                core::ptr::null_mut()
+            };
+        }
+        let mut bad: *mut ibv_send_wr = core::ptr::null_mut();
+        // SAFETY: a live QP and a well-formed list of WRs whose SGE arrays outlive the call.
+        let rc = unsafe { post(self.qp as *mut ibv_qp, base, &mut bad) };
+        if rc == 0 {
+            batch.clear();
+            return Ok(());
+        }
+        let idx = if bad.is_null() {
+            0
+        } else {
+            ((bad as usize).wrapping_sub(base as usize) / core::mem::size_of::<ibv_send_wr>())
+                .min(n - 1)
+        };
+        let windows = lock(&self.track)
+            .send
+            .unrecord_after(batch.seqs[idx].saturating_sub(1));
+        self.engine.release(&windows);
+        let app = batch.app[idx];
+        batch.clear();
+        Err(PostFail::Errno(rc, app))
+    }
+
+    /// Polls this QP's CQs once into their stashes; returns whether anything completed.
+    pub(crate) fn poll_own_cqs(&self) -> bool {
+        let mut any = false;
+        for cq in [self.send_cq, self.recv_cq] {
+            if cq == 0 {
+                continue;
+            }
+            if let Some(c) = cq_ctl(cq)
+                && poll_into_stash(&c) > 0
+            {
+                any = true;
+            }
+            if self.send_cq == self.recv_cq {
+                break;
+            }
+        }
+        any
+    }
+
+    /// Waits for the library's own WR `token`; returns its status.
+    pub(crate) fn wait_internal(&self, token: u64, deadline: Instant) -> Option<u32> {
+        let mut spins = 0u32;
+        loop {
+            if let Some(s) = lock(&self.internal_done).remove(&token) {
+                return Some(s);
+            }
+            if !self.poll_own_cqs() {
+                spins += 1;
+                if Instant::now() >= deadline {
+                    return None;
+                }
+                if spins > 64 {
+                    std::thread::sleep(Duration::from_micros(20));
+                } else {
+                    std::hint::spin_loop();
+                }
+            }
+        }
+    }
+
+    /// Posts one of the library's own WRs (signaled) and waits for it.
+    pub(crate) fn internal(&self, mut wr: ibv_send_wr, mut sge: ibv_sge) -> Result<u32, PostFail> {
+        let Some(post) = self.orig_post_send() else {
+            return Err(PostFail::Errno(libc::EOPNOTSUPP, 0));
+        };
+        let token = self.next_token.fetch_add(1, Ordering::Relaxed);
+        let seq = lock(&self.track)
+            .send
+            .record(Origin::Internal { token }, WinList::new());
+        wr.wr_id = seq;
+        wr.next = core::ptr::null_mut();
+        wr.sg_list = &mut sge;
+        wr.num_sge = 1;
+        wr.send_flags = IBV_SEND_SIGNALED;
+        let mut bad = core::ptr::null_mut();
+        // SAFETY: live QP; `wr` and `sge` outlive the call.
+        let rc = unsafe { post(self.qp as *mut ibv_qp, &mut wr, &mut bad) };
+        if rc != 0 {
+            lock(&self.track).send.unrecord_after(seq - 1);
+            return Err(PostFail::Errno(rc, 0));
+        }
+        let deadline =
+            Instant::now() + Duration::from_millis(self.engine.cfg.remote_timeout_ms.max(1000) * 6);
+        match self.wait_internal(token, deadline) {
+            Some(status) => Ok(status),
+            None => Err(PostFail::Status(IBV_WC_RETRY_EXC_ERR)),
+        }
+    }
+
+    /// Moves the QP to the error state (the library failed a WR on the application's behalf;
+    /// a failed WR leaves an RC QP in error on plain verbs too) and waits for the flushes.
+    pub(crate) fn force_error(&self) {
+        let mut a = ibv_qp_attr {
+            qp_state: IBV_QPS_ERR,
+            ..Default::default()
+        };
+        {
+            let _g = RealCall::enter();
+            // SAFETY: live QP; moving to ERR is valid from any state.
+            unsafe {
+                (self.engine.real.modify_qp)(self.qp as *mut ibv_qp, &mut a, IBV_QP_STATE);
+            }
+        }
+        self.engine.drop_lessee(self.ctx.ctx, self.qp_num);
+        self.drain_send_queue(Duration::from_secs(2));
+    }
+
+    /// Waits (bounded) until every provider WR posted on the send queue has completed.
+    pub(crate) fn drain_send_queue(&self, limit: Duration) {
+        let deadline = Instant::now() + limit;
+        while lock(&self.track).send.outstanding() > 0 && Instant::now() < deadline {
+            if !self.poll_own_cqs() {
+                std::thread::sleep(Duration::from_micros(50));
+            }
+        }
+    }
+
+    /// Adds a completion the library made up (status `status`) for application WR `wr_id`
+    /// after everything posted before it.
+    pub(crate) fn synthesize(&self, wr_id: u64, opcode: u32, status: u32) {
+        self.drain_send_queue(Duration::from_secs(2));
+        let wc = ibv_wc {
+            wr_id,
+            status,
+            opcode: wc_opcode_of(opcode),
+            qp_num: self.qp_num,
+            ..Default::default()
+        };
+        if let Some(c) = cq_ctl(self.send_cq) {
+            lock(&c.stash).stash.push_back(wc);
+        }
+        self.engine
+            .counters()
+            .synthesized_errors
+            .fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Classifies an application SGE.
+    fn classify_sge(&self, st: &State, sge: &ibv_sge, inline: bool) -> SgeClass {
+        if inline || sge.length == 0 {
+            return SgeClass::Keep(*sge);
+        }
+        let Some(id) = st.by_lkey.get(&(self.ctx.ctx, sge.lkey)) else {
+            return SgeClass::Keep(*sge);
+        };
+        let Some(r) = st.regions.get(id) else {
+            return SgeClass::Keep(*sge);
+        };
+        if r.geom.contains(sge.addr, u64::from(sge.length)) {
+            SgeClass::Virtual {
+                addr: sge.addr,
+                len: sge.length,
+                region: r.id,
+                geom: r.geom,
+            }
+        } else {
+            // Outside the region: point it past the directory so the NIC reports the local
+            // protection error plain verbs would report.
+            SgeClass::Keep(ibv_sge {
+                addr: r.poison_addr(),
+                length: sge.length,
+                lkey: sge.lkey,
+            })
+        }
+    }
+
+    /// Turns planned SGEs into provider SGEs, registering their windows (counted in flight).
+    /// Waits for completions when the budget is full; fails with ENOMEM if nothing frees up.
+    pub(crate) fn local_windows(
+        &self,
+        planned: &[PlannedSge],
+        batch: &mut Batch,
+        patient: bool,
+    ) -> Result<(Vec<ibv_sge>, WinList), PostFail> {
+        let mut wanted: Vec<WindowId> = Vec::new();
+        for p in planned {
+            if let PlannedSge::Window { window, .. } = p
+                && !wanted.contains(window)
+            {
+                wanted.push(*window);
+            }
+        }
+        let deadline = Instant::now() + Duration::from_secs(if patient { 10 } else { 0 });
+        loop {
+            let eng = &self.engine;
+            let mut st = lock(&eng.state);
+            let mut specs = Vec::with_capacity(wanted.len());
+            let mut missing_region = None;
+            for id in &wanted {
+                match st.regions.get(&id.region) {
+                    Some(r) => specs.push((*id, r.window_spec(id.index))),
+                    None => missing_region = Some(*id),
+                }
+            }
+            let result = if missing_region.is_some() {
+                Err(CacheError::Provider(libc::EINVAL))
+            } else {
+                let State { regions, cache, .. } = &mut *st;
+                let mut prov = Provider {
+                    real: &eng.real,
+                    regions,
+                };
+                cache.ensure_all(&specs, &mut prov)
+            };
+            match result {
+                Ok(keys) => {
+                    for id in &wanted {
+                        st.cache.add_inflight(*id);
+                    }
+                    eng.publish(&st);
+                    let sges = planned
+                        .iter()
+                        .map(|p| match *p {
+                            PlannedSge::Keep(s) => s,
+                            PlannedSge::Window { addr, len, window } => {
+                                let k = wanted
+                                    .iter()
+                                    .position(|w| *w == window)
+                                    .and_then(|i| keys.get(i))
+                                    .map_or(0, |k| k.lkey);
+                                ibv_sge {
+                                    addr,
+                                    length: len,
+                                    lkey: k,
+                                }
+                            }
+                        })
+                        .collect();
+                    return Ok((sges, wanted.into()));
+                }
+                Err(CacheError::Provider(_)) => {
+                    // The region cannot be registered (unmapped since, or gone): let the NIC
+                    // report the protection error, as for an invalid lkey.
+                    let sges = planned
+                        .iter()
+                        .map(|p| match *p {
+                            PlannedSge::Keep(s) => s,
+                            PlannedSge::Window { len, window, .. } => ibv_sge {
+                                addr: st
+                                    .regions
+                                    .get(&window.region)
+                                    .map_or(0, Region::poison_addr),
+                                length: len,
+                                lkey: 0,
+                            },
+                        })
+                        .collect();
+                    return Ok((sges, WinList::new()));
+                }
+                Err(CacheError::NoRoom { .. }) => {}
+            }
+            drop(st);
+            self.flush(batch)?;
+            if !self.poll_own_cqs() {
+                if Instant::now() >= deadline {
+                    eng.note("pinned-memory budget full of windows in use: post failed with ENOMEM (raise NPRDMA_PIN_BUDGET)");
+                    return Err(PostFail::Errno(libc::ENOMEM, 0));
+                }
+                std::thread::sleep(Duration::from_micros(100));
+            }
+        }
+    }
+
+    /// Translates and posts a list of application send WRs. Returns 0 or an errno with
+    /// `*bad` set.
+    ///
+    /// # Safety
+    /// `wr` is the application's well-formed list; `bad` is writable.
+    pub(crate) unsafe fn post_send_list(
+        &self,
+        side: &mut SendSide,
+        wr: *mut ibv_send_wr,
+        bad: *mut *mut ibv_send_wr,
+    ) -> c_int {
+        // Reuse the QP's vectors (no allocation on a warm path); put them back afterwards.
+        let mut batch = std::mem::take(&mut side.batch);
+        batch.clear();
+        // SAFETY: forwarded contract.
+        let rc = unsafe { self.post_send_list_with(side, &mut batch, wr, bad) };
+        batch.clear();
+        side.batch = batch;
+        rc
+    }
+
+    /// [`post_send_list`](Self::post_send_list) with a given batch.
+    ///
+    /// # Safety
+    /// As `post_send_list`.
+    unsafe fn post_send_list_with(
+        &self,
+        side: &mut SendSide,
+        batch: &mut Batch,
+        wr: *mut ibv_send_wr,
+        bad: *mut *mut ibv_send_wr,
+    ) -> c_int {
+        let mut cur = wr;
+        while !cur.is_null() {
+            // SAFETY: an element of the application's list.
+            let app = unsafe { *cur };
+            match self.translate_send(side, &app, cur as usize, batch) {
+                Ok(()) => {}
+                Err(PostFail::Errno(e, at)) => {
+                    let at = if at == 0 { cur as usize } else { at };
+                    if let Err(PostFail::Errno(e2, at2)) = self.flush(batch) {
+                        // SAFETY: `bad` is writable.
+                        unsafe { *bad = at2 as *mut ibv_send_wr };
+                        return e2;
+                    }
+                    // SAFETY: as above.
+                    unsafe { *bad = at as *mut ibv_send_wr };
+                    return e;
+                }
+                Err(PostFail::Status(status)) => {
+                    // The library could not carry this WR out: fail it like the provider would
+                    // have and put the QP in error; later WRs are flushed by the provider.
+                    if let Err(PostFail::Errno(e2, at2)) = self.flush(batch) {
+                        // SAFETY: `bad` is writable.
+                        unsafe { *bad = at2 as *mut ibv_send_wr };
+                        return e2;
+                    }
+                    self.drain_send_queue(Duration::from_secs(2));
+                    self.force_error();
+                    self.synthesize(app.wr_id, app.opcode, status);
+                }
+            }
+            cur = app.next;
+        }
+        match self.flush(batch) {
+            Ok(()) => 0,
+            Err(PostFail::Errno(e, at)) => {
+                // SAFETY: `bad` is writable.
+                unsafe { *bad = at as *mut ibv_send_wr };
+                e
+            }
+            Err(PostFail::Status(_)) => libc::EIO,
+        }
+    }
+
+    /// Translates one application send WR into provider WRs appended to `batch`.
+    pub(crate) fn translate_send(
+        &self,
+        side: &mut SendSide,
+        app: &ibv_send_wr,
+        app_ptr: usize,
+        batch: &mut Batch,
+    ) -> Result<(), PostFail> {
+        if self.fast_send(side, app, app_ptr, batch) {
+            return Ok(());
+        }
+        let op = app.opcode;
+        let (has_remote, splittable, atomic) = match op {
+            IBV_WR_RDMA_WRITE | IBV_WR_RDMA_WRITE_WITH_IMM | IBV_WR_RDMA_READ => {
+                (true, true, false)
+            }
+            IBV_WR_ATOMIC_CMP_AND_SWP | IBV_WR_ATOMIC_FETCH_AND_ADD => (true, false, true),
+            _ => (false, false, false),
+        };
+        let n = app.num_sge.max(0) as usize;
+        if n > 4096 {
+            return Err(PostFail::Errno(libc::EINVAL, app_ptr));
+        }
+        let app_sges: &[ibv_sge] = if n == 0 || app.sg_list.is_null() {
+            &[]
+        } else {
+            // SAFETY: the application's SGE array of `num_sge` entries.
+            unsafe { core::slice::from_raw_parts(app.sg_list, n) }
+        };
+        let inline = app.send_flags & IBV_SEND_INLINE != 0;
+        let classes: Vec<SgeClass> = {
+            let st = lock(&self.engine.state);
+            app_sges
+                .iter()
+                .map(|s| self.classify_sge(&st, s, inline))
+                .collect()
+        };
+        let total: u64 = app_sges.iter().map(|s| u64::from(s.length)).sum();
+        let (raddr, app_rkey) = if atomic {
+            (app.remote_addr(), app.atomic_rkey())
+        } else {
+            (app.remote_addr(), app.rdma_rkey())
+        };
+        let remote_len = if atomic { 8 } else { total };
+        let remote = if !has_remote {
+            RemoteClass::None
+        } else if remote_len == 0 || self.qp_type != IBV_QPT_RC {
+            if remote_len > 0 {
+                self.engine.note("RDMA on a non-RC QP: remote keys are not translated (a peer with the library will refuse the access)");
+            }
+            RemoteClass::Keep {
+                addr: raddr,
+                rkey: app_rkey,
+            }
+        } else {
+            self.classify_remote(side, app_rkey, raddr, remote_len, batch)?
+        };
+        let parts = match crate::translate::plan(&classes, remote, splittable, self.max_send_sge) {
+            Ok(p) => p,
+            Err(PlanError::TooManySges { .. }) => {
+                return Err(PostFail::Errno(libc::EINVAL, app_ptr));
+            }
+            Err(PlanError::CrossesRemoteWindow) => {
+                // A misaligned atomic: give it the region key at an invalid address so the
+                // responder refuses it.
+                return Err(PostFail::Status(IBV_WC_REM_INV_REQ_ERR));
+            }
+        };
+        let wants = app.send_flags & IBV_SEND_SIGNALED != 0 || self.sq_sig_all;
+        let group = lock(&self.track).send.next_group();
+        let count = parts.len();
+        let write = !matches!(op, IBV_WR_RDMA_READ);
+        for (i, part) in parts.into_iter().enumerate() {
+            let first = i == 0;
+            let last = i + 1 == count;
+            let remote_target = match part.remote {
+                None => None,
+                Some(PlannedRemote::Keep { addr, rkey }) => Some((addr, rkey)),
+                Some(PlannedRemote::Window { addr, index }) => {
+                    match self.ensure_lease(side, app_rkey, index, write, batch) {
+                        Ok(rkey) => Some((addr, rkey)),
+                        Err(e) => {
+                            if i > 0 || !batch.is_empty() {
+                                // Earlier parts are on the wire: let the QP error report the
+                                // WR once (through its flushed parts).
+                                self.flush(batch)?;
+                                self.force_error();
+                                return Ok(());
+                            }
+                            return Err(e);
+                        }
+                    }
+                }
+            };
+            let (sges, windows) = self.local_windows(&part.sges, batch, true)?;
+            let mut w = *app;
+            w.next = core::ptr::null_mut();
+            w.opcode = match op {
+                IBV_WR_RDMA_WRITE_WITH_IMM if !last => IBV_WR_RDMA_WRITE,
+                other => other,
+            };
+            let mut flags =
+                app.send_flags & !(IBV_SEND_SIGNALED | IBV_SEND_FENCE | IBV_SEND_SOLICITED);
+            if first {
+                flags |= app.send_flags & IBV_SEND_FENCE;
+            }
+            if last {
+                flags |= app.send_flags & IBV_SEND_SOLICITED;
+            }
+            let signal = lock(&self.track)
+                .send
+                .must_signal(last && wants, self.signal_every);
+            if signal {
+                flags |= IBV_SEND_SIGNALED;
+            }
+            w.send_flags = flags;
+            if let Some((addr, rkey)) = remote_target {
+                if atomic {
+                    w.set_atomic(addr, app.atomic_compare_add(), app.atomic_swap(), rkey);
+                } else {
+                    w.set_rdma(addr, rkey);
+                }
+            }
+            let seq = lock(&self.track).send.record(
+                Origin::App {
+                    wr_id: app.wr_id,
+                    group,
+                    last,
+                    wants_completion: wants,
+                    app_opcode: op,
+                },
+                windows,
+            );
+            w.wr_id = seq;
+            batch.push(w, &sges, app_ptr, seq);
+        }
+        self.engine
+            .counters()
+            .work_requests
+            .fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// The warm-cache path of [`translate_send`](Self::translate_send): at most one SGE,
+    /// inside one registered window, and a remote range inside one window this QP holds a
+    /// lease on. One lock of the engine, no allocation. Returns false (having changed nothing)
+    /// when the WR needs the general path.
+    fn fast_send(
+        &self,
+        side: &mut SendSide,
+        app: &ibv_send_wr,
+        app_ptr: usize,
+        batch: &mut Batch,
+    ) -> bool {
+        let op = app.opcode;
+        let (has_remote, atomic) = match op {
+            IBV_WR_RDMA_WRITE | IBV_WR_RDMA_WRITE_WITH_IMM | IBV_WR_RDMA_READ => (true, false),
+            IBV_WR_ATOMIC_CMP_AND_SWP | IBV_WR_ATOMIC_FETCH_AND_ADD => (true, true),
+            IBV_WR_SEND | IBV_WR_SEND_WITH_IMM => (false, false),
+            _ => return false,
+        };
+        if app.num_sge < 0 || app.num_sge > 1 || (app.num_sge == 1 && app.sg_list.is_null()) {
+            return false;
+        }
+        let sge = if app.num_sge == 1 {
+            // SAFETY: the application's one-entry SGE array.
+            Some(unsafe { *app.sg_list })
+        } else {
+            None
+        };
+        let total = sge.map_or(0, |s| u64::from(s.length));
+        let mut w = *app;
+        if has_remote {
+            let rlen = if atomic { 8 } else { total };
+            if rlen == 0 || self.qp_type != IBV_QPT_RC {
+                return false;
+            }
+            let (raddr, rkey) = if atomic {
+                (app.remote_addr(), app.atomic_rkey())
+            } else {
+                (app.remote_addr(), app.rdma_rkey())
+            };
+            let Some(RemoteRegion::Library(l)) = side.remote.get(&rkey) else {
+                return false;
+            };
+            if !l.header.exported || !l.geom.contains(raddr, rlen) {
+                return false;
+            }
+            let index = l.geom.window_of(raddr);
+            if l.geom.window_of(raddr + rlen - 1) != index {
+                return false;
+            }
+            let Some(wkey) = l.rkeys.get(&index).copied() else {
+                return false;
+            };
+            if atomic {
+                w.set_atomic(raddr, app.atomic_compare_add(), app.atomic_swap(), wkey);
+            } else {
+                w.set_rdma(raddr, wkey);
+            }
+        }
+        let mut windows = WinList::new();
+        let mut out = sge.unwrap_or_default();
+        if let Some(s) = sge
+            && s.length > 0
+            && app.send_flags & IBV_SEND_INLINE == 0
+        {
+            let mut st = lock(&self.engine.state);
+            if let Some(id) = st.by_lkey.get(&(self.ctx.ctx, s.lkey)).copied() {
+                let Some(r) = st.regions.get(&id) else {
+                    return false;
+                };
+                if !r.geom.contains(s.addr, u64::from(s.length)) {
+                    return false;
+                }
+                let index = r.geom.window_of(s.addr);
+                if r.geom.window_of(s.addr + u64::from(s.length) - 1) != index {
+                    return false;
+                }
+                let wid = WindowId { region: id, index };
+                let Some(keys) = st.cache.lookup_and_pin(wid) else {
+                    return false;
+                };
+                out.lkey = keys.lkey;
+                windows.push(wid);
+            }
+        }
+        let wants = app.send_flags & IBV_SEND_SIGNALED != 0 || self.sq_sig_all;
+        let seq = {
+            let mut t = lock(&self.track);
+            let signal = t.send.must_signal(wants, self.signal_every);
+            w.send_flags = if signal {
+                app.send_flags | IBV_SEND_SIGNALED
+            } else {
+                app.send_flags & !IBV_SEND_SIGNALED
+            };
+            let group = t.send.next_group();
+            t.send.record(
+                Origin::App {
+                    wr_id: app.wr_id,
+                    group,
+                    last: true,
+                    wants_completion: wants,
+                    app_opcode: op,
+                },
+                windows,
+            )
+        };
+        w.wr_id = seq;
+        w.next = core::ptr::null_mut();
+        match sge {
+            Some(_) => batch.push(w, core::slice::from_ref(&out), app_ptr, seq),
+            None => batch.push(w, &[], app_ptr, seq),
+        }
+        true
+    }
+
+    /// Translates and posts a list of receive WRs (on this QP, or on `srq`'s tracker).
+    ///
+    /// # Safety
+    /// `wr` is the application's well-formed list; `bad` is writable.
+    pub(crate) unsafe fn post_recv_list(
+        &self,
+        wr: *mut ibv_recv_wr,
+        bad: *mut *mut ibv_recv_wr,
+    ) -> c_int {
+        let Some(post) = self.ctx.orig.post_recv else {
+            return libc::EOPNOTSUPP;
+        };
+        let qp = self.qp as *mut ibv_qp;
+        // SAFETY: a live QP and a well-formed list (built by post_recv_common).
+        let poster = |w, b| unsafe { post(qp, w, b) };
+        // SAFETY: forwarded contract.
+        unsafe {
+            post_recv_common(
+                &self.engine,
+                self.ctx.ctx,
+                self.max_recv_sge,
+                |wr_id, w| lock(&self.track).recv.record(wr_id, w),
+                |seq| lock(&self.track).recv.unrecord(seq),
+                poster,
+                wr,
+                bad,
+            )
+        }
+    }
+}
+
+/// Shared receive-posting logic of QPs and SRQs.
+///
+/// # Safety
+/// `wr` is the application's well-formed list; `bad` is writable; `post` posts to the queue.
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn post_recv_common(
+    engine: &Arc<Engine>,
+    ctx: usize,
+    max_sge: usize,
+    record: impl Fn(u64, WinList) -> u64,
+    unrecord: impl Fn(u64) -> WinList,
+    post: impl Fn(*mut ibv_recv_wr, *mut *mut ibv_recv_wr) -> c_int,
+    wr: *mut ibv_recv_wr,
+    bad: *mut *mut ibv_recv_wr,
+) -> c_int {
+    let mut wrs: Vec<ibv_recv_wr> = Vec::new();
+    let mut sges: Vec<Vec<ibv_sge>> = Vec::new();
+    let mut apps: Vec<*mut ibv_recv_wr> = Vec::new();
+    let mut seqs: Vec<u64> = Vec::new();
+    let mut cur = wr;
+    let mut fail: Option<(c_int, *mut ibv_recv_wr)> = None;
+    while !cur.is_null() {
+        // SAFETY: an element of the application's list.
+        let app = unsafe { *cur };
+        let n = app.num_sge.max(0) as usize;
+        let app_sges: &[ibv_sge] = if n == 0 || app.sg_list.is_null() {
+            &[]
+        } else {
+            // SAFETY: the application's SGE array.
+            unsafe { core::slice::from_raw_parts(app.sg_list, n) }
+        };
+        let planned: Vec<PlannedSge> = {
+            let st = lock(&engine.state);
+            let mut v = Vec::new();
+            for s in app_sges {
+                let class = match st
+                    .by_lkey
+                    .get(&(ctx, s.lkey))
+                    .and_then(|id| st.regions.get(id))
+                {
+                    Some(r) if s.length > 0 && r.geom.contains(s.addr, u64::from(s.length)) => {
+                        SgeClass::Virtual {
+                            addr: s.addr,
+                            len: s.length,
+                            region: r.id,
+                            geom: r.geom,
+                        }
+                    }
+                    Some(r) if s.length > 0 => SgeClass::Keep(ibv_sge {
+                        addr: r.poison_addr(),
+                        length: s.length,
+                        lkey: s.lkey,
+                    }),
+                    _ => SgeClass::Keep(*s),
+                };
+                match crate::translate::plan(&[class], RemoteClass::None, false, usize::MAX) {
+                    Ok(parts) => v.extend(parts.into_iter().flat_map(|p| p.sges)),
+                    Err(_) => v.push(PlannedSge::Keep(*s)),
+                }
+            }
+            v
+        };
+        if planned.len() > max_sge {
+            fail = Some((libc::EINVAL, cur));
+            break;
+        }
+        let windows = acquire_recv_windows(engine, &planned);
+        let Some((sg, windows)) = windows else {
+            engine.note("pinned-memory budget full of windows in use: post_recv failed with ENOMEM (raise NPRDMA_PIN_BUDGET)");
+            fail = Some((libc::ENOMEM, cur));
+            break;
+        };
+        let seq = record(app.wr_id, windows);
+        let mut w = app;
+        w.wr_id = seq | RECV_TAG;
+        w.next = core::ptr::null_mut();
+        wrs.push(w);
+        sges.push(sg);
+        apps.push(cur);
+        seqs.push(seq);
+        cur = app.next;
+    }
+    let n = wrs.len();
+    if n > 0 {
+        let base = wrs.as_mut_ptr();
+        for i in 0..n {
+            wrs[i].sg_list = sges[i].as_mut_ptr();
+            wrs[i].num_sge = sges[i].len() as c_int;
+            wrs[i].next = if i + 1 < n {
+                // SAFETY: inside the vector.
+                unsafe { base.add(i + 1) }
+            } else {
+                core::ptr::null_mut()
+            };
+        }
+        let mut badp: *mut ibv_recv_wr = core::ptr::null_mut();
+        let rc = post(base, &mut badp);
+        if rc != 0 {
+            let idx = if badp.is_null() {
+                0
+            } else {
+                ((badp as usize).wrapping_sub(base as usize) / core::mem::size_of::<ibv_recv_wr>())
+                    .min(n - 1)
+            };
+            for seq in &seqs[idx..] {
+                let w = unrecord(*seq);
+                engine.release(&w);
+            }
+            // SAFETY: `bad` is writable.
+            unsafe { *bad = apps[idx] };
+            return rc;
+        }
+    }
+    match fail {
+        Some((e, at)) => {
+            // SAFETY: `bad` is writable.
+            unsafe { *bad = at };
+            e
+        }
+        None => 0,
+    }
+}
+
+fn acquire_recv_windows(
+    engine: &Engine,
+    planned: &[PlannedSge],
+) -> Option<(Vec<ibv_sge>, WinList)> {
+    let mut wanted: Vec<WindowId> = Vec::new();
+    for p in planned {
+        if let PlannedSge::Window { window, .. } = p
+            && !wanted.contains(window)
+        {
+            wanted.push(*window);
+        }
+    }
+    let mut st = lock(&engine.state);
+    let specs: Vec<(WindowId, WindowSpec)> = wanted
+        .iter()
+        .filter_map(|id| {
+            st.regions
+                .get(&id.region)
+                .map(|r| (*id, r.window_spec(id.index)))
+        })
+        .collect();
+    let result = {
+        let State { regions, cache, .. } = &mut *st;
+        let mut prov = Provider {
+            real: &engine.real,
+            regions,
+        };
+        cache.ensure_all(&specs, &mut prov)
+    };
+    let keys = match result {
+        Ok(k) => k,
+        Err(CacheError::NoRoom { .. }) => return None,
+        Err(CacheError::Provider(_)) => Vec::new(),
+    };
+    let ok = keys.len() == specs.len() && specs.len() == wanted.len();
+    if ok {
+        for id in &wanted {
+            st.cache.add_inflight(*id);
+        }
+    }
+    engine.publish(&st);
+    let sges = planned
+        .iter()
+        .map(|p| match *p {
+            PlannedSge::Keep(s) => s,
+            PlannedSge::Window { addr, len, window } => {
+                let key = wanted
+                    .iter()
+                    .position(|w| *w == window)
+                    .and_then(|i| keys.get(i))
+                    .filter(|_| ok);
+                match key {
+                    Some(k) => ibv_sge {
+                        addr,
+                        length: len,
+                        lkey: k.lkey,
+                    },
+                    None => ibv_sge {
+                        addr: st
+                            .regions
+                            .get(&window.region)
+                            .map_or(0, Region::poison_addr),
+                        length: len,
+                        lkey: 0,
+                    },
+                }
+            }
+        })
+        .collect();
+    Some((sges, if ok { wanted.into() } else { WinList::new() }))
+}
+
+/// Whether `[va, va + len)` is mapped readable (and writable if `write`), per /proc/self/maps
+/// (linux-glue). Registration without pinning must still fail where plain verbs fails.
+fn range_is_mapped(va: u64, len: u64, write: bool) -> bool {
+    let Some(end) = va.checked_add(len) else {
+        return false;
+    };
+    let Ok(vmas) = linux_glue::vma::maps_in_range(va, end) else {
+        // Cannot tell: do not refuse what plain verbs might accept.
+        return true;
+    };
+    let mut at = va;
+    for v in vmas {
+        let (s, e) = (v.start.as_u64(), v.end.as_u64());
+        if s > at {
+            return false;
+        }
+        if !v.readable || (write && !v.writable) {
+            return false;
+        }
+        at = at.max(e);
+        if at >= end {
+            return true;
+        }
+    }
+    at >= end
+}
+
+/// A random u64 (directory instance numbers).
+fn random_u64() -> u64 {
+    let mut b = [0u8; 8];
+    // SAFETY: writes at most 8 bytes into `b`.
+    let n = unsafe { libc::getrandom(b.as_mut_ptr().cast(), 8, 0) };
+    if n == 8 {
+        u64::from_le_bytes(b)
+    } else {
+        let t = Instant::now().elapsed().as_nanos() as u64;
+        t ^ u64::from(std::process::id()).rotate_left(32)
+    }
+}

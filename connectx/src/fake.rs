@@ -1,0 +1,1052 @@
+//! An in-process fake verbs provider, for tests without RDMA hardware or kernel support.
+//!
+//! It implements the functions of [`RealVerbs`] and a context's data-path operations with
+//! plain memory copies between registered regions of this process, following the checks an RC
+//! responder and requester make (InfiniBand Architecture Specification vol. 1, §9.7.5 and
+//! §10.6; rxe's `rxe_resp.c` and `rxe_req.c` behave the same way):
+//!
+//! - local SGEs need a registered lkey of the QP's PD, the range inside it, and local write
+//!   rights when the NIC writes → else `IBV_WC_LOC_PROT_ERR`;
+//! - remote accesses need an rkey of the responder's PD, the range inside it, the MR's and the
+//!   responder QP's remote right → else `IBV_WC_REM_ACCESS_ERR`; zero-length remote accesses
+//!   are not checked;
+//! - a SEND or WRITE_WITH_IMM needs a posted receive (else `IBV_WC_RNR_RETRY_EXC_ERR` here,
+//!   as with `rnr_retry` = 0) large enough (else `IBV_WC_REM_INV_REQ_ERR`);
+//! - an error moves the requester's QP to the error state; from then on every WR completes with
+//!   `IBV_WC_WR_FLUSH_ERR`, signaled or not, and so do its posted receives.
+//!
+//! Every registration counts the page-rounded bytes it pins per context (what `VmPin` counts
+//! on Linux), the independent measure the budget tests compare against. Work requests execute
+//! when posted, so completions are ready at once.
+
+use core::ffi::{c_int, c_uint, c_void};
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{LazyLock, Mutex, MutexGuard};
+
+use crate::real::RealVerbs;
+use crate::sys::*;
+use crate::window::pinned_bytes;
+
+#[derive(Clone, Copy)]
+struct Mr {
+    ctx: usize,
+    pd: usize,
+    va: u64,
+    len: u64,
+    iova: u64,
+    access: u32,
+}
+
+struct Qp {
+    pd: usize,
+    send_cq: usize,
+    recv_cq: usize,
+    srq: usize,
+    state: u32,
+    dest_qpn: u32,
+    access: u32,
+    sq_sig_all: bool,
+    cap: ibv_qp_cap,
+    rq: VecDeque<(u64, Vec<ibv_sge>)>,
+    builder: Vec<(ibv_send_wr, Vec<ibv_sge>)>,
+}
+
+/// Posted receives: (wr_id, SGEs).
+type RecvQueue = VecDeque<(u64, Vec<ibv_sge>)>;
+
+// SAFETY: the raw pointers in a queued builder WR are never dereferenced after the call that
+// recorded them (the SGEs are owned copies); the fake's state is only touched under its mutex.
+unsafe impl Send for Qp {}
+
+#[derive(Default)]
+struct Fake {
+    mrs: HashMap<u32, Mr>,
+    mr_keys: HashMap<usize, u32>,
+    qps: HashMap<u32, Qp>,
+    qpns: HashMap<usize, u32>,
+    cqs: HashMap<usize, VecDeque<ibv_wc>>,
+    srqs: HashMap<usize, (usize, RecvQueue)>,
+    pinned: HashMap<usize, u64>,
+    peak: HashMap<usize, u64>,
+    fail_next_reg: HashMap<usize, i32>,
+    no_atomics: HashMap<usize, bool>,
+    next_key: u32,
+    next_qpn: u32,
+    posted: u64,
+}
+
+static FAKE: LazyLock<Mutex<Fake>> = LazyLock::new(|| {
+    Mutex::new(Fake {
+        next_key: 0x1000,
+        next_qpn: 0x11,
+        ..Default::default()
+    })
+});
+
+fn fake() -> MutexGuard<'static, Fake> {
+    match FAKE.lock() {
+        Ok(g) => g,
+        Err(p) => p.into_inner(),
+    }
+}
+
+fn set_errno(e: c_int) {
+    crate::engine::set_errno(e);
+}
+
+/// The fake's function table.
+pub fn real_verbs() -> RealVerbs {
+    RealVerbs {
+        open_device: fake_open_device,
+        close_device: fake_close_device,
+        query_device: fake_query_device,
+        reg_mr: fake_reg_mr,
+        reg_mr_iova: fake_reg_mr_iova,
+        reg_mr_iova2: fake_reg_mr_iova2,
+        reg_dmabuf_mr: None,
+        rereg_mr: fake_rereg_mr,
+        dereg_mr: fake_dereg_mr,
+        create_qp: fake_create_qp,
+        destroy_qp: fake_destroy_qp,
+        modify_qp: fake_modify_qp,
+        destroy_cq: fake_destroy_cq,
+        destroy_srq: fake_destroy_srq,
+        qp_to_qp_ex: fake_qp_to_qp_ex,
+    }
+}
+
+/// Bytes registered (pinned) on `ctx` now.
+pub fn pinned(ctx: *mut ibv_context) -> u64 {
+    fake().pinned.get(&(ctx as usize)).copied().unwrap_or(0)
+}
+
+/// Highest value of [`pinned`] so far.
+pub fn peak(ctx: *mut ibv_context) -> u64 {
+    fake().peak.get(&(ctx as usize)).copied().unwrap_or(0)
+}
+
+/// Number of MRs registered on `ctx` now.
+pub fn mr_count(ctx: *mut ibv_context) -> usize {
+    fake()
+        .mrs
+        .values()
+        .filter(|m| m.ctx == ctx as usize)
+        .count()
+}
+
+/// Makes the next registration on `ctx` fail with `errno`.
+pub fn fail_next_registration(ctx: *mut ibv_context, errno: i32) {
+    fake().fail_next_reg.insert(ctx as usize, errno);
+}
+
+/// Work requests the fake has executed so far (all contexts).
+pub fn posted() -> u64 {
+    fake().posted
+}
+
+static PLAIN_DEVICE: u8 = 0;
+static NO_ATOMICS_DEVICE: u8 = 0;
+
+/// A device handle for [`RealVerbs::open_device`] whose contexts report no atomic support.
+pub fn device_without_atomics() -> *mut ibv_device {
+    (&raw const NO_ATOMICS_DEVICE).cast_mut().cast()
+}
+
+/// A device handle for [`RealVerbs::open_device`].
+pub fn device() -> *mut ibv_device {
+    (&raw const PLAIN_DEVICE).cast_mut().cast()
+}
+
+fn alloc_zeroed<T>() -> *mut T {
+    let layout = std::alloc::Layout::new::<T>();
+    // SAFETY: non-zero-sized layout of a plain C struct for which all-zero is a valid value.
+    unsafe { std::alloc::alloc_zeroed(layout).cast() }
+}
+
+fn free<T>(p: *mut T) {
+    if !p.is_null() {
+        // SAFETY: allocated by `alloc_zeroed::<T>` and freed once.
+        unsafe { std::alloc::dealloc(p.cast(), std::alloc::Layout::new::<T>()) }
+    }
+}
+
+unsafe extern "C" fn fake_open_device(dev: *mut ibv_device) -> *mut ibv_context {
+    let v: *mut verbs_context = alloc_zeroed();
+    // SAFETY: freshly allocated and zeroed.
+    let vc = unsafe { &mut *v };
+    vc.sz = core::mem::size_of::<verbs_context>();
+    vc.create_qp_ex = Some(fake_create_qp_ex);
+    vc.context.device = dev;
+    vc.context.abi_compat = VERBS_ABI_IS_EXTENDED;
+    vc.context.ops.post_send = Some(fake_post_send);
+    vc.context.ops.post_recv = Some(fake_post_recv);
+    vc.context.ops.poll_cq = Some(fake_poll_cq);
+    vc.context.ops.post_srq_recv = Some(fake_post_srq_recv);
+    vc.context.ops.req_notify_cq = Some(fake_req_notify_cq);
+    let ctx = &mut vc.context as *mut ibv_context;
+    if dev == device_without_atomics() {
+        fake().no_atomics.insert(ctx as usize, true);
+    }
+    ctx
+}
+
+unsafe extern "C" fn fake_close_device(ctx: *mut ibv_context) -> c_int {
+    let off = core::mem::offset_of!(verbs_context, context);
+    // SAFETY: contexts are the last field of a verbs_context allocated in fake_open_device.
+    let v = unsafe { ctx.cast::<u8>().sub(off).cast::<verbs_context>() };
+    free(v);
+    0
+}
+
+unsafe extern "C" fn fake_query_device(ctx: *mut ibv_context, attr: *mut ibv_device_attr) -> c_int {
+    let no_atomics = fake().no_atomics.contains_key(&(ctx as usize));
+    // SAFETY: the caller's writable attribute struct.
+    let a = unsafe { &mut *attr };
+    *a = ibv_device_attr::zeroed();
+    a.max_qp_wr = 16384;
+    a.max_sge = 32;
+    a.max_qp_rd_atom = 16;
+    a.atomic_cap = if no_atomics { 0 } else { 1 };
+    a.phys_port_cnt = 1;
+    0
+}
+
+/// Allocates a protection domain on `ctx`.
+pub fn alloc_pd(ctx: *mut ibv_context) -> *mut ibv_pd {
+    let pd: *mut ibv_pd = alloc_zeroed();
+    // SAFETY: freshly allocated.
+    unsafe { (*pd).context = ctx };
+    pd
+}
+
+/// Frees a protection domain.
+pub fn dealloc_pd(pd: *mut ibv_pd) {
+    free(pd);
+}
+
+/// Creates a completion queue on `ctx`.
+pub fn create_cq(ctx: *mut ibv_context) -> *mut ibv_cq {
+    let cq: *mut ibv_cq = alloc_zeroed();
+    // SAFETY: freshly allocated.
+    unsafe {
+        (*cq).context = ctx;
+        (*cq).cqe = 4096;
+    }
+    fake().cqs.insert(cq as usize, VecDeque::new());
+    cq
+}
+
+/// Creates a shared receive queue in `pd`.
+///
+/// # Safety
+/// `pd` is a live PD of the fake.
+pub unsafe fn create_srq(pd: *mut ibv_pd) -> *mut ibv_srq {
+    let srq: *mut ibv_srq = alloc_zeroed();
+    // SAFETY: freshly allocated; `pd` is live.
+    unsafe {
+        (*srq).context = (*pd).context;
+        (*srq).pd = pd;
+    }
+    fake()
+        .srqs
+        .insert(srq as usize, (pd as usize, VecDeque::new()));
+    srq
+}
+
+unsafe extern "C" fn fake_destroy_cq(cq: *mut ibv_cq) -> c_int {
+    if fake().cqs.remove(&(cq as usize)).is_none() {
+        return libc::EINVAL;
+    }
+    free(cq);
+    0
+}
+
+unsafe extern "C" fn fake_destroy_srq(srq: *mut ibv_srq) -> c_int {
+    if fake().srqs.remove(&(srq as usize)).is_none() {
+        return libc::EINVAL;
+    }
+    free(srq);
+    0
+}
+
+unsafe extern "C" fn fake_reg_mr(
+    pd: *mut ibv_pd,
+    addr: *mut c_void,
+    len: usize,
+    access: c_int,
+) -> *mut ibv_mr {
+    // SAFETY: forwarded.
+    unsafe { fake_reg_mr_iova2(pd, addr, len, addr as u64, access as c_uint) }
+}
+
+unsafe extern "C" fn fake_reg_mr_iova(
+    pd: *mut ibv_pd,
+    addr: *mut c_void,
+    len: usize,
+    iova: u64,
+    access: c_int,
+) -> *mut ibv_mr {
+    // SAFETY: forwarded.
+    unsafe { fake_reg_mr_iova2(pd, addr, len, iova, access as c_uint) }
+}
+
+unsafe extern "C" fn fake_reg_mr_iova2(
+    pd: *mut ibv_pd,
+    addr: *mut c_void,
+    len: usize,
+    iova: u64,
+    access: c_uint,
+) -> *mut ibv_mr {
+    if pd.is_null() {
+        set_errno(libc::EINVAL);
+        return core::ptr::null_mut();
+    }
+    // SAFETY: a live PD.
+    let ctx = unsafe { (*pd).context } as usize;
+    let mut f = fake();
+    if let Some(e) = f.fail_next_reg.remove(&ctx) {
+        set_errno(e);
+        return core::ptr::null_mut();
+    }
+    if len == 0
+        || (access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC) != 0
+            && access & IBV_ACCESS_LOCAL_WRITE == 0)
+    {
+        set_errno(libc::EINVAL);
+        return core::ptr::null_mut();
+    }
+    if access & IBV_ACCESS_REMOTE_ATOMIC != 0 && f.no_atomics.contains_key(&ctx) {
+        set_errno(libc::EINVAL);
+        return core::ptr::null_mut();
+    }
+    let key = f.next_key;
+    f.next_key = f.next_key.wrapping_add(0x100 + 7);
+    let mr: *mut ibv_mr = alloc_zeroed();
+    // SAFETY: freshly allocated.
+    unsafe {
+        (*mr).context = ctx as *mut ibv_context;
+        (*mr).pd = pd;
+        (*mr).addr = addr;
+        (*mr).length = len;
+        (*mr).lkey = key;
+        (*mr).rkey = key;
+        (*mr).handle = key;
+    }
+    f.mrs.insert(
+        key,
+        Mr {
+            ctx,
+            pd: pd as usize,
+            va: addr as u64,
+            len: len as u64,
+            iova,
+            access,
+        },
+    );
+    f.mr_keys.insert(mr as usize, key);
+    let p = f.pinned.entry(ctx).or_default();
+    *p += pinned_bytes(addr as u64, len as u64);
+    let now = *p;
+    let peak = f.peak.entry(ctx).or_default();
+    *peak = (*peak).max(now);
+    mr
+}
+
+unsafe extern "C" fn fake_rereg_mr(
+    mr: *mut ibv_mr,
+    flags: c_int,
+    pd: *mut ibv_pd,
+    _addr: *mut c_void,
+    _len: usize,
+    _access: c_int,
+) -> c_int {
+    let mut f = fake();
+    let Some(key) = f.mr_keys.get(&(mr as usize)).copied() else {
+        return IBV_REREG_MR_ERR_INPUT;
+    };
+    if flags != IBV_REREG_MR_CHANGE_PD {
+        return IBV_REREG_MR_ERR_INPUT;
+    }
+    if let Some(m) = f.mrs.get_mut(&key) {
+        m.pd = pd as usize;
+    }
+    // SAFETY: a live MR.
+    unsafe { (*mr).pd = pd };
+    0
+}
+
+unsafe extern "C" fn fake_dereg_mr(mr: *mut ibv_mr) -> c_int {
+    let mut f = fake();
+    let Some(key) = f.mr_keys.remove(&(mr as usize)) else {
+        return libc::EINVAL;
+    };
+    if let Some(m) = f.mrs.remove(&key) {
+        let p = f.pinned.entry(m.ctx).or_default();
+        *p -= pinned_bytes(m.va, m.len);
+    }
+    drop(f);
+    free(mr);
+    0
+}
+
+// The QP's attributes, spelled out: the two create paths fill them from different structs.
+#[allow(clippy::too_many_arguments)]
+fn new_qp(
+    ctx: usize,
+    pd: usize,
+    send_cq: usize,
+    recv_cq: usize,
+    srq: usize,
+    qp_type: u32,
+    sq_sig_all: bool,
+    cap: &mut ibv_qp_cap,
+) -> *mut ibv_qp {
+    if cap.max_send_wr > 16384
+        || cap.max_recv_wr > 16384
+        || cap.max_send_sge > 32
+        || cap.max_recv_sge > 32
+    {
+        set_errno(libc::EINVAL);
+        return core::ptr::null_mut();
+    }
+    cap.max_inline_data = cap.max_inline_data.max(64);
+    let qpx: *mut ibv_qp_ex = alloc_zeroed();
+    let mut f = fake();
+    let qpn = f.next_qpn;
+    f.next_qpn += 1;
+    // SAFETY: freshly allocated.
+    unsafe {
+        let q = &mut *qpx;
+        q.qp_base.context = ctx as *mut ibv_context;
+        q.qp_base.pd = pd as *mut ibv_pd;
+        q.qp_base.send_cq = send_cq as *mut ibv_cq;
+        q.qp_base.recv_cq = recv_cq as *mut ibv_cq;
+        q.qp_base.srq = srq as *mut ibv_srq;
+        q.qp_base.qp_num = qpn;
+        q.qp_base.qp_type = qp_type;
+        q.qp_base.state = IBV_QPS_RESET;
+        q.wr_start = Some(fbuild_start);
+        q.wr_rdma_write = Some(fbuild_rdma_write);
+        q.wr_rdma_read = Some(fbuild_rdma_read);
+        q.wr_send = Some(fbuild_send);
+        q.wr_set_sge = Some(fbuild_set_sge);
+        q.wr_complete = Some(fbuild_complete);
+        q.wr_abort = Some(fbuild_start);
+    }
+    f.qps.insert(
+        qpn,
+        Qp {
+            pd,
+            send_cq,
+            recv_cq,
+            srq,
+            state: IBV_QPS_RESET,
+            dest_qpn: 0,
+            access: 0,
+            sq_sig_all,
+            cap: *cap,
+            rq: VecDeque::new(),
+            builder: Vec::new(),
+        },
+    );
+    f.qpns.insert(qpx as usize, qpn);
+    qpx.cast()
+}
+
+unsafe extern "C" fn fake_create_qp(pd: *mut ibv_pd, attr: *mut ibv_qp_init_attr) -> *mut ibv_qp {
+    if pd.is_null() || attr.is_null() {
+        set_errno(libc::EINVAL);
+        return core::ptr::null_mut();
+    }
+    // SAFETY: caller's live PD and attributes.
+    let (a, ctx) = unsafe { (&mut *attr, (*pd).context as usize) };
+    new_qp(
+        ctx,
+        pd as usize,
+        a.send_cq as usize,
+        a.recv_cq as usize,
+        a.srq as usize,
+        a.qp_type,
+        a.sq_sig_all != 0,
+        &mut a.cap,
+    )
+}
+
+unsafe extern "C" fn fake_create_qp_ex(
+    ctx: *mut ibv_context,
+    attr: *mut ibv_qp_init_attr_ex,
+) -> *mut ibv_qp {
+    if attr.is_null() {
+        set_errno(libc::EINVAL);
+        return core::ptr::null_mut();
+    }
+    // SAFETY: caller's attributes.
+    let a = unsafe { &mut *attr };
+    new_qp(
+        ctx as usize,
+        a.pd as usize,
+        a.send_cq as usize,
+        a.recv_cq as usize,
+        a.srq as usize,
+        a.qp_type,
+        a.sq_sig_all != 0,
+        &mut a.cap,
+    )
+}
+
+unsafe extern "C" fn fake_destroy_qp(qp: *mut ibv_qp) -> c_int {
+    let mut f = fake();
+    let Some(qpn) = f.qpns.remove(&(qp as usize)) else {
+        return libc::EINVAL;
+    };
+    f.qps.remove(&qpn);
+    drop(f);
+    free(qp.cast::<ibv_qp_ex>());
+    0
+}
+
+unsafe extern "C" fn fake_modify_qp(qp: *mut ibv_qp, attr: *mut ibv_qp_attr, mask: c_int) -> c_int {
+    if attr.is_null() {
+        return libc::EINVAL;
+    }
+    // SAFETY: caller's attributes.
+    let a = unsafe { *attr };
+    let mut f = fake();
+    let Some(qpn) = f.qpns.get(&(qp as usize)).copied() else {
+        return libc::EINVAL;
+    };
+    let Some(q) = f.qps.get_mut(&qpn) else {
+        return libc::EINVAL;
+    };
+    if mask & IBV_QP_ACCESS_FLAGS != 0 {
+        q.access = a.qp_access_flags;
+    }
+    if mask & IBV_QP_DEST_QPN != 0 {
+        q.dest_qpn = a.dest_qp_num;
+    }
+    if mask & IBV_QP_STATE != 0 {
+        q.state = a.qp_state;
+        // SAFETY: a live QP.
+        unsafe { (*qp).state = a.qp_state };
+        if a.qp_state == IBV_QPS_ERR {
+            flush_rq(&mut f, qpn);
+        }
+    }
+    0
+}
+
+unsafe extern "C" fn fake_qp_to_qp_ex(qp: *mut ibv_qp) -> *mut ibv_qp_ex {
+    qp.cast()
+}
+
+fn push_cq(f: &mut Fake, cq: usize, wc: ibv_wc) {
+    if let Some(q) = f.cqs.get_mut(&cq) {
+        q.push_back(wc);
+    }
+}
+
+fn flush_rq(f: &mut Fake, qpn: u32) {
+    let Some(q) = f.qps.get_mut(&qpn) else {
+        return;
+    };
+    let cq = q.recv_cq;
+    let entries: Vec<u64> = q.rq.drain(..).map(|(id, _)| id).collect();
+    for wr_id in entries {
+        push_cq(
+            f,
+            cq,
+            ibv_wc {
+                wr_id,
+                status: IBV_WC_WR_FLUSH_ERR,
+                qp_num: qpn,
+                ..Default::default()
+            },
+        );
+    }
+}
+
+/// Translates an lkey-described range to a virtual address, checking it (local side).
+fn local_va(f: &Fake, pd: usize, sge: &ibv_sge, write: bool) -> Option<u64> {
+    let m = f.mrs.get(&sge.lkey)?;
+    let end = sge.addr.checked_add(u64::from(sge.length))?;
+    if m.pd != pd || sge.addr < m.iova || end > m.iova + m.len {
+        return None;
+    }
+    if write && m.access & IBV_ACCESS_LOCAL_WRITE == 0 {
+        return None;
+    }
+    Some(m.va + (sge.addr - m.iova))
+}
+
+/// Translates a remote range, checking key, bounds and rights (responder side).
+fn remote_va(f: &Fake, dest: &Qp, rkey: u32, addr: u64, len: u64, right: u32) -> Option<u64> {
+    let m = f.mrs.get(&rkey)?;
+    let end = addr.checked_add(len)?;
+    if m.pd != dest.pd || addr < m.iova || end > m.iova + m.len {
+        return None;
+    }
+    if m.access & right == 0 || dest.access & right == 0 {
+        return None;
+    }
+    Some(m.va + (addr - m.iova))
+}
+
+fn gather(f: &Fake, pd: usize, sges: &[ibv_sge], inline: bool) -> Result<Vec<u8>, u32> {
+    let mut out = Vec::new();
+    for s in sges {
+        if s.length == 0 {
+            continue;
+        }
+        let va = if inline {
+            s.addr
+        } else {
+            local_va(f, pd, s, false).ok_or(IBV_WC_LOC_PROT_ERR)?
+        };
+        // SAFETY: a range of a registered region (or inline data) of this process.
+        out.extend_from_slice(unsafe {
+            core::slice::from_raw_parts(va as *const u8, s.length as usize)
+        });
+    }
+    Ok(out)
+}
+
+fn scatter_targets(f: &Fake, pd: usize, sges: &[ibv_sge]) -> Result<Vec<(u64, usize)>, u32> {
+    let mut v = Vec::new();
+    for s in sges {
+        if s.length == 0 {
+            continue;
+        }
+        let va = local_va(f, pd, s, true).ok_or(IBV_WC_LOC_PROT_ERR)?;
+        v.push((va, s.length as usize));
+    }
+    Ok(v)
+}
+
+fn scatter(targets: &[(u64, usize)], data: &[u8]) -> bool {
+    let cap: usize = targets.iter().map(|t| t.1).sum();
+    if data.len() > cap {
+        return false;
+    }
+    let mut off = 0;
+    for (va, len) in targets {
+        if off >= data.len() {
+            break;
+        }
+        let n = (*len).min(data.len() - off);
+        // SAFETY: a checked range of a registered, writable region of this process.
+        unsafe { core::ptr::copy(data.as_ptr().add(off), *va as *mut u8, n) };
+        off += n;
+    }
+    true
+}
+
+/// Executes one send WR; returns the requester's completion status.
+fn execute(f: &mut Fake, qpn: u32, wr: &ibv_send_wr, sges: &[ibv_sge]) -> u32 {
+    let Some(q) = f.qps.get(&qpn) else {
+        return IBV_WC_GENERAL_ERR;
+    };
+    let (pd, dest_qpn) = (q.pd, q.dest_qpn);
+    let inline = wr.send_flags & IBV_SEND_INLINE != 0;
+    let op = wr.opcode;
+    let total: u64 = sges.iter().map(|s| u64::from(s.length)).sum();
+    let dest_ok = f
+        .qps
+        .get(&dest_qpn)
+        .is_some_and(|d| d.state == IBV_QPS_RTR || d.state == IBV_QPS_RTS);
+    if !dest_ok && op != IBV_WR_LOCAL_INV {
+        return IBV_WC_RETRY_EXC_ERR;
+    }
+    match op {
+        IBV_WR_RDMA_WRITE | IBV_WR_RDMA_WRITE_WITH_IMM => {
+            let data = match gather(f, pd, sges, inline) {
+                Ok(d) => d,
+                Err(s) => return s,
+            };
+            if total > 0 {
+                let Some(d) = f.qps.get(&dest_qpn) else {
+                    return IBV_WC_RETRY_EXC_ERR;
+                };
+                let Some(va) = remote_va(
+                    f,
+                    d,
+                    wr.rdma_rkey(),
+                    wr.remote_addr(),
+                    total,
+                    IBV_ACCESS_REMOTE_WRITE,
+                ) else {
+                    return IBV_WC_REM_ACCESS_ERR;
+                };
+                // SAFETY: a checked range of a registered, remotely writable region.
+                unsafe { core::ptr::copy(data.as_ptr(), va as *mut u8, data.len()) };
+            }
+            if op == IBV_WR_RDMA_WRITE_WITH_IMM {
+                return deliver_recv(f, dest_qpn, qpn, &[], total, Some(wr.imm_data), true);
+            }
+            IBV_WC_SUCCESS
+        }
+        IBV_WR_SEND | IBV_WR_SEND_WITH_IMM => {
+            let data = match gather(f, pd, sges, inline) {
+                Ok(d) => d,
+                Err(s) => return s,
+            };
+            let imm = (op == IBV_WR_SEND_WITH_IMM).then_some(wr.imm_data);
+            deliver_recv(f, dest_qpn, qpn, &data, total, imm, false)
+        }
+        IBV_WR_RDMA_READ => {
+            let targets = match scatter_targets(f, pd, sges) {
+                Ok(t) => t,
+                Err(s) => return s,
+            };
+            if total == 0 {
+                return IBV_WC_SUCCESS;
+            }
+            let Some(d) = f.qps.get(&dest_qpn) else {
+                return IBV_WC_RETRY_EXC_ERR;
+            };
+            let Some(va) = remote_va(
+                f,
+                d,
+                wr.rdma_rkey(),
+                wr.remote_addr(),
+                total,
+                IBV_ACCESS_REMOTE_READ,
+            ) else {
+                return IBV_WC_REM_ACCESS_ERR;
+            };
+            // SAFETY: a checked range of a registered, remotely readable region.
+            let data =
+                unsafe { core::slice::from_raw_parts(va as *const u8, total as usize) }.to_vec();
+            scatter(&targets, &data);
+            IBV_WC_SUCCESS
+        }
+        IBV_WR_ATOMIC_CMP_AND_SWP | IBV_WR_ATOMIC_FETCH_AND_ADD => {
+            let targets = match scatter_targets(f, pd, sges) {
+                Ok(t) => t,
+                Err(s) => return s,
+            };
+            if total < 8 {
+                return IBV_WC_LOC_LEN_ERR;
+            }
+            let raddr = wr.remote_addr();
+            if !raddr.is_multiple_of(8) {
+                return IBV_WC_REM_INV_REQ_ERR;
+            }
+            let Some(d) = f.qps.get(&dest_qpn) else {
+                return IBV_WC_RETRY_EXC_ERR;
+            };
+            let Some(va) = remote_va(f, d, wr.atomic_rkey(), raddr, 8, IBV_ACCESS_REMOTE_ATOMIC)
+            else {
+                return IBV_WC_REM_ACCESS_ERR;
+            };
+            // SAFETY: an aligned, checked 8-byte range of a registered region; accessed
+            // atomically as the library's own code does.
+            let cell = unsafe { &*(va as *const AtomicU64) };
+            let old = if op == IBV_WR_ATOMIC_FETCH_AND_ADD {
+                cell.fetch_add(wr.atomic_compare_add(), Ordering::SeqCst)
+            } else {
+                match cell.compare_exchange(
+                    wr.atomic_compare_add(),
+                    wr.atomic_swap(),
+                    Ordering::SeqCst,
+                    Ordering::SeqCst,
+                ) {
+                    Ok(v) | Err(v) => v,
+                }
+            };
+            scatter(&targets, &old.to_le_bytes());
+            IBV_WC_SUCCESS
+        }
+        _ => IBV_WC_SUCCESS,
+    }
+}
+
+/// Consumes a receive of `dest_qpn` for a message from `src_qpn`; returns the requester's
+/// status.
+fn deliver_recv(
+    f: &mut Fake,
+    dest_qpn: u32,
+    src_qpn: u32,
+    data: &[u8],
+    total: u64,
+    imm: Option<u32>,
+    rdma_imm: bool,
+) -> u32 {
+    let Some(d) = f.qps.get_mut(&dest_qpn) else {
+        return IBV_WC_RETRY_EXC_ERR;
+    };
+    let (dpd, dcq, dsrq) = (d.pd, d.recv_cq, d.srq);
+    let entry = if dsrq != 0 {
+        f.srqs.get_mut(&dsrq).and_then(|s| s.1.pop_front())
+    } else {
+        d.rq.pop_front()
+    };
+    let Some((wr_id, rsges)) = entry else {
+        return IBV_WC_RNR_RETRY_EXC_ERR;
+    };
+    let mut wc = ibv_wc {
+        wr_id,
+        status: IBV_WC_SUCCESS,
+        opcode: if rdma_imm {
+            IBV_WC_RECV_RDMA_WITH_IMM
+        } else {
+            IBV_WC_RECV
+        },
+        byte_len: total as u32,
+        imm_data: imm.unwrap_or(0),
+        qp_num: dest_qpn,
+        src_qp: src_qpn,
+        wc_flags: if imm.is_some() { IBV_WC_WITH_IMM } else { 0 },
+        ..Default::default()
+    };
+    let mut requester = IBV_WC_SUCCESS;
+    if !rdma_imm {
+        match scatter_targets(f, dpd, &rsges) {
+            Ok(t) => {
+                if !scatter(&t, data) {
+                    wc.status = IBV_WC_LOC_LEN_ERR;
+                    requester = IBV_WC_REM_INV_REQ_ERR;
+                }
+            }
+            Err(s) => {
+                wc.status = s;
+                requester = IBV_WC_REM_OP_ERR;
+            }
+        }
+    }
+    push_cq(f, dcq, wc);
+    requester
+}
+
+unsafe extern "C" fn fake_post_send(
+    qp: *mut ibv_qp,
+    wr: *mut ibv_send_wr,
+    bad: *mut *mut ibv_send_wr,
+) -> c_int {
+    let mut f = fake();
+    let Some(qpn) = f.qpns.get(&(qp as usize)).copied() else {
+        return libc::EINVAL;
+    };
+    let mut cur = wr;
+    while !cur.is_null() {
+        // SAFETY: an element of the caller's list.
+        let w = unsafe { *cur };
+        let (state, cq, sig_all, max_sge) = match f.qps.get(&qpn) {
+            Some(q) => (q.state, q.send_cq, q.sq_sig_all, q.cap.max_send_sge),
+            None => return libc::EINVAL,
+        };
+        if (state != IBV_QPS_RTS && state != IBV_QPS_ERR)
+            || w.num_sge < 0
+            || (w.num_sge as u32 > max_sge && w.send_flags & IBV_SEND_INLINE == 0)
+        {
+            // SAFETY: the caller's out-pointer.
+            unsafe { *bad = cur };
+            return libc::EINVAL;
+        }
+        let sges: Vec<ibv_sge> = if w.num_sge == 0 || w.sg_list.is_null() {
+            Vec::new()
+        } else {
+            // SAFETY: the caller's SGE array.
+            unsafe { core::slice::from_raw_parts(w.sg_list, w.num_sge as usize) }.to_vec()
+        };
+        f.posted += 1;
+        let status = if state == IBV_QPS_ERR {
+            IBV_WC_WR_FLUSH_ERR
+        } else {
+            execute(&mut f, qpn, &w, &sges)
+        };
+        if status != IBV_WC_SUCCESS && state != IBV_QPS_ERR {
+            if let Some(q) = f.qps.get_mut(&qpn) {
+                q.state = IBV_QPS_ERR;
+            }
+            // SAFETY: a live QP.
+            unsafe { (*qp).state = IBV_QPS_ERR };
+            flush_rq(&mut f, qpn);
+        }
+        if status != IBV_WC_SUCCESS || sig_all || w.send_flags & IBV_SEND_SIGNALED != 0 {
+            let opcode = crate::engine::wc_opcode_of(w.opcode);
+            push_cq(
+                &mut f,
+                cq,
+                ibv_wc {
+                    wr_id: w.wr_id,
+                    status,
+                    opcode,
+                    byte_len: if w.opcode == IBV_WR_RDMA_READ {
+                        sges.iter().map(|s| s.length).sum()
+                    } else {
+                        0
+                    },
+                    qp_num: qpn,
+                    ..Default::default()
+                },
+            );
+        }
+        cur = w.next;
+    }
+    0
+}
+
+fn copy_recv_list(wr: *mut ibv_recv_wr) -> Vec<(*mut ibv_recv_wr, u64, Vec<ibv_sge>)> {
+    let mut v = Vec::new();
+    let mut cur = wr;
+    while !cur.is_null() {
+        // SAFETY: an element of the caller's list.
+        let w = unsafe { *cur };
+        let sges = if w.num_sge <= 0 || w.sg_list.is_null() {
+            Vec::new()
+        } else {
+            // SAFETY: the caller's SGE array.
+            unsafe { core::slice::from_raw_parts(w.sg_list, w.num_sge as usize) }.to_vec()
+        };
+        v.push((cur, w.wr_id, sges));
+        cur = w.next;
+    }
+    v
+}
+
+unsafe extern "C" fn fake_post_recv(
+    qp: *mut ibv_qp,
+    wr: *mut ibv_recv_wr,
+    bad: *mut *mut ibv_recv_wr,
+) -> c_int {
+    let list = copy_recv_list(wr);
+    let mut f = fake();
+    let Some(qpn) = f.qpns.get(&(qp as usize)).copied() else {
+        return libc::EINVAL;
+    };
+    for (ptr, wr_id, sges) in list {
+        let Some(q) = f.qps.get_mut(&qpn) else {
+            return libc::EINVAL;
+        };
+        if q.state == IBV_QPS_RESET || q.srq != 0 || sges.len() as u32 > q.cap.max_recv_sge {
+            // SAFETY: the caller's out-pointer.
+            unsafe { *bad = ptr };
+            return libc::EINVAL;
+        }
+        if q.state == IBV_QPS_ERR {
+            let cq = q.recv_cq;
+            push_cq(
+                &mut f,
+                cq,
+                ibv_wc {
+                    wr_id,
+                    status: IBV_WC_WR_FLUSH_ERR,
+                    qp_num: qpn,
+                    ..Default::default()
+                },
+            );
+        } else {
+            q.rq.push_back((wr_id, sges));
+        }
+    }
+    0
+}
+
+unsafe extern "C" fn fake_post_srq_recv(
+    srq: *mut ibv_srq,
+    wr: *mut ibv_recv_wr,
+    _bad: *mut *mut ibv_recv_wr,
+) -> c_int {
+    let list = copy_recv_list(wr);
+    let mut f = fake();
+    let Some(s) = f.srqs.get_mut(&(srq as usize)) else {
+        return libc::EINVAL;
+    };
+    for (_, wr_id, sges) in list {
+        s.1.push_back((wr_id, sges));
+    }
+    0
+}
+
+unsafe extern "C" fn fake_poll_cq(cq: *mut ibv_cq, n: c_int, wc: *mut ibv_wc) -> c_int {
+    let mut f = fake();
+    let Some(q) = f.cqs.get_mut(&(cq as usize)) else {
+        return -1;
+    };
+    let mut i = 0;
+    while i < n.max(0) as usize {
+        let Some(w) = q.pop_front() else { break };
+        // SAFETY: `i < n`, inside the caller's array.
+        unsafe { wc.add(i).write(w) };
+        i += 1;
+    }
+    i as c_int
+}
+
+unsafe extern "C" fn fake_req_notify_cq(_cq: *mut ibv_cq, _solicited: c_int) -> c_int {
+    0
+}
+
+// A minimal builder (used only when the library leaves a QP alone).
+
+fn builder_push(qpx: *mut ibv_qp_ex, opcode: u32, rkey: u32, raddr: u64) {
+    // SAFETY: a live fake QP.
+    let (wr_id, flags) = unsafe { ((*qpx).wr_id, (*qpx).wr_flags) };
+    let mut f = fake();
+    if let Some(qpn) = f.qpns.get(&(qpx as usize)).copied()
+        && let Some(q) = f.qps.get_mut(&qpn)
+    {
+        let mut wr = ibv_send_wr::zeroed();
+        wr.wr_id = wr_id;
+        wr.send_flags = flags;
+        wr.opcode = opcode;
+        wr.set_rdma(raddr, rkey);
+        q.builder.push((wr, Vec::new()));
+    }
+}
+
+unsafe extern "C" fn fbuild_start(qpx: *mut ibv_qp_ex) {
+    let mut f = fake();
+    if let Some(qpn) = f.qpns.get(&(qpx as usize)).copied()
+        && let Some(q) = f.qps.get_mut(&qpn)
+    {
+        q.builder.clear();
+    }
+}
+
+unsafe extern "C" fn fbuild_rdma_write(qpx: *mut ibv_qp_ex, rkey: u32, raddr: u64) {
+    builder_push(qpx, IBV_WR_RDMA_WRITE, rkey, raddr);
+}
+
+unsafe extern "C" fn fbuild_rdma_read(qpx: *mut ibv_qp_ex, rkey: u32, raddr: u64) {
+    builder_push(qpx, IBV_WR_RDMA_READ, rkey, raddr);
+}
+
+unsafe extern "C" fn fbuild_send(qpx: *mut ibv_qp_ex) {
+    builder_push(qpx, IBV_WR_SEND, 0, 0);
+}
+
+unsafe extern "C" fn fbuild_set_sge(qpx: *mut ibv_qp_ex, lkey: u32, addr: u64, length: u32) {
+    let mut f = fake();
+    if let Some(qpn) = f.qpns.get(&(qpx as usize)).copied()
+        && let Some(q) = f.qps.get_mut(&qpn)
+        && let Some(last) = q.builder.last_mut()
+    {
+        last.1 = vec![ibv_sge { addr, length, lkey }];
+    }
+}
+
+unsafe extern "C" fn fbuild_complete(qpx: *mut ibv_qp_ex) -> c_int {
+    let list = {
+        let mut f = fake();
+        let Some(qpn) = f.qpns.get(&(qpx as usize)).copied() else {
+            return libc::EINVAL;
+        };
+        match f.qps.get_mut(&qpn) {
+            Some(q) => std::mem::take(&mut q.builder),
+            None => return libc::EINVAL,
+        }
+    };
+    for (mut wr, mut sges) in list {
+        wr.sg_list = sges.as_mut_ptr();
+        wr.num_sge = sges.len() as c_int;
+        let mut bad = core::ptr::null_mut();
+        // SAFETY: a live fake QP and a one-element list.
+        let rc = unsafe { fake_post_send(qpx.cast(), &mut wr, &mut bad) };
+        if rc != 0 {
+            return rc;
+        }
+    }
+    0
+}

@@ -1,0 +1,258 @@
+//! The interposed libibverbs entry points, as functions of an [`Engine`].
+//!
+//! The preloaded library exports the real symbol names (module `hooks`), each a one-line call
+//! into these functions with the process's engine; tests call them with an engine over the fake
+//! provider. Each function behaves like the libibverbs function of the same name, including its
+//! error convention.
+
+use core::ffi::{c_int, c_uint, c_void};
+use std::sync::Arc;
+
+use crate::config::Mode;
+use crate::engine::{Engine, RealCall, in_real_call, set_errno};
+use crate::registry;
+use crate::sys::*;
+
+/// `ibv_open_device`.
+///
+/// # Safety
+/// As `ibv_open_device`.
+pub unsafe fn open_device(eng: &Arc<Engine>, dev: *mut ibv_device) -> *mut ibv_context {
+    let ctx = {
+        let _g = RealCall::enter();
+        // SAFETY: forwarded.
+        unsafe { (eng.real.open_device)(dev) }
+    };
+    if !ctx.is_null() && eng.cfg.mode != Mode::Off {
+        // SAFETY: a context just opened.
+        unsafe { eng.on_open(ctx) };
+    }
+    ctx
+}
+
+/// `ibv_close_device`.
+///
+/// # Safety
+/// As `ibv_close_device`.
+pub unsafe fn close_device(eng: &Arc<Engine>, ctx: *mut ibv_context) -> c_int {
+    // SAFETY: a live context about to be closed.
+    unsafe { eng.on_close(ctx) };
+    let _g = RealCall::enter();
+    // SAFETY: forwarded.
+    unsafe { (eng.real.close_device)(ctx) }
+}
+
+/// `ibv_reg_mr_iova2`, the registration all others reduce to.
+///
+/// # Safety
+/// As `ibv_reg_mr_iova2`.
+pub unsafe fn reg_mr_iova2(
+    eng: &Arc<Engine>,
+    pd: *mut ibv_pd,
+    addr: *mut c_void,
+    len: usize,
+    iova: u64,
+    access: c_uint,
+) -> *mut ibv_mr {
+    if pd.is_null() {
+        set_errno(libc::EINVAL);
+        return core::ptr::null_mut();
+    }
+    if eng.cfg.mode == Mode::Off {
+        // SAFETY: forwarded.
+        return unsafe { eng.real_reg(pd, addr, len, iova, access) };
+    }
+    // SAFETY: a live PD.
+    let ctx = unsafe { (*pd).context } as usize;
+    match registry::ctx(ctx) {
+        // SAFETY: a live PD of a context we manage.
+        Some(rec) => unsafe { eng.reg_mr(&rec, pd, addr, len, iova, access) },
+        None => {
+            eng.note("a context opened without the library (e.g. mlx5dv_open_device): its registrations pass through");
+            // SAFETY: forwarded.
+            unsafe { eng.real_reg(pd, addr, len, iova, access) }
+        }
+    }
+}
+
+/// `ibv_reg_dmabuf_mr`: always passes through (device memory, not pageable process memory).
+///
+/// # Safety
+/// As `ibv_reg_dmabuf_mr`.
+pub unsafe fn reg_dmabuf_mr(
+    eng: &Arc<Engine>,
+    pd: *mut ibv_pd,
+    offset: u64,
+    len: usize,
+    iova: u64,
+    fd: c_int,
+    access: c_int,
+) -> *mut ibv_mr {
+    let Some(f) = eng.real.reg_dmabuf_mr else {
+        set_errno(libc::EOPNOTSUPP);
+        return core::ptr::null_mut();
+    };
+    if eng.cfg.mode != Mode::Off {
+        eng.note("dmabuf region (ibv_reg_dmabuf_mr): device memory, pass-through");
+    }
+    let mr = {
+        let _g = RealCall::enter();
+        // SAFETY: forwarded.
+        unsafe { f(pd, offset, len, iova, fd, access) }
+    };
+    if !mr.is_null() {
+        eng.counters()
+            .passthrough_bytes
+            .fetch_add(len as u64, std::sync::atomic::Ordering::Relaxed);
+        crate::engine::lock(&eng.state)
+            .passthrough_mrs
+            .insert(mr as usize, len as u64);
+    }
+    mr
+}
+
+/// `ibv_rereg_mr`.
+///
+/// # Safety
+/// As `ibv_rereg_mr`.
+pub unsafe fn rereg_mr(
+    eng: &Arc<Engine>,
+    mr: *mut ibv_mr,
+    flags: c_int,
+    pd: *mut ibv_pd,
+    addr: *mut c_void,
+    len: usize,
+    access: c_int,
+) -> c_int {
+    if !mr.is_null() && eng.owns_mr(mr) {
+        // SAFETY: a virtual region of this engine.
+        return unsafe { eng.rereg_mr(mr, flags, pd, addr, len, access) };
+    }
+    let _g = RealCall::enter();
+    // SAFETY: forwarded.
+    unsafe { (eng.real.rereg_mr)(mr, flags, pd, addr, len, access) }
+}
+
+/// `ibv_dereg_mr`.
+///
+/// # Safety
+/// As `ibv_dereg_mr`.
+pub unsafe fn dereg_mr(eng: &Arc<Engine>, mr: *mut ibv_mr) -> c_int {
+    if mr.is_null() {
+        return libc::EINVAL;
+    }
+    // SAFETY: an MR of this process.
+    unsafe { eng.dereg_mr(mr) }
+}
+
+/// `ibv_create_qp`.
+///
+/// # Safety
+/// As `ibv_create_qp`.
+pub unsafe fn create_qp(
+    eng: &Arc<Engine>,
+    pd: *mut ibv_pd,
+    attr: *mut ibv_qp_init_attr,
+) -> *mut ibv_qp {
+    let forward = |a: *mut ibv_qp_init_attr| {
+        let _g = RealCall::enter();
+        // SAFETY: forwarded.
+        unsafe { (eng.real.create_qp)(pd, a) }
+    };
+    if pd.is_null() || attr.is_null() || eng.cfg.mode == Mode::Off {
+        return forward(attr);
+    }
+    // SAFETY: a live PD.
+    let ctx = unsafe { (*pd).context } as usize;
+    let Some(rec) = registry::ctx(ctx) else {
+        return forward(attr);
+    };
+    if rec.passthrough().is_some() {
+        return forward(attr);
+    }
+    // SAFETY: the application's attributes.
+    let app = unsafe { *attr };
+    let mut a = app;
+    Engine::widen_caps(&rec, &mut a.cap);
+    let mut qp = forward(&mut a);
+    if qp.is_null() {
+        a = app;
+        qp = forward(&mut a);
+    }
+    if !qp.is_null() {
+        // SAFETY: a QP just created on this context.
+        unsafe {
+            eng.on_create_qp(&rec, qp, a.cap, a.sq_sig_all != 0, false);
+            (*attr).cap = crate::ops::report_caps(app.cap, a.cap);
+        }
+    }
+    qp
+}
+
+/// `ibv_destroy_qp`.
+///
+/// # Safety
+/// As `ibv_destroy_qp`.
+pub unsafe fn destroy_qp(eng: &Arc<Engine>, qp: *mut ibv_qp) -> c_int {
+    eng.on_destroy_qp(qp);
+    let _g = RealCall::enter();
+    // SAFETY: forwarded.
+    unsafe { (eng.real.destroy_qp)(qp) }
+}
+
+/// `ibv_modify_qp`.
+///
+/// # Safety
+/// As `ibv_modify_qp`.
+pub unsafe fn modify_qp(
+    eng: &Arc<Engine>,
+    qp: *mut ibv_qp,
+    attr: *mut ibv_qp_attr,
+    mask: c_int,
+) -> c_int {
+    match registry::qp(qp as usize) {
+        // SAFETY: a managed QP.
+        Some(ctl) => unsafe { eng.modify_qp(&ctl, qp, attr, mask) },
+        None => {
+            let _g = RealCall::enter();
+            // SAFETY: forwarded.
+            unsafe { (eng.real.modify_qp)(qp, attr, mask) }
+        }
+    }
+}
+
+/// `ibv_destroy_cq`.
+///
+/// # Safety
+/// As `ibv_destroy_cq`.
+pub unsafe fn destroy_cq(eng: &Arc<Engine>, cq: *mut ibv_cq) -> c_int {
+    let _g = RealCall::enter();
+    // SAFETY: forwarded.
+    let rc = unsafe { (eng.real.destroy_cq)(cq) };
+    if rc == 0 {
+        registry::remove_cq(cq as usize);
+    }
+    rc
+}
+
+/// `ibv_destroy_srq`.
+///
+/// # Safety
+/// As `ibv_destroy_srq`.
+pub unsafe fn destroy_srq(eng: &Arc<Engine>, srq: *mut ibv_srq) -> c_int {
+    let _g = RealCall::enter();
+    // SAFETY: forwarded.
+    let rc = unsafe { (eng.real.destroy_srq)(srq) };
+    if rc == 0
+        && let Some(s) = registry::remove_srq(srq as usize)
+    {
+        let windows = crate::engine::lock(&s.track).drain();
+        eng.release(&windows);
+    }
+    rc
+}
+
+/// Whether a hook must forward untouched (we are inside a real libibverbs call).
+pub(crate) fn nested() -> bool {
+    in_real_call()
+}

@@ -1,0 +1,88 @@
+//! `libnprdma.so`: an LD_PRELOAD library over rdma-core (libibverbs) that lets unmodified
+//! verbs applications register memory without pinning it.
+//!
+//! The application's registrations become *virtual regions*: the library pins and registers
+//! only small windows of them, on demand, while the NIC may touch them, under a budget
+//! (`NPRDMA_PIN_BUDGET`). Work requests are translated to window keys (split where they cross
+//! windows), completions are rewritten so that the application sees exactly what plain verbs
+//! would show, and peers reach unpinned memory through a per-region directory that the
+//! application's rkey names. The design, its guarantees and its limits are in
+//! docs/connectx.md.
+//!
+//! - [`hooks`]: the exported libibverbs symbols (the cdylib's interface).
+//! - [`interpose`]: the same entry points as functions of an [`Engine`] (for tests).
+//! - [`doctor`]: what `nprdma doctor` prints, for this and other processes.
+//! - [`fake`]: an in-process fake provider for host tests.
+//! - [`window`], [`translate`], [`completion`], [`directory`]: the pure logic (window cache and
+//!   budget, WR planning, completion rules, directory layout and leases).
+//! - [`sys`]: the rdma-core ABI, layout-checked against the installed headers.
+#![cfg(all(target_os = "linux", target_arch = "x86_64"))]
+
+pub mod completion;
+pub mod config;
+pub mod directory;
+mod engine;
+pub mod error;
+pub mod fake;
+pub mod fasthash;
+pub mod hooks;
+pub mod interpose;
+pub mod log;
+mod ops;
+pub mod real;
+mod registry;
+mod remote;
+pub mod status;
+pub mod sys;
+pub mod translate;
+pub mod window;
+
+pub use config::{Config, Mode};
+pub use engine::Engine;
+pub use error::{ConnectxError, Result};
+
+/// `nprdma doctor`'s data.
+pub mod doctor {
+    use crate::config::{Config, Mode};
+    pub use crate::status::{Report, ReportMode, read_file, scan};
+
+    /// The report of this process: the live counters if the library is active here (this
+    /// process runs with libnprdma.so preloaded and has made a verbs call), otherwise what the
+    /// environment would give a process started now, with zero counters.
+    pub fn current() -> Report {
+        if let Some(eng) = crate::hooks::active() {
+            return eng.status().page().report();
+        }
+        let (cfg, why) = match Config::from_env() {
+            Ok(c) => (c, None),
+            Err(e) => {
+                let mut c =
+                    Config::for_tests(crate::config::DEFAULT_BUDGET, crate::config::DEFAULT_WINDOW);
+                c.mode = Mode::Off;
+                (c, Some(format!("{e}: the library would step aside")))
+            }
+        };
+        let page = crate::status::PageStore::heap(&cfg);
+        if cfg.mode == Mode::Off {
+            page.page().add_reason(
+                why.as_deref()
+                    .unwrap_or("NPRDMA=off: every call passes through to libibverbs"),
+            );
+        }
+        page.page().add_reason(
+            "libnprdma.so is not active in this process (not preloaded, or no verbs call yet)",
+        );
+        page.page().report()
+    }
+
+    /// Reports of every process that runs with the library, from their status files in
+    /// `dir` (`None`: `$NPRDMA_STATUS_DIR`, else `/dev/shm/nprdma-<uid>`).
+    pub fn others(dir: Option<&std::path::Path>) -> Vec<Report> {
+        let env_dir = std::env::var_os("NPRDMA_STATUS_DIR").map(std::path::PathBuf::from);
+        let me = std::process::id();
+        scan(dir.or(env_dir.as_deref()))
+            .into_iter()
+            .filter(|r| r.pid != me)
+            .collect()
+    }
+}

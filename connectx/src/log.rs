@@ -1,0 +1,35 @@
+//! The library's log: one line per event on stderr, prefixed `nprdma[pid]:`, each distinct
+//! reason at most once per process (applications must not be flooded from a data path).
+
+use std::collections::HashSet;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+static ENABLED: AtomicBool = AtomicBool::new(true);
+static SEEN: Mutex<Option<HashSet<String>>> = Mutex::new(None);
+
+/// Turns logging on or off (from `NPRDMA_LOG`).
+pub fn set_enabled(on: bool) {
+    ENABLED.store(on, Ordering::Relaxed);
+}
+
+/// Logs `message`.
+pub fn line(message: &str) {
+    if ENABLED.load(Ordering::Relaxed) {
+        eprintln!("nprdma[{}]: {message}", std::process::id());
+    }
+}
+
+/// Logs `message` unless the same text was logged before; returns whether it was new.
+pub fn once(message: &str) -> bool {
+    let new = match SEEN.lock() {
+        Ok(mut guard) => guard
+            .get_or_insert_with(HashSet::new)
+            .insert(message.to_string()),
+        Err(_) => true,
+    };
+    if new {
+        line(message);
+    }
+    new
+}

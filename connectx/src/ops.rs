@@ -1,0 +1,602 @@
+//! The functions the library installs in providers' tables: the context's data-path
+//! operations (`ibv_post_send`, `ibv_post_recv`, `ibv_post_srq_recv` and `ibv_poll_cq` are
+//! inline functions that call through `ctx->ops`, verbs.h), `verbs_context::create_qp_ex`
+//! (the inline `ibv_create_qp_ex`, which rdma_cm uses), and the builder functions of every
+//! `ibv_qp_ex` ("new post send" API, which perftest 4.5 uses by default).
+//!
+//! Every function catches panics (a panic must not cross `extern "C"`) and returns the
+//! provider's error convention instead.
+
+use core::ffi::{c_int, c_void};
+use std::panic::{AssertUnwindSafe, catch_unwind};
+
+use crate::engine::{Engine, SrqCtl, cq_ctl, lock, process_wc};
+use crate::registry;
+use crate::sys::*;
+
+fn guarded<T>(fallback: T, f: impl FnOnce() -> T) -> T {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(v) => v,
+        Err(_) => {
+            crate::log::once("internal error (panic) in a wrapped verbs call; the call failed");
+            fallback
+        }
+    }
+}
+
+/// `ctx->ops.post_send`.
+///
+/// # Safety
+/// Called by the inline `ibv_post_send` with the application's arguments.
+pub(crate) unsafe extern "C" fn wrapped_post_send(
+    qp: *mut ibv_qp,
+    wr: *mut ibv_send_wr,
+    bad: *mut *mut ibv_send_wr,
+) -> c_int {
+    guarded(libc::EIO, || {
+        let Some(ctl) = registry::qp(qp as usize) else {
+            // SAFETY: a live QP of a context whose ops we wrapped.
+            let ctx = unsafe { (*qp).context } as usize;
+            return match registry::ctx(ctx).and_then(|r| r.orig.post_send) {
+                // SAFETY: forwarded unchanged.
+                Some(f) => unsafe { f(qp, wr, bad) },
+                None => libc::EINVAL,
+            };
+        };
+        if ctl.ctx.passthrough().is_some() {
+            return match ctl.ctx.orig.post_send {
+                // SAFETY: forwarded unchanged.
+                Some(f) => unsafe { f(qp, wr, bad) },
+                None => libc::EINVAL,
+            };
+        }
+        let mut side = lock(&ctl.send);
+        // SAFETY: the application's list and out-pointer.
+        unsafe { ctl.post_send_list(&mut side, wr, bad) }
+    })
+}
+
+/// `ctx->ops.post_recv`.
+///
+/// # Safety
+/// Called by the inline `ibv_post_recv` with the application's arguments.
+pub(crate) unsafe extern "C" fn wrapped_post_recv(
+    qp: *mut ibv_qp,
+    wr: *mut ibv_recv_wr,
+    bad: *mut *mut ibv_recv_wr,
+) -> c_int {
+    guarded(libc::EIO, || {
+        let Some(ctl) = registry::qp(qp as usize) else {
+            // SAFETY: a live QP of a context whose ops we wrapped.
+            let ctx = unsafe { (*qp).context } as usize;
+            return match registry::ctx(ctx).and_then(|r| r.orig.post_recv) {
+                // SAFETY: forwarded unchanged.
+                Some(f) => unsafe { f(qp, wr, bad) },
+                None => libc::EINVAL,
+            };
+        };
+        if ctl.ctx.passthrough().is_some() {
+            return match ctl.ctx.orig.post_recv {
+                // SAFETY: forwarded unchanged.
+                Some(f) => unsafe { f(qp, wr, bad) },
+                None => libc::EINVAL,
+            };
+        }
+        // SAFETY: the application's list and out-pointer.
+        unsafe { ctl.post_recv_list(wr, bad) }
+    })
+}
+
+/// `ctx->ops.post_srq_recv`.
+///
+/// # Safety
+/// Called by the inline `ibv_post_srq_recv` with the application's arguments.
+pub(crate) unsafe extern "C" fn wrapped_post_srq_recv(
+    srq: *mut ibv_srq,
+    wr: *mut ibv_recv_wr,
+    bad: *mut *mut ibv_recv_wr,
+) -> c_int {
+    guarded(libc::EIO, || {
+        // SAFETY: a live SRQ.
+        let ctx = unsafe { (*srq).context } as usize;
+        let Some(rec) = registry::ctx(ctx) else {
+            return libc::EINVAL;
+        };
+        let Some(orig) = rec.orig.post_srq_recv else {
+            return libc::EOPNOTSUPP;
+        };
+        if rec.passthrough().is_some() {
+            // SAFETY: forwarded unchanged.
+            return unsafe { orig(srq, wr, bad) };
+        }
+        let Some(s) = registry::srq_or_insert(srq as usize, || {
+            Some(SrqCtl {
+                engine: rec.engine.clone(),
+                ctx,
+                orig_post: orig,
+                max_sge: rec.caps.max_sge as usize,
+                track: std::sync::Mutex::new(crate::completion::RecvTracker::new()),
+            })
+        }) else {
+            return libc::ENOMEM;
+        };
+        let post = s.orig_post;
+        // SAFETY: the live SRQ and a well-formed list built by post_recv_common.
+        let poster = |w, b| unsafe { post(srq, w, b) };
+        // SAFETY: the application's list and out-pointer.
+        unsafe {
+            crate::engine::post_recv_common(
+                &s.engine,
+                ctx,
+                s.max_sge,
+                |wr_id, w| lock(&s.track).record(wr_id, w),
+                |seq| lock(&s.track).unrecord(seq),
+                poster,
+                wr,
+                bad,
+            )
+        }
+    })
+}
+
+/// `ctx->ops.poll_cq`: hands out stashed completions first, then the provider's, rewritten.
+///
+/// # Safety
+/// Called by the inline `ibv_poll_cq` with the application's arguments.
+pub(crate) unsafe extern "C" fn wrapped_poll_cq(
+    cq: *mut ibv_cq,
+    n: c_int,
+    wc: *mut ibv_wc,
+) -> c_int {
+    guarded(-1, || {
+        let Some(cqc) = cq_ctl(cq as usize) else {
+            return -1;
+        };
+        if n <= 0 || wc.is_null() {
+            // SAFETY: forwarded; the provider validates.
+            return unsafe { (cqc.orig_poll)(cq, n, wc) };
+        }
+        let want = n as usize;
+        let mut inner = lock(&cqc.stash);
+        let crate::engine::CqInner { stash, last_qp } = &mut *inner;
+        let mut count = 0usize;
+        while count < want {
+            let Some(w) = stash.pop_front() else { break };
+            // SAFETY: `count < n`, inside the application's array.
+            unsafe { wc.add(count).write(w) };
+            count += 1;
+        }
+        while count < want {
+            let ask = want - count;
+            // SAFETY: the tail of the application's array, `ask` entries.
+            let k = unsafe { (cqc.orig_poll)(cq, ask as c_int, wc.add(count)) };
+            if k < 0 {
+                return if count > 0 { count as c_int } else { k };
+            }
+            let k = k as usize;
+            let mut kept = 0usize;
+            for i in 0..k {
+                // SAFETY: entries the provider just wrote.
+                let mut w = unsafe { wc.add(count + i).read() };
+                if process_wc(cqc.ctx, &mut w, last_qp) {
+                    // SAFETY: `count + kept <= count + i`, inside the array.
+                    unsafe { wc.add(count + kept).write(w) };
+                    kept += 1;
+                }
+            }
+            count += kept;
+            if k < ask {
+                break;
+            }
+        }
+        count as c_int
+    })
+}
+
+/// `verbs_context::create_qp_ex`.
+///
+/// # Safety
+/// Called by the inline `ibv_create_qp_ex` with the application's arguments.
+pub(crate) unsafe extern "C" fn wrapped_create_qp_ex(
+    ctx: *mut ibv_context,
+    attr: *mut ibv_qp_init_attr_ex,
+) -> *mut ibv_qp {
+    guarded(core::ptr::null_mut(), || {
+        let Some(rec) = registry::ctx(ctx as usize) else {
+            crate::engine::set_errno(libc::EINVAL);
+            return core::ptr::null_mut();
+        };
+        let Some(orig) = rec.orig_create_qp_ex else {
+            crate::engine::set_errno(libc::EOPNOTSUPP);
+            return core::ptr::null_mut();
+        };
+        if attr.is_null() || rec.passthrough().is_some() {
+            // SAFETY: forwarded unchanged.
+            return unsafe { orig(ctx, attr) };
+        }
+        // SAFETY: the application's attributes.
+        let app = unsafe { *attr };
+        let mut a = app;
+        Engine::widen_caps(&rec, &mut a.cap);
+        // SAFETY: a valid attribute copy.
+        let mut qp = unsafe { orig(ctx, &mut a) };
+        if qp.is_null() {
+            // The device may refuse the wider queue: fall back to what was asked.
+            a = app;
+            // SAFETY: as above.
+            qp = unsafe { orig(ctx, &mut a) };
+        }
+        if qp.is_null() {
+            return qp;
+        }
+        let with_ex = a.comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS != 0 && a.send_ops_flags != 0;
+        // SAFETY: a QP just created on this context.
+        unsafe {
+            rec.engine
+                .on_create_qp(&rec, qp, a.cap, a.sq_sig_all != 0, with_ex);
+            (*attr).cap = report_caps(app.cap, a.cap);
+        }
+        qp
+    })
+}
+
+/// The capabilities the application sees: what it asked for where the library widened the
+/// queue for itself, the provider's values elsewhere.
+pub(crate) fn report_caps(asked: ibv_qp_cap, real: ibv_qp_cap) -> ibv_qp_cap {
+    ibv_qp_cap {
+        max_send_wr: asked.max_send_wr.min(real.max_send_wr),
+        max_recv_wr: real.max_recv_wr,
+        max_send_sge: asked.max_send_sge.min(real.max_send_sge),
+        max_recv_sge: asked.max_recv_sge.min(real.max_recv_sge),
+        max_inline_data: real.max_inline_data,
+    }
+}
+
+// ---------------------------------------------------------------- ibv_qp_ex builder
+
+/// Where a recorded WR's data is: a span of `sges`, or a span of inline `pieces`.
+#[derive(Clone, Copy, Default)]
+struct ExSpan {
+    inline: bool,
+    start: usize,
+    len: usize,
+}
+
+/// The builder state of a QP between `wr_start` and `wr_complete`, in flat vectors that the QP
+/// keeps between batches (a warm builder path allocates nothing).
+#[derive(Default)]
+pub(crate) struct ExBuilder {
+    wrs: Vec<ibv_send_wr>,
+    spans: Vec<ExSpan>,
+    sges: Vec<ibv_sge>,
+    /// Inline pieces: (offset in `data`, length).
+    pieces: Vec<(usize, usize)>,
+    /// Copies of inline data (the API copies at the call).
+    data: Vec<u8>,
+    out_sges: Vec<ibv_sge>,
+    out_spans: Vec<(usize, usize)>,
+    unsupported: Option<&'static str>,
+}
+
+impl ExBuilder {
+    fn clear(&mut self) {
+        self.wrs.clear();
+        self.spans.clear();
+        self.sges.clear();
+        self.pieces.clear();
+        self.data.clear();
+        self.unsupported = None;
+    }
+
+    fn set_sges(&mut self, list: &[ibv_sge]) {
+        let start = self.sges.len();
+        self.sges.extend_from_slice(list);
+        if let Some(span) = self.spans.last_mut() {
+            *span = ExSpan {
+                inline: false,
+                start,
+                len: list.len(),
+            };
+        }
+        if let Some(w) = self.wrs.last_mut() {
+            w.send_flags &= !IBV_SEND_INLINE;
+        }
+    }
+
+    fn set_inline(&mut self, bufs: &[&[u8]]) {
+        let start = self.pieces.len();
+        for b in bufs {
+            self.pieces.push((self.data.len(), b.len()));
+            self.data.extend_from_slice(b);
+        }
+        if let Some(span) = self.spans.last_mut() {
+            *span = ExSpan {
+                inline: true,
+                start,
+                len: bufs.len(),
+            };
+        }
+        if let Some(w) = self.wrs.last_mut() {
+            w.send_flags |= IBV_SEND_INLINE;
+        }
+    }
+}
+
+/// Installs the library's builder functions in a QP's `ibv_qp_ex`.
+///
+/// # Safety
+/// `qpx` is the provider's `ibv_qp_ex` of a live QP, not in use by the application yet.
+pub(crate) unsafe fn wrap_qp_ex(qpx: *mut ibv_qp_ex) {
+    // SAFETY: per the contract.
+    let q = unsafe { &mut *qpx };
+    q.wr_atomic_cmp_swp = Some(ex_atomic_cmp_swp);
+    q.wr_atomic_fetch_add = Some(ex_atomic_fetch_add);
+    q.wr_bind_mw = Some(ex_bind_mw);
+    q.wr_local_inv = Some(ex_local_inv);
+    q.wr_rdma_read = Some(ex_rdma_read);
+    q.wr_rdma_write = Some(ex_rdma_write);
+    q.wr_rdma_write_imm = Some(ex_rdma_write_imm);
+    q.wr_send = Some(ex_send);
+    q.wr_send_imm = Some(ex_send_imm);
+    q.wr_send_inv = Some(ex_send_inv);
+    q.wr_send_tso = Some(ex_send_tso);
+    q.wr_set_ud_addr = Some(ex_set_ud_addr);
+    q.wr_set_xrc_srqn = Some(ex_set_xrc_srqn);
+    q.wr_set_inline_data = Some(ex_set_inline_data);
+    q.wr_set_inline_data_list = Some(ex_set_inline_data_list);
+    q.wr_set_sge = Some(ex_set_sge);
+    q.wr_set_sge_list = Some(ex_set_sge_list);
+    q.wr_start = Some(ex_start);
+    q.wr_complete = Some(ex_complete);
+    q.wr_abort = Some(ex_abort);
+    q.wr_atomic_write = Some(ex_atomic_write);
+}
+
+/// Runs `f` on the builder of `qpx`'s QP.
+fn with_builder(qpx: *mut ibv_qp_ex, f: impl FnOnce(&mut ExBuilder)) {
+    guarded((), || {
+        if let Some(ctl) = registry::qp(qpx as usize) {
+            let mut side = lock(&ctl.send);
+            f(&mut side.builder);
+        }
+    })
+}
+
+/// Starts a new WR with the QP's current `wr_id` and `wr_flags`.
+fn begin(qpx: *mut ibv_qp_ex, opcode: u32, setup: impl FnOnce(&mut ibv_send_wr)) {
+    // SAFETY: the application's live ibv_qp_ex.
+    let (wr_id, flags) = unsafe { ((*qpx).wr_id, (*qpx).wr_flags) };
+    with_builder(qpx, |b| {
+        let mut wr = ibv_send_wr::zeroed();
+        wr.wr_id = wr_id;
+        wr.send_flags = flags;
+        wr.opcode = opcode;
+        setup(&mut wr);
+        b.wrs.push(wr);
+        b.spans.push(ExSpan::default());
+    });
+}
+
+fn unsupported(qpx: *mut ibv_qp_ex, what: &'static str) {
+    crate::log::once(what);
+    with_builder(qpx, |b| b.unsupported = Some(what));
+}
+
+unsafe extern "C" fn ex_start(qpx: *mut ibv_qp_ex) {
+    with_builder(qpx, ExBuilder::clear);
+}
+
+unsafe extern "C" fn ex_abort(qpx: *mut ibv_qp_ex) {
+    with_builder(qpx, ExBuilder::clear);
+}
+
+unsafe extern "C" fn ex_rdma_write(qpx: *mut ibv_qp_ex, rkey: u32, raddr: u64) {
+    begin(qpx, IBV_WR_RDMA_WRITE, |w| w.set_rdma(raddr, rkey));
+}
+
+unsafe extern "C" fn ex_rdma_write_imm(qpx: *mut ibv_qp_ex, rkey: u32, raddr: u64, imm: u32) {
+    begin(qpx, IBV_WR_RDMA_WRITE_WITH_IMM, |w| {
+        w.set_rdma(raddr, rkey);
+        w.imm_data = imm;
+    });
+}
+
+unsafe extern "C" fn ex_rdma_read(qpx: *mut ibv_qp_ex, rkey: u32, raddr: u64) {
+    begin(qpx, IBV_WR_RDMA_READ, |w| w.set_rdma(raddr, rkey));
+}
+
+unsafe extern "C" fn ex_send(qpx: *mut ibv_qp_ex) {
+    begin(qpx, IBV_WR_SEND, |_| {});
+}
+
+unsafe extern "C" fn ex_send_imm(qpx: *mut ibv_qp_ex, imm: u32) {
+    begin(qpx, IBV_WR_SEND_WITH_IMM, |w| w.imm_data = imm);
+}
+
+unsafe extern "C" fn ex_send_inv(qpx: *mut ibv_qp_ex, rkey: u32) {
+    begin(qpx, IBV_WR_SEND_WITH_INV, |w| w.imm_data = rkey);
+}
+
+unsafe extern "C" fn ex_local_inv(qpx: *mut ibv_qp_ex, rkey: u32) {
+    begin(qpx, IBV_WR_LOCAL_INV, |w| w.imm_data = rkey);
+}
+
+unsafe extern "C" fn ex_atomic_cmp_swp(
+    qpx: *mut ibv_qp_ex,
+    rkey: u32,
+    raddr: u64,
+    compare: u64,
+    swap: u64,
+) {
+    begin(qpx, IBV_WR_ATOMIC_CMP_AND_SWP, |w| {
+        w.set_atomic(raddr, compare, swap, rkey)
+    });
+}
+
+unsafe extern "C" fn ex_atomic_fetch_add(qpx: *mut ibv_qp_ex, rkey: u32, raddr: u64, add: u64) {
+    begin(qpx, IBV_WR_ATOMIC_FETCH_AND_ADD, |w| {
+        w.set_atomic(raddr, add, 0, rkey)
+    });
+}
+
+unsafe extern "C" fn ex_bind_mw(
+    qpx: *mut ibv_qp_ex,
+    _mw: *mut ibv_mw,
+    _rkey: u32,
+    _info: *const ibv_mw_bind_info,
+) {
+    unsupported(
+        qpx,
+        "ibv_wr_bind_mw on a QP the library manages is not supported: wr_complete fails with EOPNOTSUPP",
+    );
+}
+
+unsafe extern "C" fn ex_send_tso(qpx: *mut ibv_qp_ex, _hdr: *mut c_void, _sz: u16, _mss: u16) {
+    unsupported(
+        qpx,
+        "ibv_wr_send_tso on a QP the library manages is not supported: wr_complete fails with EOPNOTSUPP",
+    );
+}
+
+unsafe extern "C" fn ex_atomic_write(
+    qpx: *mut ibv_qp_ex,
+    _rkey: u32,
+    _raddr: u64,
+    _data: *const c_void,
+) {
+    unsupported(
+        qpx,
+        "ibv_wr_atomic_write on a QP the library manages is not supported: wr_complete fails with EOPNOTSUPP",
+    );
+}
+
+unsafe extern "C" fn ex_set_ud_addr(qpx: *mut ibv_qp_ex, ah: *mut ibv_ah, qpn: u32, qkey: u32) {
+    with_builder(qpx, |b| {
+        if let Some(last) = b.wrs.last_mut() {
+            last.wr[0] = ah as u64;
+            last.wr[1] = u64::from(qpn) | (u64::from(qkey) << 32);
+        }
+    });
+}
+
+unsafe extern "C" fn ex_set_xrc_srqn(qpx: *mut ibv_qp_ex, srqn: u32) {
+    with_builder(qpx, |b| {
+        if let Some(last) = b.wrs.last_mut() {
+            last.qp_type_xrc_remote_srqn = srqn;
+        }
+    });
+}
+
+unsafe extern "C" fn ex_set_sge(qpx: *mut ibv_qp_ex, lkey: u32, addr: u64, length: u32) {
+    with_builder(qpx, |b| b.set_sges(&[ibv_sge { addr, length, lkey }]));
+}
+
+unsafe extern "C" fn ex_set_sge_list(qpx: *mut ibv_qp_ex, n: usize, list: *const ibv_sge) {
+    let sges: &[ibv_sge] = if n == 0 || list.is_null() {
+        &[]
+    } else {
+        // SAFETY: the application's array of `n` SGEs, read during this call.
+        unsafe { core::slice::from_raw_parts(list, n) }
+    };
+    with_builder(qpx, |b| b.set_sges(sges));
+}
+
+unsafe extern "C" fn ex_set_inline_data(qpx: *mut ibv_qp_ex, addr: *mut c_void, len: usize) {
+    let data: &[u8] = if len == 0 || addr.is_null() {
+        &[]
+    } else {
+        // SAFETY: the application's buffer of `len` bytes, copied during this call (as the API
+        // requires).
+        unsafe { core::slice::from_raw_parts(addr.cast::<u8>(), len) }
+    };
+    with_builder(qpx, |b| b.set_inline(&[data]));
+}
+
+unsafe extern "C" fn ex_set_inline_data_list(
+    qpx: *mut ibv_qp_ex,
+    n: usize,
+    list: *const ibv_data_buf,
+) {
+    let bufs: &[ibv_data_buf] = if n == 0 || list.is_null() {
+        &[]
+    } else {
+        // SAFETY: the application's array of `n` buffers.
+        unsafe { core::slice::from_raw_parts(list, n) }
+    };
+    let data: Vec<&[u8]> = bufs
+        .iter()
+        .map(|d| {
+            if d.length == 0 || d.addr.is_null() {
+                &[][..]
+            } else {
+                // SAFETY: each buffer as described by the application, copied during this call.
+                unsafe { core::slice::from_raw_parts(d.addr.cast::<u8>(), d.length) }
+            }
+        })
+        .collect();
+    with_builder(qpx, |b| b.set_inline(&data));
+}
+
+unsafe extern "C" fn ex_complete(qpx: *mut ibv_qp_ex) -> c_int {
+    guarded(libc::EIO, || {
+        let Some(ctl) = registry::qp(qpx as usize) else {
+            return libc::EINVAL;
+        };
+        let mut side = lock(&ctl.send);
+        let mut b = std::mem::take(&mut side.builder);
+        if let Some(what) = b.unsupported {
+            ctl.engine.note(what);
+            b.clear();
+            side.builder = b;
+            return libc::EOPNOTSUPP;
+        }
+        if b.wrs.is_empty() {
+            side.builder = b;
+            return 0;
+        }
+        // Lay the SGEs out per WR; inline SGEs point at our copies of the data.
+        b.out_sges.clear();
+        b.out_spans.clear();
+        for span in &b.spans {
+            let start = b.out_sges.len();
+            if span.inline {
+                for &(off, len) in &b.pieces[span.start..span.start + span.len] {
+                    b.out_sges.push(ibv_sge {
+                        addr: b.data.as_ptr() as u64 + off as u64,
+                        length: len as u32,
+                        lkey: 0,
+                    });
+                }
+            } else {
+                let list = &b.sges[span.start..span.start + span.len];
+                b.out_sges.extend_from_slice(list);
+            }
+            b.out_spans.push((start, b.out_sges.len() - start));
+        }
+        let n = b.wrs.len();
+        let base = b.wrs.as_mut_ptr();
+        let sbase = b.out_sges.as_mut_ptr();
+        for i in 0..n {
+            let (start, count) = b.out_spans[i];
+            b.wrs[i].sg_list = if count == 0 {
+                core::ptr::null_mut()
+            } else {
+                // SAFETY: inside `out_sges`.
+                unsafe { sbase.add(start) }
+            };
+            b.wrs[i].num_sge = count as c_int;
+            b.wrs[i].next = if i + 1 < n {
+                // SAFETY: inside `wrs`.
+                unsafe { base.add(i + 1) }
+            } else {
+                core::ptr::null_mut()
+            };
+        }
+        let mut bad = core::ptr::null_mut();
+        // SAFETY: a well-formed list whose SGEs and inline copies (in `b`) outlive the call.
+        let rc = unsafe { ctl.post_send_list(&mut side, base, &mut bad) };
+        b.clear();
+        side.builder = b;
+        rc
+    })
+}

@@ -1,0 +1,574 @@
+//! Remote access to unpinned memory: the requester's side (discovering a peer's directory,
+//! asking it for window leases, all one-sided on the application's own QP) and the owner's
+//! side (the helper thread that serves the request rings). Design: docs/connectx.md §5.
+
+use std::sync::Weak;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use crate::directory::{
+    ANSWER_OFF, DirHeader, ENTRY_PRESENT, LeaseAnswer, LeaseBook, LeaseRequest, SERVED_OFF,
+    TICKET_OFF, decode_answer, decode_entry, encode_answer, encode_entry,
+};
+use crate::engine::{Batch, Engine, PostFail, Provider, QpCtl, SendSide, State, lock};
+use crate::registry;
+use crate::sys::*;
+use crate::translate::{Geometry, RemoteClass};
+use crate::window::{CacheError, RegionId, WindowId};
+
+// Offsets in a QP's scratch page.
+const OFF_HEADER: u64 = 0;
+const OFF_ATOMIC: u64 = 128;
+const OFF_SERVED: u64 = 136;
+const OFF_REQUEST: u64 = 192;
+const OFF_ANSWER: u64 = 256;
+const OFF_ENTRIES: u64 = 320;
+
+/// How long the owner waits for a drawn ticket's request to be written before skipping it.
+const STALL_LIMIT: Duration = Duration::from_secs(2);
+
+/// What a requester knows about a peer's region, by the application's rkey.
+pub(crate) enum RemoteRegion {
+    /// IOVA 0 of the rkey holds no directory: a peer without the library whose region happens
+    /// to start at IOVA 0. Addresses and keys pass through unchanged.
+    Direct,
+    /// A peer region with a directory.
+    Library(Box<LibRegion>),
+}
+
+/// A peer region with a directory.
+pub(crate) struct LibRegion {
+    pub header: DirHeader,
+    pub geom: Geometry,
+    pub mirror: LeaseBook,
+    pub epoch: u32,
+    pub rkeys: crate::fasthash::FastMap<u64, u32>,
+    pub served_hint: u64,
+}
+
+impl LibRegion {
+    fn forget(&mut self, lessee: u32) {
+        self.mirror.drop_lessee(lessee);
+        self.rkeys.clear();
+        self.epoch = self.epoch.wrapping_add(1);
+    }
+}
+
+impl QpCtl {
+    fn scratch_info(&self, side: &mut SendSide) -> Result<(u64, u32), PostFail> {
+        if side.scratch.is_none() {
+            side.scratch = self.engine.alloc_scratch(self.pd);
+        }
+        match &side.scratch {
+            Some(s) => Ok((s.buf.as_ptr() as u64, s.lkey)),
+            None => {
+                self.engine.note(
+                    "no room for the library's scratch buffer: remote access failed with ENOMEM",
+                );
+                Err(PostFail::Errno(libc::ENOMEM, 0))
+            }
+        }
+    }
+
+    /// One of the library's own one-sided operations on the peer's directory.
+    #[allow(clippy::too_many_arguments)] // one WR's fields, named
+    fn dir_op(
+        &self,
+        side: &mut SendSide,
+        opcode: u32,
+        rkey: u32,
+        raddr: u64,
+        local_off: u64,
+        len: u32,
+        add: u64,
+    ) -> Result<(), PostFail> {
+        let (base, lkey) = self.scratch_info(side)?;
+        let mut wr = ibv_send_wr::zeroed();
+        wr.opcode = opcode;
+        if opcode == IBV_WR_ATOMIC_FETCH_AND_ADD {
+            wr.set_atomic(raddr, add, 0, rkey);
+        } else {
+            wr.set_rdma(raddr, rkey);
+        }
+        let sge = ibv_sge {
+            addr: base + local_off,
+            length: len,
+            lkey,
+        };
+        match self.internal(wr, sge)? {
+            IBV_WC_SUCCESS => Ok(()),
+            status => Err(PostFail::Status(status)),
+        }
+    }
+
+    fn scratch_read(side: &SendSide, off: u64, len: usize) -> Vec<u8> {
+        side.scratch
+            .as_ref()
+            .map(|s| s.buf.read(off, len))
+            .unwrap_or_default()
+    }
+
+    /// Classifies the remote side of a WR; reads the peer's directory on first use of `rkey`.
+    pub(crate) fn classify_remote(
+        &self,
+        side: &mut SendSide,
+        rkey: u32,
+        raddr: u64,
+        len: u64,
+        batch: &mut Batch,
+    ) -> Result<RemoteClass, PostFail> {
+        if !side.remote.contains_key(&rkey) {
+            self.flush(batch)?;
+            let info = self.discover(side, rkey)?;
+            side.remote.insert(rkey, info);
+        }
+        Ok(match side.remote.get(&rkey) {
+            Some(RemoteRegion::Library(l)) => {
+                if l.header.exported && l.geom.contains(raddr, len) {
+                    RemoteClass::Virtual {
+                        addr: raddr,
+                        geom: l.geom,
+                    }
+                } else {
+                    // Outside the peer's region, or a region without remote rights: aim past
+                    // its directory so that the peer's NIC refuses it as plain verbs would.
+                    RemoteClass::Keep {
+                        addr: l.header.dir_len,
+                        rkey,
+                    }
+                }
+            }
+            _ => RemoteClass::Keep { addr: raddr, rkey },
+        })
+    }
+
+    fn discover(&self, side: &mut SendSide, rkey: u32) -> Result<RemoteRegion, PostFail> {
+        self.engine
+            .counters()
+            .remote_requests
+            .fetch_add(1, Ordering::Relaxed);
+        if let Err(e) = self.dir_op(side, IBV_WR_RDMA_READ, rkey, 0, OFF_HEADER, 128, 0) {
+            if let PostFail::Status(s) = e {
+                self.engine.note(&format!(
+                    "reading the directory of remote key {rkey:#x} failed (status {s}): an invalid key, or a peer without libnprdma; the work request fails with that status"
+                ));
+            }
+            return Err(e);
+        }
+        let bytes = Self::scratch_read(side, OFF_HEADER, 128);
+        match DirHeader::decode(&bytes) {
+            Ok(header) => {
+                let geom = Geometry {
+                    iova: header.iova,
+                    len: header.len,
+                    window_shift: u32::from(header.window_shift),
+                };
+                Ok(RemoteRegion::Library(Box::new(LibRegion {
+                    header,
+                    geom,
+                    mirror: LeaseBook::new(usize::from(header.lease_cap)),
+                    epoch: 1,
+                    rkeys: crate::fasthash::FastMap::default(),
+                    served_hint: 0,
+                })))
+            }
+            Err(_) => {
+                self.engine.note(
+                    "a peer region has no nprdma directory (peer without libnprdma): its keys and addresses pass through",
+                );
+                Ok(RemoteRegion::Direct)
+            }
+        }
+    }
+
+    /// The peer's rkey for window `index` of the region the application names `rkey`,
+    /// acquiring a lease if this QP does not hold one.
+    pub(crate) fn ensure_lease(
+        &self,
+        side: &mut SendSide,
+        rkey: u32,
+        index: u64,
+        write: bool,
+        batch: &mut Batch,
+    ) -> Result<u32, PostFail> {
+        let lessee = self.dest_qpn.load(Ordering::Acquire);
+        {
+            let Some(RemoteRegion::Library(l)) = side.remote.get(&rkey) else {
+                return Err(PostFail::Status(IBV_WC_REM_ACCESS_ERR));
+            };
+            if l.mirror.holds(lessee, index)
+                && let Some(k) = l.rkeys.get(&index)
+            {
+                return Ok(*k);
+            }
+        }
+        if lessee == 0 {
+            self.engine.note("a QP without a known destination QP number cannot lease peer windows: the work request fails");
+            return Err(PostFail::Status(IBV_WC_REM_OP_ERR));
+        }
+        self.flush(batch)?;
+        let timeout = Duration::from_millis(self.engine.cfg.remote_timeout_ms);
+        let deadline = Instant::now() + timeout;
+        let mut backoff = Duration::from_micros(20);
+        loop {
+            let (header, epoch, served_hint) = match side.remote.get(&rkey) {
+                Some(RemoteRegion::Library(l)) => (l.header, l.epoch, l.served_hint),
+                _ => return Err(PostFail::Status(IBV_WC_REM_ACCESS_ERR)),
+            };
+            let give_up = |side: &mut SendSide| {
+                if let Some(RemoteRegion::Library(l)) = side.remote.get_mut(&rkey) {
+                    l.forget(lessee);
+                }
+                self.engine.note(&format!(
+                    "the peer's directory did not grant a window within {} ms (NPRDMA_REMOTE_TIMEOUT_MS): the work request fails with IBV_WC_REM_OP_ERR",
+                    timeout.as_millis()
+                ));
+                Err(PostFail::Status(IBV_WC_REM_OP_ERR))
+            };
+            if Instant::now() >= deadline {
+                return give_up(side);
+            }
+            self.engine
+                .counters()
+                .remote_requests
+                .fetch_add(1, Ordering::Relaxed);
+            // Draw a ticket.
+            self.dir_op(
+                side,
+                IBV_WR_ATOMIC_FETCH_AND_ADD,
+                rkey,
+                TICKET_OFF,
+                OFF_ATOMIC,
+                8,
+                1,
+            )?;
+            let ticket = u64::from_le_bytes(
+                Self::scratch_read(side, OFF_ATOMIC, 8)
+                    .try_into()
+                    .unwrap_or([0; 8]),
+            );
+            // Wait for the ring to have room for it.
+            let mut served = served_hint;
+            while ticket >= served + header.slots() {
+                self.dir_op(side, IBV_WR_RDMA_READ, rkey, SERVED_OFF, OFF_SERVED, 8, 0)?;
+                served = u64::from_le_bytes(
+                    Self::scratch_read(side, OFF_SERVED, 8)
+                        .try_into()
+                        .unwrap_or([0; 8]),
+                );
+                if ticket >= served + header.slots() {
+                    if Instant::now() >= deadline {
+                        return give_up(side);
+                    }
+                    std::thread::sleep(backoff);
+                }
+            }
+            if let Some(RemoteRegion::Library(l)) = side.remote.get_mut(&rkey) {
+                l.served_hint = served;
+            }
+            let (wstart, wend) = Geometry {
+                iova: header.iova,
+                len: header.len,
+                window_shift: u32::from(header.window_shift),
+            }
+            .window_range(index);
+            let request = LeaseRequest {
+                ticket,
+                lessee,
+                epoch,
+                rkey,
+                addr: wstart,
+                len: wend - wstart,
+                write,
+            }
+            .encode();
+            if let Some(s) = &side.scratch {
+                s.buf.write(OFF_REQUEST, &request);
+            }
+            let slot = header.slot_off(ticket);
+            self.dir_op(
+                side,
+                IBV_WR_RDMA_WRITE,
+                rkey,
+                slot,
+                OFF_REQUEST,
+                request.len() as u32,
+                0,
+            )?;
+            // Poll the answer.
+            let answer = loop {
+                self.dir_op(
+                    side,
+                    IBV_WR_RDMA_READ,
+                    rkey,
+                    slot + ANSWER_OFF,
+                    OFF_ANSWER,
+                    64,
+                    0,
+                )?;
+                let bytes = Self::scratch_read(side, OFF_ANSWER, 64);
+                if let Some(a) = decode_answer(&bytes, lessee, ticket) {
+                    break Some(a);
+                }
+                if Instant::now() >= deadline {
+                    break None;
+                }
+                std::thread::sleep(backoff);
+                backoff = (backoff * 2).min(Duration::from_millis(1));
+            };
+            match answer {
+                None => return give_up(side),
+                Some(LeaseAnswer::OutOfRegion) => {
+                    return Err(PostFail::Status(IBV_WC_REM_ACCESS_ERR));
+                }
+                Some(LeaseAnswer::Busy) => {
+                    // The owner's budget is full. If our own leases take part of it, give them
+                    // all back: forgetting moves us to a new epoch, and the owner ends every
+                    // lease of an old epoch before serving the next request (safe: our earlier
+                    // WRs executed before that request, RC order). Otherwise others hold the
+                    // room: wait.
+                    if let Some(RemoteRegion::Library(l)) = side.remote.get_mut(&rkey)
+                        && !l.mirror.held(lessee).is_empty()
+                    {
+                        l.forget(lessee);
+                        continue;
+                    }
+                    std::thread::sleep(backoff);
+                    backoff = (backoff * 2).min(Duration::from_millis(1));
+                    continue;
+                }
+                Some(LeaseAnswer::Granted) => {
+                    self.dir_op(
+                        side,
+                        IBV_WR_RDMA_READ,
+                        rkey,
+                        header.entry_off(index),
+                        OFF_ENTRIES,
+                        8,
+                        0,
+                    )?;
+                    let word = u64::from_le_bytes(
+                        Self::scratch_read(side, OFF_ENTRIES, 8)
+                            .try_into()
+                            .unwrap_or([0; 8]),
+                    );
+                    let (state, wrkey) = decode_entry(word);
+                    let Some(RemoteRegion::Library(l)) = side.remote.get_mut(&rkey) else {
+                        return Err(PostFail::Status(IBV_WC_REM_ACCESS_ERR));
+                    };
+                    let change = l.mirror.grant(lessee, l.epoch, index, 1);
+                    for d in change.dropped {
+                        l.rkeys.remove(&d);
+                    }
+                    if state != ENTRY_PRESENT {
+                        // The owner broke its word: forget everything and ask again.
+                        l.forget(lessee);
+                        continue;
+                    }
+                    l.rkeys.insert(index, wrkey);
+                    return Ok(wrkey);
+                }
+            }
+        }
+    }
+}
+
+/// The helper thread: serves the request rings of the engine's exported regions until the
+/// engine is dropped.
+pub(crate) fn helper_loop(engine: Weak<Engine>) {
+    let mut idle = 0u32;
+    loop {
+        let Some(eng) = engine.upgrade() else {
+            return;
+        };
+        if eng.stop.load(Ordering::Acquire) {
+            return;
+        }
+        let served = eng.serve_rings();
+        drop(eng);
+        // Fast while requests come (first touches arrive in bursts), then slower and slower:
+        // a thread waking every millisecond for nothing costs the application CPU time (and
+        // under emulation, a lot of it). A request after a long quiet spell waits up to 20 ms.
+        if served > 0 {
+            idle = 0;
+            std::thread::sleep(Duration::from_micros(10));
+        } else {
+            idle = idle.saturating_add(1);
+            let us = match idle {
+                0..=6 => 20u64 << idle,
+                7..=500 => 1000,
+                501..=1000 => 5000,
+                _ => 20_000,
+            };
+            std::thread::sleep(Duration::from_micros(us));
+        }
+    }
+}
+
+impl Engine {
+    /// Serves pending requests of every exported region; returns how many were answered.
+    pub(crate) fn serve_rings(&self) -> usize {
+        let mut st = lock(&self.state);
+        let ids: Vec<RegionId> = st
+            .regions
+            .values()
+            .filter(|r| r.header.exported)
+            .map(|r| r.id)
+            .collect();
+        let mut answered = 0;
+        for id in ids {
+            for _ in 0..16 {
+                let Some(r) = st.regions.get_mut(&id) else {
+                    break;
+                };
+                let t = r.dir.load(SERVED_OFF);
+                let off = r.header.slot_off(t);
+                let bytes = r.dir.read(off, 56);
+                let Some(req) = LeaseRequest::decode(&bytes, t) else {
+                    // Nothing, or a drawn ticket whose request has not landed yet. A requester
+                    // that died between drawing and writing must not block the ring forever.
+                    if r.dir.load(TICKET_OFF) > t {
+                        let since = *r.stall_since.get_or_insert_with(Instant::now);
+                        if since.elapsed() > STALL_LIMIT {
+                            r.stall_since = None;
+                            r.dir.store(SERVED_OFF, t + 1);
+                            continue;
+                        }
+                    }
+                    break;
+                };
+                r.stall_since = None;
+                let answer = self.grant(&mut st, id, &req);
+                let Some(r) = st.regions.get_mut(&id) else {
+                    break;
+                };
+                let bytes = encode_answer(req.lessee, t, answer, r.generation);
+                r.dir.write(off + ANSWER_OFF, &bytes);
+                r.dir.store(SERVED_OFF, t + 1);
+                answered += 1;
+            }
+        }
+        if answered > 0 {
+            self.publish(&st);
+        }
+        answered
+    }
+
+    /// Ends one lease on a window (the lessee's book entry is already gone).
+    fn end_lease(st: &mut State, wid: WindowId) {
+        st.cache.remove_lease(wid);
+        if st.cache.refs(wid).is_some_and(|(_, l)| l == 0) {
+            let bytes = st.cache.spec(wid).map_or(0, |s| s.pinned_bytes());
+            st.leased_bytes = st.leased_bytes.saturating_sub(bytes);
+        }
+    }
+
+    fn grant(&self, st: &mut State, id: RegionId, req: &LeaseRequest) -> LeaseAnswer {
+        let Some(r) = st.regions.get(&id) else {
+            return LeaseAnswer::OutOfRegion;
+        };
+        // SAFETY: the directory MR is live while its region is registered.
+        let dir_rkey = unsafe { (*(r.dir_mr as *mut ibv_mr)).rkey };
+        if req.rkey != dir_rkey || !r.geom.contains(req.addr, req.len) {
+            return LeaseAnswer::OutOfRegion;
+        }
+        let first = r.geom.window_of(req.addr);
+        let last = r.geom.window_of(req.addr + req.len - 1);
+        let count = last - first + 1;
+        if count > crate::directory::MAX_REQUEST_WINDOWS {
+            return LeaseAnswer::OutOfRegion;
+        }
+        // The lessee must be one of our QPs (the requester names our end of its connection).
+        if req.lessee == 0 || registry::qp_by_num(r.ctx, req.lessee).is_none() {
+            return LeaseAnswer::OutOfRegion;
+        }
+        // A lessee in a new epoch gave its old leases back: end them before counting room.
+        let ended = match st.regions.get_mut(&id) {
+            Some(r) => r.leases.enter_epoch(req.lessee, req.epoch),
+            None => Vec::new(),
+        };
+        for w in ended {
+            Self::end_lease(
+                st,
+                WindowId {
+                    region: id,
+                    index: w,
+                },
+            );
+        }
+        let Some(r) = st.regions.get(&id) else {
+            return LeaseAnswer::OutOfRegion;
+        };
+        let specs: Vec<_> = (first..=last)
+            .map(|i| {
+                (
+                    WindowId {
+                        region: id,
+                        index: i,
+                    },
+                    r.window_spec(i),
+                )
+            })
+            .collect();
+        let new_lease_bytes: u64 = specs
+            .iter()
+            .filter(|(w, _)| st.cache.refs(*w).is_none_or(|(_, l)| l == 0))
+            .map(|(_, s)| s.pinned_bytes())
+            .sum();
+        // Leases may hold at most three quarters of the budget, so that local work always
+        // finds room.
+        if st.leased_bytes + new_lease_bytes > st.cache.budget() / 4 * 3 {
+            return LeaseAnswer::Busy;
+        }
+        let keys = {
+            let State { regions, cache, .. } = &mut *st;
+            let mut prov = Provider {
+                real: &self.real,
+                regions,
+            };
+            match cache.ensure_all(&specs, &mut prov) {
+                Ok(k) => k,
+                Err(CacheError::NoRoom { .. }) => return LeaseAnswer::Busy,
+                Err(CacheError::Provider(_)) => return LeaseAnswer::OutOfRegion,
+            }
+        };
+        let State {
+            regions,
+            cache,
+            leased_bytes,
+            ..
+        } = &mut *st;
+        let Some(r) = regions.get_mut(&id) else {
+            return LeaseAnswer::OutOfRegion;
+        };
+        let change = r.leases.grant(req.lessee, req.epoch, first, count);
+        for w in &change.added {
+            let wid = WindowId {
+                region: id,
+                index: *w,
+            };
+            if cache.refs(wid).is_some_and(|(_, l)| l == 0) {
+                *leased_bytes += cache.spec(wid).map_or(0, |s| s.pinned_bytes());
+            }
+            cache.add_lease(wid);
+        }
+        for (i, k) in (first..=last).zip(keys.iter()) {
+            r.dir
+                .store(r.header.entry_off(i), encode_entry(ENTRY_PRESENT, k.rkey));
+        }
+        r.generation += 1;
+        for w in change.dropped.iter().copied() {
+            Self::end_lease(
+                st,
+                WindowId {
+                    region: id,
+                    index: w,
+                },
+            );
+        }
+        self.counters()
+            .leases_granted
+            .fetch_add(change.added.len() as u64, Ordering::Relaxed);
+        LeaseAnswer::Granted
+    }
+}

@@ -1,0 +1,1022 @@
+//! Declarations of the rdma-core (libibverbs) ABI that the interposer touches.
+//!
+//! Hand-written `repr(C)` mirrors of `<infiniband/verbs.h>` (rdma-core 44, Debian bookworm),
+//! restricted to the structs and fields the library reads or writes. Every struct's size and
+//! the offset of every field we use are checked at compile time against [`layout`], which
+//! tools/gen-layout.sh generates from the installed headers; tests/layout.rs re-runs that probe,
+//! so a mismatching rdma-core fails the tests instead of corrupting memory. We chose this over
+//! bindgen because bindgen needs libclang (about 150 MB of LLVM on every build machine) for
+//! about twenty structs whose layout is a stable ABI: rdma-core only appends to its public
+//! structs (`verbs_context` grows downwards, `ibv_qp_ex` at its end), because existing binaries
+//! depend on the offsets.
+//!
+//! Unions are declared as plain words with accessors (x86_64 is little-endian, which the asserts
+//! pin down), so reading them needs no `unsafe`.
+#![allow(non_camel_case_types, missing_docs)]
+
+pub mod layout;
+
+use core::ffi::{c_int, c_uint, c_void};
+use core::mem::{offset_of, size_of};
+
+/// Opaque `struct ibv_device`.
+#[repr(C)]
+pub struct ibv_device {
+    _opaque: [u8; 0],
+}
+
+/// Opaque `struct ibv_ah`.
+#[repr(C)]
+pub struct ibv_ah {
+    _opaque: [u8; 0],
+}
+
+/// Opaque `struct ibv_mw`.
+#[repr(C)]
+pub struct ibv_mw {
+    _opaque: [u8; 0],
+}
+
+/// Opaque `struct ibv_xrcd`.
+#[repr(C)]
+pub struct ibv_xrcd {
+    _opaque: [u8; 0],
+}
+
+/// Opaque `struct ibv_cq_ex` (the extended CQ; see docs/connectx.md §9).
+#[repr(C)]
+pub struct ibv_cq_ex {
+    _opaque: [u8; 0],
+}
+
+/// `pthread_mutex_t` on x86_64 glibc (40 bytes).
+#[repr(C, align(8))]
+#[derive(Clone, Copy)]
+pub struct pthread_mutex_t {
+    _bytes: [u8; 40],
+}
+
+/// `pthread_cond_t` on x86_64 glibc (48 bytes).
+#[repr(C, align(8))]
+#[derive(Clone, Copy)]
+pub struct pthread_cond_t {
+    _bytes: [u8; 48],
+}
+
+pub type PollCqFn = unsafe extern "C" fn(*mut ibv_cq, c_int, *mut ibv_wc) -> c_int;
+pub type ReqNotifyCqFn = unsafe extern "C" fn(*mut ibv_cq, c_int) -> c_int;
+pub type PostSendFn =
+    unsafe extern "C" fn(*mut ibv_qp, *mut ibv_send_wr, *mut *mut ibv_send_wr) -> c_int;
+pub type PostRecvFn =
+    unsafe extern "C" fn(*mut ibv_qp, *mut ibv_recv_wr, *mut *mut ibv_recv_wr) -> c_int;
+pub type PostSrqRecvFn =
+    unsafe extern "C" fn(*mut ibv_srq, *mut ibv_recv_wr, *mut *mut ibv_recv_wr) -> c_int;
+pub type CreateQpExFn =
+    unsafe extern "C" fn(*mut ibv_context, *mut ibv_qp_init_attr_ex) -> *mut ibv_qp;
+
+/// `struct ibv_context_ops`: the data-path entry points that the inline `ibv_post_send` etc.
+/// call. Fields we never touch are opaque pointers.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ibv_context_ops {
+    pub _compat_head: [*mut c_void; 7],
+    pub alloc_mw: *mut c_void,
+    pub bind_mw: *mut c_void,
+    pub dealloc_mw: *mut c_void,
+    pub _compat_create_cq: *mut c_void,
+    pub poll_cq: Option<PollCqFn>,
+    pub req_notify_cq: Option<ReqNotifyCqFn>,
+    pub _compat_mid: [*mut c_void; 7],
+    pub post_srq_recv: Option<PostSrqRecvFn>,
+    pub _compat_qp: [*mut c_void; 4],
+    pub post_send: Option<PostSendFn>,
+    pub post_recv: Option<PostRecvFn>,
+    pub _compat_tail: [*mut c_void; 5],
+}
+
+/// `struct ibv_context`.
+#[repr(C)]
+pub struct ibv_context {
+    pub device: *mut ibv_device,
+    pub ops: ibv_context_ops,
+    pub cmd_fd: c_int,
+    pub async_fd: c_int,
+    pub num_comp_vectors: c_int,
+    pub mutex: pthread_mutex_t,
+    pub abi_compat: *mut c_void,
+}
+
+/// `__VERBS_ABI_IS_EXTENDED`: the `abi_compat` marker of a context embedded in a
+/// `verbs_context` (verbs.h: `((void *)UINTPTR_MAX)`).
+pub const VERBS_ABI_IS_EXTENDED: *mut c_void = usize::MAX as *mut c_void;
+
+/// `struct verbs_context`: the extended operations, which sit *before* the `ibv_context` in
+/// memory (the context is its last field).
+#[repr(C)]
+pub struct verbs_context {
+    pub _newer_ops: [*mut c_void; 25],
+    pub create_cq_ex: *mut c_void,
+    pub priv_: *mut c_void,
+    pub query_device_ex: *mut c_void,
+    pub ibv_destroy_flow: *mut c_void,
+    pub abi_placeholder2: *mut c_void,
+    pub ibv_create_flow: *mut c_void,
+    pub abi_placeholder1: *mut c_void,
+    pub open_qp: *mut c_void,
+    pub create_qp_ex: Option<CreateQpExFn>,
+    pub get_srq_num: *mut c_void,
+    pub create_srq_ex: *mut c_void,
+    pub open_xrcd: *mut c_void,
+    pub close_xrcd: *mut c_void,
+    pub abi_placeholder3: u64,
+    pub sz: usize,
+    pub context: ibv_context,
+}
+
+/// `struct ibv_pd`.
+#[repr(C)]
+pub struct ibv_pd {
+    pub context: *mut ibv_context,
+    pub handle: u32,
+}
+
+/// `struct ibv_mr`.
+#[repr(C)]
+pub struct ibv_mr {
+    pub context: *mut ibv_context,
+    pub pd: *mut ibv_pd,
+    pub addr: *mut c_void,
+    pub length: usize,
+    pub handle: u32,
+    pub lkey: u32,
+    pub rkey: u32,
+}
+
+/// `struct ibv_comp_channel`.
+#[repr(C)]
+pub struct ibv_comp_channel {
+    pub context: *mut ibv_context,
+    pub fd: c_int,
+    pub refcnt: c_int,
+}
+
+/// `struct ibv_cq`.
+#[repr(C)]
+pub struct ibv_cq {
+    pub context: *mut ibv_context,
+    pub channel: *mut ibv_comp_channel,
+    pub cq_context: *mut c_void,
+    pub handle: u32,
+    pub cqe: c_int,
+    pub mutex: pthread_mutex_t,
+    pub cond: pthread_cond_t,
+    pub comp_events_completed: u32,
+    pub async_events_completed: u32,
+}
+
+/// `struct ibv_srq`.
+#[repr(C)]
+pub struct ibv_srq {
+    pub context: *mut ibv_context,
+    pub srq_context: *mut c_void,
+    pub pd: *mut ibv_pd,
+    pub handle: u32,
+    pub mutex: pthread_mutex_t,
+    pub cond: pthread_cond_t,
+    pub events_completed: u32,
+}
+
+/// `struct ibv_qp`.
+#[repr(C)]
+pub struct ibv_qp {
+    pub context: *mut ibv_context,
+    pub qp_context: *mut c_void,
+    pub pd: *mut ibv_pd,
+    pub send_cq: *mut ibv_cq,
+    pub recv_cq: *mut ibv_cq,
+    pub srq: *mut ibv_srq,
+    pub handle: u32,
+    pub qp_num: u32,
+    pub state: c_uint,
+    pub qp_type: c_uint,
+    pub mutex: pthread_mutex_t,
+    pub cond: pthread_cond_t,
+    pub events_completed: u32,
+}
+
+/// `struct ibv_sge`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct ibv_sge {
+    pub addr: u64,
+    pub length: u32,
+    pub lkey: u32,
+}
+
+/// `struct ibv_send_wr`. The `wr` union (rdma / atomic / ud) is four words; the trailing
+/// `qp_type` and `bind_mw`/`tso` unions are carried verbatim.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ibv_send_wr {
+    pub wr_id: u64,
+    pub next: *mut ibv_send_wr,
+    pub sg_list: *mut ibv_sge,
+    pub num_sge: c_int,
+    pub opcode: c_uint,
+    pub send_flags: c_uint,
+    /// `imm_data` (network order) or `invalidate_rkey`.
+    pub imm_data: u32,
+    pub wr: [u64; 4],
+    pub qp_type_xrc_remote_srqn: u32,
+    pub _pad: u32,
+    pub bind_mw_or_tso: [u64; 6],
+}
+
+impl ibv_send_wr {
+    /// An all-zero WR (null pointers, opcode RDMA_WRITE).
+    pub const fn zeroed() -> Self {
+        Self {
+            wr_id: 0,
+            next: core::ptr::null_mut(),
+            sg_list: core::ptr::null_mut(),
+            num_sge: 0,
+            opcode: 0,
+            send_flags: 0,
+            imm_data: 0,
+            wr: [0; 4],
+            qp_type_xrc_remote_srqn: 0,
+            _pad: 0,
+            bind_mw_or_tso: [0; 6],
+        }
+    }
+    /// `wr.rdma.remote_addr` / `wr.atomic.remote_addr`.
+    pub fn remote_addr(&self) -> u64 {
+        self.wr[0]
+    }
+    /// Sets `wr.rdma.remote_addr` / `wr.atomic.remote_addr`.
+    pub fn set_remote_addr(&mut self, addr: u64) {
+        self.wr[0] = addr;
+    }
+    /// `wr.rdma.rkey`.
+    pub fn rdma_rkey(&self) -> u32 {
+        self.wr[1] as u32
+    }
+    /// Sets `wr.rdma.rkey` (keeps the padding word's upper half).
+    pub fn set_rdma_rkey(&mut self, rkey: u32) {
+        self.wr[1] = (self.wr[1] & !0xffff_ffff) | u64::from(rkey);
+    }
+    /// `wr.atomic.compare_add`.
+    pub fn atomic_compare_add(&self) -> u64 {
+        self.wr[1]
+    }
+    /// `wr.atomic.swap`.
+    pub fn atomic_swap(&self) -> u64 {
+        self.wr[2]
+    }
+    /// `wr.atomic.rkey`.
+    pub fn atomic_rkey(&self) -> u32 {
+        self.wr[3] as u32
+    }
+    /// Sets `wr.atomic.rkey`.
+    pub fn set_atomic_rkey(&mut self, rkey: u32) {
+        self.wr[3] = (self.wr[3] & !0xffff_ffff) | u64::from(rkey);
+    }
+    /// Sets the whole `wr.atomic` member.
+    pub fn set_atomic(&mut self, remote_addr: u64, compare_add: u64, swap: u64, rkey: u32) {
+        self.wr = [remote_addr, compare_add, swap, u64::from(rkey)];
+    }
+    /// Sets the whole `wr.rdma` member.
+    pub fn set_rdma(&mut self, remote_addr: u64, rkey: u32) {
+        self.wr = [remote_addr, u64::from(rkey), 0, 0];
+    }
+}
+
+/// `struct ibv_recv_wr`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ibv_recv_wr {
+    pub wr_id: u64,
+    pub next: *mut ibv_recv_wr,
+    pub sg_list: *mut ibv_sge,
+    pub num_sge: c_int,
+}
+
+/// `struct ibv_wc`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct ibv_wc {
+    pub wr_id: u64,
+    pub status: c_uint,
+    pub opcode: c_uint,
+    pub vendor_err: u32,
+    pub byte_len: u32,
+    /// `imm_data` (network order) or `invalidated_rkey`.
+    pub imm_data: u32,
+    pub qp_num: u32,
+    pub src_qp: u32,
+    pub wc_flags: c_uint,
+    pub pkey_index: u16,
+    pub slid: u16,
+    pub sl: u8,
+    pub dlid_path_bits: u8,
+}
+
+/// `struct ibv_qp_cap`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ibv_qp_cap {
+    pub max_send_wr: u32,
+    pub max_recv_wr: u32,
+    pub max_send_sge: u32,
+    pub max_recv_sge: u32,
+    pub max_inline_data: u32,
+}
+
+/// `struct ibv_qp_init_attr`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ibv_qp_init_attr {
+    pub qp_context: *mut c_void,
+    pub send_cq: *mut ibv_cq,
+    pub recv_cq: *mut ibv_cq,
+    pub srq: *mut ibv_srq,
+    pub cap: ibv_qp_cap,
+    pub qp_type: c_uint,
+    pub sq_sig_all: c_int,
+}
+
+/// `struct ibv_rx_hash_conf`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ibv_rx_hash_conf {
+    pub rx_hash_function: u8,
+    pub rx_hash_key_len: u8,
+    pub rx_hash_key: *mut u8,
+    pub rx_hash_fields_mask: u64,
+}
+
+/// `struct ibv_qp_init_attr_ex`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ibv_qp_init_attr_ex {
+    pub qp_context: *mut c_void,
+    pub send_cq: *mut ibv_cq,
+    pub recv_cq: *mut ibv_cq,
+    pub srq: *mut ibv_srq,
+    pub cap: ibv_qp_cap,
+    pub qp_type: c_uint,
+    pub sq_sig_all: c_int,
+    pub comp_mask: u32,
+    pub pd: *mut ibv_pd,
+    pub xrcd: *mut ibv_xrcd,
+    pub create_flags: u32,
+    pub max_tso_header: u16,
+    pub rwq_ind_tbl: *mut c_void,
+    pub rx_hash_conf: ibv_rx_hash_conf,
+    pub source_qpn: u32,
+    pub send_ops_flags: u64,
+}
+
+/// `struct ibv_global_route` (8-byte aligned: `union ibv_gid` holds two u64).
+#[repr(C, align(8))]
+#[derive(Clone, Copy, Default)]
+pub struct ibv_global_route {
+    pub dgid: [u8; 16],
+    pub flow_label: u32,
+    pub sgid_index: u8,
+    pub hop_limit: u8,
+    pub traffic_class: u8,
+}
+
+/// `struct ibv_ah_attr`.
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+pub struct ibv_ah_attr {
+    pub grh: ibv_global_route,
+    pub dlid: u16,
+    pub sl: u8,
+    pub src_path_bits: u8,
+    pub static_rate: u8,
+    pub is_global: u8,
+    pub port_num: u8,
+}
+
+/// `struct ibv_qp_attr`.
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+pub struct ibv_qp_attr {
+    pub qp_state: c_uint,
+    pub cur_qp_state: c_uint,
+    pub path_mtu: c_uint,
+    pub path_mig_state: c_uint,
+    pub qkey: u32,
+    pub rq_psn: u32,
+    pub sq_psn: u32,
+    pub dest_qp_num: u32,
+    pub qp_access_flags: c_uint,
+    pub cap: ibv_qp_cap,
+    pub ah_attr: ibv_ah_attr,
+    pub alt_ah_attr: ibv_ah_attr,
+    pub pkey_index: u16,
+    pub alt_pkey_index: u16,
+    pub en_sqd_async_notify: u8,
+    pub sq_draining: u8,
+    pub max_rd_atomic: u8,
+    pub max_dest_rd_atomic: u8,
+    pub min_rnr_timer: u8,
+    pub port_num: u8,
+    pub timeout: u8,
+    pub retry_cnt: u8,
+    pub rnr_retry: u8,
+    pub alt_port_num: u8,
+    pub alt_timeout: u8,
+    pub rate_limit: u32,
+}
+
+/// `struct ibv_device_attr`. Only the fields we read are named.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ibv_device_attr {
+    pub fw_ver: [u8; 64],
+    pub node_guid: u64,
+    pub sys_image_guid: u64,
+    pub max_mr_size: u64,
+    pub page_size_cap: u64,
+    pub vendor_id: u32,
+    pub vendor_part_id: u32,
+    pub hw_ver: u32,
+    pub max_qp: c_int,
+    pub max_qp_wr: c_int,
+    pub device_cap_flags: c_uint,
+    pub max_sge: c_int,
+    pub max_sge_rd: c_int,
+    pub max_cq: c_int,
+    pub max_cqe: c_int,
+    pub max_mr: c_int,
+    pub max_pd: c_int,
+    pub max_qp_rd_atom: c_int,
+    pub max_ee_rd_atom: c_int,
+    pub max_res_rd_atom: c_int,
+    pub max_qp_init_rd_atom: c_int,
+    pub max_ee_init_rd_atom: c_int,
+    pub atomic_cap: c_uint,
+    pub _middle: [c_int; 14],
+    pub max_pkeys: u16,
+    pub local_ca_ack_delay: u8,
+    pub phys_port_cnt: u8,
+}
+
+impl ibv_device_attr {
+    /// An all-zero value for the provider to fill.
+    pub const fn zeroed() -> Self {
+        Self {
+            fw_ver: [0; 64],
+            node_guid: 0,
+            sys_image_guid: 0,
+            max_mr_size: 0,
+            page_size_cap: 0,
+            vendor_id: 0,
+            vendor_part_id: 0,
+            hw_ver: 0,
+            max_qp: 0,
+            max_qp_wr: 0,
+            device_cap_flags: 0,
+            max_sge: 0,
+            max_sge_rd: 0,
+            max_cq: 0,
+            max_cqe: 0,
+            max_mr: 0,
+            max_pd: 0,
+            max_qp_rd_atom: 0,
+            max_ee_rd_atom: 0,
+            max_res_rd_atom: 0,
+            max_qp_init_rd_atom: 0,
+            max_ee_init_rd_atom: 0,
+            atomic_cap: 0,
+            _middle: [0; 14],
+            max_pkeys: 0,
+            local_ca_ack_delay: 0,
+            phys_port_cnt: 0,
+        }
+    }
+}
+
+/// `struct ibv_data_buf`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ibv_data_buf {
+    pub addr: *mut c_void,
+    pub length: usize,
+}
+
+/// `struct ibv_mw_bind_info` (only passed through).
+#[repr(C)]
+pub struct ibv_mw_bind_info {
+    _opaque: [u8; 0],
+}
+
+pub type WrAtomicCmpSwpFn = unsafe extern "C" fn(*mut ibv_qp_ex, u32, u64, u64, u64);
+pub type WrAtomicFetchAddFn = unsafe extern "C" fn(*mut ibv_qp_ex, u32, u64, u64);
+pub type WrBindMwFn =
+    unsafe extern "C" fn(*mut ibv_qp_ex, *mut ibv_mw, u32, *const ibv_mw_bind_info);
+pub type WrRkeyFn = unsafe extern "C" fn(*mut ibv_qp_ex, u32);
+pub type WrRdmaFn = unsafe extern "C" fn(*mut ibv_qp_ex, u32, u64);
+pub type WrRdmaImmFn = unsafe extern "C" fn(*mut ibv_qp_ex, u32, u64, u32);
+pub type WrQpFn = unsafe extern "C" fn(*mut ibv_qp_ex);
+pub type WrImmFn = unsafe extern "C" fn(*mut ibv_qp_ex, u32);
+pub type WrSendTsoFn = unsafe extern "C" fn(*mut ibv_qp_ex, *mut c_void, u16, u16);
+pub type WrSetUdAddrFn = unsafe extern "C" fn(*mut ibv_qp_ex, *mut ibv_ah, u32, u32);
+pub type WrSetInlineFn = unsafe extern "C" fn(*mut ibv_qp_ex, *mut c_void, usize);
+pub type WrSetInlineListFn = unsafe extern "C" fn(*mut ibv_qp_ex, usize, *const ibv_data_buf);
+pub type WrSetSgeFn = unsafe extern "C" fn(*mut ibv_qp_ex, u32, u64, u32);
+pub type WrSetSgeListFn = unsafe extern "C" fn(*mut ibv_qp_ex, usize, *const ibv_sge);
+pub type WrCompleteFn = unsafe extern "C" fn(*mut ibv_qp_ex) -> c_int;
+pub type WrAtomicWriteFn = unsafe extern "C" fn(*mut ibv_qp_ex, u32, u64, *const c_void);
+
+/// `struct ibv_qp_ex`: the QP followed by the builder ("new post send") vtable.
+#[repr(C)]
+pub struct ibv_qp_ex {
+    pub qp_base: ibv_qp,
+    pub comp_mask: u64,
+    pub wr_id: u64,
+    pub wr_flags: c_uint,
+    pub wr_atomic_cmp_swp: Option<WrAtomicCmpSwpFn>,
+    pub wr_atomic_fetch_add: Option<WrAtomicFetchAddFn>,
+    pub wr_bind_mw: Option<WrBindMwFn>,
+    pub wr_local_inv: Option<WrRkeyFn>,
+    pub wr_rdma_read: Option<WrRdmaFn>,
+    pub wr_rdma_write: Option<WrRdmaFn>,
+    pub wr_rdma_write_imm: Option<WrRdmaImmFn>,
+    pub wr_send: Option<WrQpFn>,
+    pub wr_send_imm: Option<WrImmFn>,
+    pub wr_send_inv: Option<WrRkeyFn>,
+    pub wr_send_tso: Option<WrSendTsoFn>,
+    pub wr_set_ud_addr: Option<WrSetUdAddrFn>,
+    pub wr_set_xrc_srqn: Option<WrRkeyFn>,
+    pub wr_set_inline_data: Option<WrSetInlineFn>,
+    pub wr_set_inline_data_list: Option<WrSetInlineListFn>,
+    pub wr_set_sge: Option<WrSetSgeFn>,
+    pub wr_set_sge_list: Option<WrSetSgeListFn>,
+    pub wr_start: Option<WrQpFn>,
+    pub wr_complete: Option<WrCompleteFn>,
+    pub wr_abort: Option<WrQpFn>,
+    pub wr_atomic_write: Option<WrAtomicWriteFn>,
+}
+
+// Enumerations (verbs.h). Plain constants: the C enums are `unsigned int` on this ABI.
+
+/// `IBV_WC_SUCCESS`.
+pub const IBV_WC_SUCCESS: u32 = 0;
+/// `IBV_WC_LOC_LEN_ERR`.
+pub const IBV_WC_LOC_LEN_ERR: u32 = 1;
+/// `IBV_WC_LOC_QP_OP_ERR`.
+pub const IBV_WC_LOC_QP_OP_ERR: u32 = 2;
+/// `IBV_WC_LOC_PROT_ERR`.
+pub const IBV_WC_LOC_PROT_ERR: u32 = 4;
+/// `IBV_WC_WR_FLUSH_ERR`.
+pub const IBV_WC_WR_FLUSH_ERR: u32 = 5;
+/// `IBV_WC_LOC_ACCESS_ERR`.
+pub const IBV_WC_LOC_ACCESS_ERR: u32 = 8;
+/// `IBV_WC_RNR_RETRY_EXC_ERR`.
+pub const IBV_WC_RNR_RETRY_EXC_ERR: u32 = 13;
+/// `IBV_WC_REM_INV_REQ_ERR`.
+pub const IBV_WC_REM_INV_REQ_ERR: u32 = 9;
+/// `IBV_WC_REM_ACCESS_ERR`.
+pub const IBV_WC_REM_ACCESS_ERR: u32 = 10;
+/// `IBV_WC_REM_OP_ERR`.
+pub const IBV_WC_REM_OP_ERR: u32 = 11;
+/// `IBV_WC_RETRY_EXC_ERR`.
+pub const IBV_WC_RETRY_EXC_ERR: u32 = 12;
+/// `IBV_WC_GENERAL_ERR`.
+pub const IBV_WC_GENERAL_ERR: u32 = 21;
+
+/// `IBV_WC_SEND`.
+pub const IBV_WC_SEND: u32 = 0;
+/// `IBV_WC_RDMA_WRITE`.
+pub const IBV_WC_RDMA_WRITE: u32 = 1;
+/// `IBV_WC_RDMA_READ`.
+pub const IBV_WC_RDMA_READ: u32 = 2;
+/// `IBV_WC_COMP_SWAP`.
+pub const IBV_WC_COMP_SWAP: u32 = 3;
+/// `IBV_WC_FETCH_ADD`.
+pub const IBV_WC_FETCH_ADD: u32 = 4;
+/// `IBV_WC_BIND_MW`.
+pub const IBV_WC_BIND_MW: u32 = 5;
+/// `IBV_WC_LOCAL_INV`.
+pub const IBV_WC_LOCAL_INV: u32 = 6;
+/// `IBV_WC_TSO`.
+pub const IBV_WC_TSO: u32 = 7;
+/// `IBV_WC_ATOMIC_WRITE`.
+pub const IBV_WC_ATOMIC_WRITE: u32 = 9;
+/// `IBV_WC_RECV`; receive opcodes have this bit set.
+pub const IBV_WC_RECV: u32 = 1 << 7;
+/// `IBV_WC_RECV_RDMA_WITH_IMM`.
+pub const IBV_WC_RECV_RDMA_WITH_IMM: u32 = IBV_WC_RECV + 1;
+
+/// `IBV_WC_WITH_IMM`.
+pub const IBV_WC_WITH_IMM: u32 = 1 << 1;
+
+/// `IBV_WR_RDMA_WRITE`.
+pub const IBV_WR_RDMA_WRITE: u32 = 0;
+/// `IBV_WR_RDMA_WRITE_WITH_IMM`.
+pub const IBV_WR_RDMA_WRITE_WITH_IMM: u32 = 1;
+/// `IBV_WR_SEND`.
+pub const IBV_WR_SEND: u32 = 2;
+/// `IBV_WR_SEND_WITH_IMM`.
+pub const IBV_WR_SEND_WITH_IMM: u32 = 3;
+/// `IBV_WR_RDMA_READ`.
+pub const IBV_WR_RDMA_READ: u32 = 4;
+/// `IBV_WR_ATOMIC_CMP_AND_SWP`.
+pub const IBV_WR_ATOMIC_CMP_AND_SWP: u32 = 5;
+/// `IBV_WR_ATOMIC_FETCH_AND_ADD`.
+pub const IBV_WR_ATOMIC_FETCH_AND_ADD: u32 = 6;
+/// `IBV_WR_LOCAL_INV`.
+pub const IBV_WR_LOCAL_INV: u32 = 7;
+/// `IBV_WR_BIND_MW`.
+pub const IBV_WR_BIND_MW: u32 = 8;
+/// `IBV_WR_SEND_WITH_INV`.
+pub const IBV_WR_SEND_WITH_INV: u32 = 9;
+/// `IBV_WR_TSO`.
+pub const IBV_WR_TSO: u32 = 10;
+/// `IBV_WR_ATOMIC_WRITE`.
+pub const IBV_WR_ATOMIC_WRITE: u32 = 15;
+
+/// `IBV_SEND_FENCE`.
+pub const IBV_SEND_FENCE: u32 = 1 << 0;
+/// `IBV_SEND_SIGNALED`.
+pub const IBV_SEND_SIGNALED: u32 = 1 << 1;
+/// `IBV_SEND_SOLICITED`.
+pub const IBV_SEND_SOLICITED: u32 = 1 << 2;
+/// `IBV_SEND_INLINE`.
+pub const IBV_SEND_INLINE: u32 = 1 << 3;
+
+/// `IBV_ACCESS_LOCAL_WRITE`.
+pub const IBV_ACCESS_LOCAL_WRITE: u32 = 1;
+/// `IBV_ACCESS_REMOTE_WRITE`.
+pub const IBV_ACCESS_REMOTE_WRITE: u32 = 1 << 1;
+/// `IBV_ACCESS_REMOTE_READ`.
+pub const IBV_ACCESS_REMOTE_READ: u32 = 1 << 2;
+/// `IBV_ACCESS_REMOTE_ATOMIC`.
+pub const IBV_ACCESS_REMOTE_ATOMIC: u32 = 1 << 3;
+/// `IBV_ACCESS_MW_BIND`.
+pub const IBV_ACCESS_MW_BIND: u32 = 1 << 4;
+/// `IBV_ACCESS_ZERO_BASED`.
+pub const IBV_ACCESS_ZERO_BASED: u32 = 1 << 5;
+/// `IBV_ACCESS_ON_DEMAND`.
+pub const IBV_ACCESS_ON_DEMAND: u32 = 1 << 6;
+/// `IBV_ACCESS_HUGETLB`.
+pub const IBV_ACCESS_HUGETLB: u32 = 1 << 7;
+/// `IBV_ACCESS_OPTIONAL_FIRST`: flags at or above it may be ignored by a provider.
+pub const IBV_ACCESS_OPTIONAL_FIRST: u32 = 1 << 20;
+
+/// `IBV_QPT_RC`.
+pub const IBV_QPT_RC: u32 = 2;
+/// `IBV_QPT_UC`.
+pub const IBV_QPT_UC: u32 = 3;
+/// `IBV_QPT_UD`.
+pub const IBV_QPT_UD: u32 = 4;
+
+/// `IBV_QPS_RESET`.
+pub const IBV_QPS_RESET: u32 = 0;
+/// `IBV_QPS_INIT`.
+pub const IBV_QPS_INIT: u32 = 1;
+/// `IBV_QPS_RTR`.
+pub const IBV_QPS_RTR: u32 = 2;
+/// `IBV_QPS_RTS`.
+pub const IBV_QPS_RTS: u32 = 3;
+/// `IBV_QPS_ERR`.
+pub const IBV_QPS_ERR: u32 = 6;
+
+/// `IBV_QP_STATE`.
+pub const IBV_QP_STATE: c_int = 1 << 0;
+/// `IBV_QP_ACCESS_FLAGS`.
+pub const IBV_QP_ACCESS_FLAGS: c_int = 1 << 3;
+/// `IBV_QP_MAX_QP_RD_ATOMIC`.
+pub const IBV_QP_MAX_QP_RD_ATOMIC: c_int = 1 << 13;
+/// `IBV_QP_MAX_DEST_RD_ATOMIC`.
+pub const IBV_QP_MAX_DEST_RD_ATOMIC: c_int = 1 << 17;
+/// `IBV_QP_DEST_QPN`.
+pub const IBV_QP_DEST_QPN: c_int = 1 << 20;
+
+/// `IBV_ATOMIC_NONE`.
+pub const IBV_ATOMIC_NONE: u32 = 0;
+
+/// `IBV_QP_INIT_ATTR_PD`.
+pub const IBV_QP_INIT_ATTR_PD: u32 = 1 << 0;
+/// `IBV_QP_INIT_ATTR_SEND_OPS_FLAGS`.
+pub const IBV_QP_INIT_ATTR_SEND_OPS_FLAGS: u32 = 1 << 6;
+
+/// `IBV_REREG_MR_CHANGE_TRANSLATION`.
+pub const IBV_REREG_MR_CHANGE_TRANSLATION: c_int = 1 << 0;
+/// `IBV_REREG_MR_CHANGE_PD`.
+pub const IBV_REREG_MR_CHANGE_PD: c_int = 1 << 1;
+/// `IBV_REREG_MR_CHANGE_ACCESS`.
+pub const IBV_REREG_MR_CHANGE_ACCESS: c_int = 1 << 2;
+/// `IBV_REREG_MR_ERR_INPUT`: old MR still valid, bad input.
+pub const IBV_REREG_MR_ERR_INPUT: c_int = -1;
+/// `IBV_REREG_MR_ERR_CMD`: the command failed.
+pub const IBV_REREG_MR_ERR_CMD: c_int = -4;
+
+// ---- layout checks against the generated header numbers ----
+
+macro_rules! check_size {
+    ($t:ty, $c:path) => {
+        const _: () = assert!(size_of::<$t>() == $c);
+    };
+}
+macro_rules! check_off {
+    ($t:ty, $f:ident, $c:path) => {
+        const _: () = assert!(offset_of!($t, $f) == $c);
+    };
+}
+
+use layout as l;
+check_size!(ibv_context_ops, l::SIZE_IBV_CONTEXT_OPS);
+check_off!(ibv_context_ops, poll_cq, l::OFF_IBV_CONTEXT_OPS_POLL_CQ);
+check_off!(
+    ibv_context_ops,
+    req_notify_cq,
+    l::OFF_IBV_CONTEXT_OPS_REQ_NOTIFY_CQ
+);
+check_off!(
+    ibv_context_ops,
+    post_srq_recv,
+    l::OFF_IBV_CONTEXT_OPS_POST_SRQ_RECV
+);
+check_off!(ibv_context_ops, post_send, l::OFF_IBV_CONTEXT_OPS_POST_SEND);
+check_off!(ibv_context_ops, post_recv, l::OFF_IBV_CONTEXT_OPS_POST_RECV);
+check_off!(ibv_context_ops, bind_mw, l::OFF_IBV_CONTEXT_OPS_BIND_MW);
+check_size!(ibv_context, l::SIZE_IBV_CONTEXT);
+check_off!(ibv_context, device, l::OFF_IBV_CONTEXT_DEVICE);
+check_off!(ibv_context, ops, l::OFF_IBV_CONTEXT_OPS);
+check_off!(ibv_context, cmd_fd, l::OFF_IBV_CONTEXT_CMD_FD);
+check_off!(ibv_context, async_fd, l::OFF_IBV_CONTEXT_ASYNC_FD);
+check_off!(
+    ibv_context,
+    num_comp_vectors,
+    l::OFF_IBV_CONTEXT_NUM_COMP_VECTORS
+);
+check_off!(ibv_context, mutex, l::OFF_IBV_CONTEXT_MUTEX);
+check_off!(ibv_context, abi_compat, l::OFF_IBV_CONTEXT_ABI_COMPAT);
+check_size!(verbs_context, l::SIZE_VERBS_CONTEXT);
+check_off!(
+    verbs_context,
+    create_cq_ex,
+    l::OFF_VERBS_CONTEXT_CREATE_CQ_EX
+);
+check_off!(
+    verbs_context,
+    create_qp_ex,
+    l::OFF_VERBS_CONTEXT_CREATE_QP_EX
+);
+check_off!(verbs_context, sz, l::OFF_VERBS_CONTEXT_SZ);
+check_off!(verbs_context, context, l::OFF_VERBS_CONTEXT_CONTEXT);
+check_size!(ibv_pd, l::SIZE_IBV_PD);
+check_off!(ibv_pd, context, l::OFF_IBV_PD_CONTEXT);
+check_off!(ibv_pd, handle, l::OFF_IBV_PD_HANDLE);
+check_size!(ibv_mr, l::SIZE_IBV_MR);
+check_off!(ibv_mr, context, l::OFF_IBV_MR_CONTEXT);
+check_off!(ibv_mr, pd, l::OFF_IBV_MR_PD);
+check_off!(ibv_mr, addr, l::OFF_IBV_MR_ADDR);
+check_off!(ibv_mr, length, l::OFF_IBV_MR_LENGTH);
+check_off!(ibv_mr, handle, l::OFF_IBV_MR_HANDLE);
+check_off!(ibv_mr, lkey, l::OFF_IBV_MR_LKEY);
+check_off!(ibv_mr, rkey, l::OFF_IBV_MR_RKEY);
+check_size!(ibv_cq, l::SIZE_IBV_CQ);
+check_off!(ibv_cq, context, l::OFF_IBV_CQ_CONTEXT);
+check_off!(ibv_cq, channel, l::OFF_IBV_CQ_CHANNEL);
+check_off!(ibv_cq, cq_context, l::OFF_IBV_CQ_CQ_CONTEXT);
+check_off!(ibv_cq, handle, l::OFF_IBV_CQ_HANDLE);
+check_off!(ibv_cq, cqe, l::OFF_IBV_CQ_CQE);
+check_off!(ibv_cq, mutex, l::OFF_IBV_CQ_MUTEX);
+check_off!(ibv_cq, cond, l::OFF_IBV_CQ_COND);
+check_off!(
+    ibv_cq,
+    comp_events_completed,
+    l::OFF_IBV_CQ_COMP_EVENTS_COMPLETED
+);
+check_off!(
+    ibv_cq,
+    async_events_completed,
+    l::OFF_IBV_CQ_ASYNC_EVENTS_COMPLETED
+);
+check_size!(ibv_srq, l::SIZE_IBV_SRQ);
+check_off!(ibv_srq, context, l::OFF_IBV_SRQ_CONTEXT);
+check_off!(ibv_srq, pd, l::OFF_IBV_SRQ_PD);
+check_off!(ibv_srq, handle, l::OFF_IBV_SRQ_HANDLE);
+check_size!(ibv_qp, l::SIZE_IBV_QP);
+check_off!(ibv_qp, context, l::OFF_IBV_QP_CONTEXT);
+check_off!(ibv_qp, qp_context, l::OFF_IBV_QP_QP_CONTEXT);
+check_off!(ibv_qp, pd, l::OFF_IBV_QP_PD);
+check_off!(ibv_qp, send_cq, l::OFF_IBV_QP_SEND_CQ);
+check_off!(ibv_qp, recv_cq, l::OFF_IBV_QP_RECV_CQ);
+check_off!(ibv_qp, srq, l::OFF_IBV_QP_SRQ);
+check_off!(ibv_qp, handle, l::OFF_IBV_QP_HANDLE);
+check_off!(ibv_qp, qp_num, l::OFF_IBV_QP_QP_NUM);
+check_off!(ibv_qp, state, l::OFF_IBV_QP_STATE);
+check_off!(ibv_qp, qp_type, l::OFF_IBV_QP_QP_TYPE);
+check_off!(ibv_qp, mutex, l::OFF_IBV_QP_MUTEX);
+check_off!(ibv_qp, cond, l::OFF_IBV_QP_COND);
+check_off!(ibv_qp, events_completed, l::OFF_IBV_QP_EVENTS_COMPLETED);
+check_size!(ibv_sge, l::SIZE_IBV_SGE);
+check_off!(ibv_sge, addr, l::OFF_IBV_SGE_ADDR);
+check_off!(ibv_sge, length, l::OFF_IBV_SGE_LENGTH);
+check_off!(ibv_sge, lkey, l::OFF_IBV_SGE_LKEY);
+check_size!(ibv_send_wr, l::SIZE_IBV_SEND_WR);
+check_off!(ibv_send_wr, wr_id, l::OFF_IBV_SEND_WR_WR_ID);
+check_off!(ibv_send_wr, next, l::OFF_IBV_SEND_WR_NEXT);
+check_off!(ibv_send_wr, sg_list, l::OFF_IBV_SEND_WR_SG_LIST);
+check_off!(ibv_send_wr, num_sge, l::OFF_IBV_SEND_WR_NUM_SGE);
+check_off!(ibv_send_wr, opcode, l::OFF_IBV_SEND_WR_OPCODE);
+check_off!(ibv_send_wr, send_flags, l::OFF_IBV_SEND_WR_SEND_FLAGS);
+check_off!(ibv_send_wr, imm_data, l::OFF_IBV_SEND_WR_IMM_DATA);
+check_off!(ibv_send_wr, wr, l::OFF_IBV_SEND_WR_WR);
+check_off!(
+    ibv_send_wr,
+    qp_type_xrc_remote_srqn,
+    l::OFF_IBV_SEND_WR_QP_TYPE
+);
+check_off!(ibv_send_wr, bind_mw_or_tso, l::OFF_IBV_SEND_WR_BIND_MW);
+// The word accessors of `wr` rely on these positions of the union members.
+const _: () = assert!(l::OFF_IBV_SEND_WR_WR_RDMA_REMOTE_ADDR == l::OFF_IBV_SEND_WR_WR);
+const _: () = assert!(l::OFF_IBV_SEND_WR_WR_RDMA_RKEY == l::OFF_IBV_SEND_WR_WR + 8);
+const _: () = assert!(l::OFF_IBV_SEND_WR_WR_ATOMIC_REMOTE_ADDR == l::OFF_IBV_SEND_WR_WR);
+const _: () = assert!(l::OFF_IBV_SEND_WR_WR_ATOMIC_COMPARE_ADD == l::OFF_IBV_SEND_WR_WR + 8);
+const _: () = assert!(l::OFF_IBV_SEND_WR_WR_ATOMIC_SWAP == l::OFF_IBV_SEND_WR_WR + 16);
+const _: () = assert!(l::OFF_IBV_SEND_WR_WR_ATOMIC_RKEY == l::OFF_IBV_SEND_WR_WR + 24);
+const _: () = assert!(l::OFF_IBV_SEND_WR_WR_UD_AH == l::OFF_IBV_SEND_WR_WR);
+const _: () = assert!(l::OFF_IBV_SEND_WR_TSO == l::OFF_IBV_SEND_WR_BIND_MW);
+const _: () = assert!(cfg!(target_endian = "little"));
+check_size!(ibv_recv_wr, l::SIZE_IBV_RECV_WR);
+check_off!(ibv_recv_wr, wr_id, l::OFF_IBV_RECV_WR_WR_ID);
+check_off!(ibv_recv_wr, next, l::OFF_IBV_RECV_WR_NEXT);
+check_off!(ibv_recv_wr, sg_list, l::OFF_IBV_RECV_WR_SG_LIST);
+check_off!(ibv_recv_wr, num_sge, l::OFF_IBV_RECV_WR_NUM_SGE);
+check_size!(ibv_wc, l::SIZE_IBV_WC);
+check_off!(ibv_wc, wr_id, l::OFF_IBV_WC_WR_ID);
+check_off!(ibv_wc, status, l::OFF_IBV_WC_STATUS);
+check_off!(ibv_wc, opcode, l::OFF_IBV_WC_OPCODE);
+check_off!(ibv_wc, vendor_err, l::OFF_IBV_WC_VENDOR_ERR);
+check_off!(ibv_wc, byte_len, l::OFF_IBV_WC_BYTE_LEN);
+check_off!(ibv_wc, imm_data, l::OFF_IBV_WC_IMM_DATA);
+check_off!(ibv_wc, qp_num, l::OFF_IBV_WC_QP_NUM);
+check_off!(ibv_wc, src_qp, l::OFF_IBV_WC_SRC_QP);
+check_off!(ibv_wc, wc_flags, l::OFF_IBV_WC_WC_FLAGS);
+check_off!(ibv_wc, pkey_index, l::OFF_IBV_WC_PKEY_INDEX);
+check_off!(ibv_wc, slid, l::OFF_IBV_WC_SLID);
+check_off!(ibv_wc, sl, l::OFF_IBV_WC_SL);
+check_off!(ibv_wc, dlid_path_bits, l::OFF_IBV_WC_DLID_PATH_BITS);
+check_size!(ibv_qp_cap, l::SIZE_IBV_QP_CAP);
+check_off!(ibv_qp_cap, max_send_wr, l::OFF_IBV_QP_CAP_MAX_SEND_WR);
+check_off!(ibv_qp_cap, max_recv_wr, l::OFF_IBV_QP_CAP_MAX_RECV_WR);
+check_off!(ibv_qp_cap, max_send_sge, l::OFF_IBV_QP_CAP_MAX_SEND_SGE);
+check_off!(ibv_qp_cap, max_recv_sge, l::OFF_IBV_QP_CAP_MAX_RECV_SGE);
+check_off!(
+    ibv_qp_cap,
+    max_inline_data,
+    l::OFF_IBV_QP_CAP_MAX_INLINE_DATA
+);
+check_size!(ibv_qp_init_attr, l::SIZE_IBV_QP_INIT_ATTR);
+check_off!(
+    ibv_qp_init_attr,
+    qp_context,
+    l::OFF_IBV_QP_INIT_ATTR_QP_CONTEXT
+);
+check_off!(ibv_qp_init_attr, send_cq, l::OFF_IBV_QP_INIT_ATTR_SEND_CQ);
+check_off!(ibv_qp_init_attr, recv_cq, l::OFF_IBV_QP_INIT_ATTR_RECV_CQ);
+check_off!(ibv_qp_init_attr, srq, l::OFF_IBV_QP_INIT_ATTR_SRQ);
+check_off!(ibv_qp_init_attr, cap, l::OFF_IBV_QP_INIT_ATTR_CAP);
+check_off!(ibv_qp_init_attr, qp_type, l::OFF_IBV_QP_INIT_ATTR_QP_TYPE);
+check_off!(
+    ibv_qp_init_attr,
+    sq_sig_all,
+    l::OFF_IBV_QP_INIT_ATTR_SQ_SIG_ALL
+);
+check_size!(ibv_qp_init_attr_ex, l::SIZE_IBV_QP_INIT_ATTR_EX);
+check_off!(ibv_qp_init_attr_ex, cap, l::OFF_IBV_QP_INIT_ATTR_EX_CAP);
+check_off!(
+    ibv_qp_init_attr_ex,
+    qp_type,
+    l::OFF_IBV_QP_INIT_ATTR_EX_QP_TYPE
+);
+check_off!(
+    ibv_qp_init_attr_ex,
+    sq_sig_all,
+    l::OFF_IBV_QP_INIT_ATTR_EX_SQ_SIG_ALL
+);
+check_off!(
+    ibv_qp_init_attr_ex,
+    comp_mask,
+    l::OFF_IBV_QP_INIT_ATTR_EX_COMP_MASK
+);
+check_off!(ibv_qp_init_attr_ex, pd, l::OFF_IBV_QP_INIT_ATTR_EX_PD);
+check_off!(ibv_qp_init_attr_ex, xrcd, l::OFF_IBV_QP_INIT_ATTR_EX_XRCD);
+check_off!(
+    ibv_qp_init_attr_ex,
+    create_flags,
+    l::OFF_IBV_QP_INIT_ATTR_EX_CREATE_FLAGS
+);
+check_off!(
+    ibv_qp_init_attr_ex,
+    max_tso_header,
+    l::OFF_IBV_QP_INIT_ATTR_EX_MAX_TSO_HEADER
+);
+check_off!(
+    ibv_qp_init_attr_ex,
+    rwq_ind_tbl,
+    l::OFF_IBV_QP_INIT_ATTR_EX_RWQ_IND_TBL
+);
+check_off!(
+    ibv_qp_init_attr_ex,
+    rx_hash_conf,
+    l::OFF_IBV_QP_INIT_ATTR_EX_RX_HASH_CONF
+);
+check_off!(
+    ibv_qp_init_attr_ex,
+    source_qpn,
+    l::OFF_IBV_QP_INIT_ATTR_EX_SOURCE_QPN
+);
+check_off!(
+    ibv_qp_init_attr_ex,
+    send_ops_flags,
+    l::OFF_IBV_QP_INIT_ATTR_EX_SEND_OPS_FLAGS
+);
+check_size!(ibv_rx_hash_conf, l::SIZE_IBV_RX_HASH_CONF);
+check_size!(ibv_ah_attr, l::SIZE_IBV_AH_ATTR);
+check_size!(ibv_global_route, l::SIZE_IBV_GLOBAL_ROUTE);
+check_size!(ibv_qp_attr, l::SIZE_IBV_QP_ATTR);
+check_off!(ibv_qp_attr, qp_state, l::OFF_IBV_QP_ATTR_QP_STATE);
+check_off!(ibv_qp_attr, cur_qp_state, l::OFF_IBV_QP_ATTR_CUR_QP_STATE);
+check_off!(ibv_qp_attr, path_mtu, l::OFF_IBV_QP_ATTR_PATH_MTU);
+check_off!(ibv_qp_attr, qkey, l::OFF_IBV_QP_ATTR_QKEY);
+check_off!(ibv_qp_attr, rq_psn, l::OFF_IBV_QP_ATTR_RQ_PSN);
+check_off!(ibv_qp_attr, sq_psn, l::OFF_IBV_QP_ATTR_SQ_PSN);
+check_off!(ibv_qp_attr, dest_qp_num, l::OFF_IBV_QP_ATTR_DEST_QP_NUM);
+check_off!(
+    ibv_qp_attr,
+    qp_access_flags,
+    l::OFF_IBV_QP_ATTR_QP_ACCESS_FLAGS
+);
+check_off!(ibv_qp_attr, cap, l::OFF_IBV_QP_ATTR_CAP);
+check_off!(ibv_qp_attr, ah_attr, l::OFF_IBV_QP_ATTR_AH_ATTR);
+check_off!(ibv_qp_attr, alt_ah_attr, l::OFF_IBV_QP_ATTR_ALT_AH_ATTR);
+check_off!(ibv_qp_attr, pkey_index, l::OFF_IBV_QP_ATTR_PKEY_INDEX);
+check_off!(ibv_qp_attr, max_rd_atomic, l::OFF_IBV_QP_ATTR_MAX_RD_ATOMIC);
+check_off!(
+    ibv_qp_attr,
+    max_dest_rd_atomic,
+    l::OFF_IBV_QP_ATTR_MAX_DEST_RD_ATOMIC
+);
+check_off!(ibv_qp_attr, min_rnr_timer, l::OFF_IBV_QP_ATTR_MIN_RNR_TIMER);
+check_off!(ibv_qp_attr, port_num, l::OFF_IBV_QP_ATTR_PORT_NUM);
+check_off!(ibv_qp_attr, timeout, l::OFF_IBV_QP_ATTR_TIMEOUT);
+check_off!(ibv_qp_attr, retry_cnt, l::OFF_IBV_QP_ATTR_RETRY_CNT);
+check_off!(ibv_qp_attr, rnr_retry, l::OFF_IBV_QP_ATTR_RNR_RETRY);
+check_off!(ibv_qp_attr, alt_port_num, l::OFF_IBV_QP_ATTR_ALT_PORT_NUM);
+check_off!(ibv_qp_attr, alt_timeout, l::OFF_IBV_QP_ATTR_ALT_TIMEOUT);
+check_off!(ibv_qp_attr, rate_limit, l::OFF_IBV_QP_ATTR_RATE_LIMIT);
+check_size!(ibv_device_attr, l::SIZE_IBV_DEVICE_ATTR);
+check_off!(
+    ibv_device_attr,
+    max_mr_size,
+    l::OFF_IBV_DEVICE_ATTR_MAX_MR_SIZE
+);
+check_off!(ibv_device_attr, max_qp_wr, l::OFF_IBV_DEVICE_ATTR_MAX_QP_WR);
+check_off!(ibv_device_attr, max_sge, l::OFF_IBV_DEVICE_ATTR_MAX_SGE);
+check_off!(
+    ibv_device_attr,
+    max_qp_rd_atom,
+    l::OFF_IBV_DEVICE_ATTR_MAX_QP_RD_ATOM
+);
+check_off!(
+    ibv_device_attr,
+    atomic_cap,
+    l::OFF_IBV_DEVICE_ATTR_ATOMIC_CAP
+);
+check_off!(ibv_device_attr, max_pkeys, l::OFF_IBV_DEVICE_ATTR_MAX_PKEYS);
+check_off!(
+    ibv_device_attr,
+    phys_port_cnt,
+    l::OFF_IBV_DEVICE_ATTR_PHYS_PORT_CNT
+);
+check_size!(ibv_qp_ex, l::SIZE_IBV_QP_EX);
+check_off!(ibv_qp_ex, comp_mask, l::OFF_IBV_QP_EX_COMP_MASK);
+check_off!(ibv_qp_ex, wr_id, l::OFF_IBV_QP_EX_WR_ID);
+check_off!(ibv_qp_ex, wr_flags, l::OFF_IBV_QP_EX_WR_FLAGS);
+check_off!(
+    ibv_qp_ex,
+    wr_atomic_cmp_swp,
+    l::OFF_IBV_QP_EX_WR_ATOMIC_CMP_SWP
+);
+check_off!(ibv_qp_ex, wr_rdma_write, l::OFF_IBV_QP_EX_WR_RDMA_WRITE);
+check_off!(ibv_qp_ex, wr_send, l::OFF_IBV_QP_EX_WR_SEND);
+check_off!(ibv_qp_ex, wr_set_ud_addr, l::OFF_IBV_QP_EX_WR_SET_UD_ADDR);
+check_off!(ibv_qp_ex, wr_set_sge, l::OFF_IBV_QP_EX_WR_SET_SGE);
+check_off!(ibv_qp_ex, wr_set_sge_list, l::OFF_IBV_QP_EX_WR_SET_SGE_LIST);
+check_off!(ibv_qp_ex, wr_start, l::OFF_IBV_QP_EX_WR_START);
+check_off!(ibv_qp_ex, wr_complete, l::OFF_IBV_QP_EX_WR_COMPLETE);
+check_off!(ibv_qp_ex, wr_abort, l::OFF_IBV_QP_EX_WR_ABORT);
+check_off!(ibv_qp_ex, wr_atomic_write, l::OFF_IBV_QP_EX_WR_ATOMIC_WRITE);
+check_size!(ibv_data_buf, l::SIZE_IBV_DATA_BUF);
+check_size!(ibv_comp_channel, l::SIZE_IBV_COMP_CHANNEL);
+check_off!(ibv_comp_channel, fd, l::OFF_IBV_COMP_CHANNEL_FD);

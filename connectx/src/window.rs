@@ -1,0 +1,654 @@
+//! The window cache: which parts of the applications' (virtual) memory regions are registered
+//! with the provider right now, and the pinned-memory budget they share.
+//!
+//! A *window* is one aligned chunk of a region's IOVA space (`window_size` bytes, clipped to
+//! the region), registered as its own provider MR while the NIC may touch it. Registering pins
+//! its pages (`ib_umem_get` with `FOLL_LONGTERM` in the kernel adds them to the process's
+//! `VmPin`), so the budget counts the page-rounded size of every registered window plus the
+//! library's own fixed pins (directories, scratch buffers). Nothing is registered that does not
+//! fit: a window is evicted (deregistered, which unpins it) only when it is idle, meaning no
+//! posted work request uses it (`inflight == 0`) and no peer holds a lease on it (`leases ==
+//! 0`); least recently used first.
+//!
+//! Pure bookkeeping: the provider is behind [`Registrar`], so the policy is tested without a
+//! device.
+
+use crate::fasthash::FastMap;
+
+/// Identifies a virtual memory region (one application registration).
+pub type RegionId = u64;
+
+/// Page size used for pinning arithmetic.
+pub const PAGE: u64 = 4096;
+
+/// One window: a region and the window's index in it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub struct WindowId {
+    /// The region.
+    pub region: RegionId,
+    /// Index of the window in the region's IOVA space.
+    pub index: u64,
+}
+
+/// Where a window lies.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WindowSpec {
+    /// Virtual address of its first byte.
+    pub va: u64,
+    /// IOVA of its first byte (what work requests use).
+    pub iova: u64,
+    /// Length in bytes (≥ 1).
+    pub len: u64,
+}
+
+impl WindowSpec {
+    /// Bytes the kernel pins for it: whole pages.
+    pub fn pinned_bytes(&self) -> u64 {
+        pinned_bytes(self.va, self.len)
+    }
+}
+
+/// Bytes pinned by registering `len` bytes at `va`: every page they touch.
+pub fn pinned_bytes(va: u64, len: u64) -> u64 {
+    if len == 0 {
+        return 0;
+    }
+    let first = va & !(PAGE - 1);
+    let end = va.saturating_add(len).saturating_add(PAGE - 1) & !(PAGE - 1);
+    end - first
+}
+
+/// The provider's answer to a registration.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Keys {
+    /// Local key of the window's MR.
+    pub lkey: u32,
+    /// Remote key of the window's MR.
+    pub rkey: u32,
+    /// The provider's MR handle (a `struct ibv_mr *` in the library).
+    pub handle: usize,
+}
+
+/// Registers and deregisters windows with the provider.
+pub trait Registrar {
+    /// Registers `spec` for window `id`; on failure returns the provider's errno.
+    fn register(&mut self, id: WindowId, spec: &WindowSpec) -> Result<Keys, i32>;
+    /// Deregisters a window registered before.
+    fn deregister(&mut self, id: WindowId, keys: &Keys);
+    /// Called just before an idle window is evicted (the directory marks it absent first).
+    fn evicting(&mut self, id: WindowId);
+}
+
+/// Why a window could not be made available.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CacheError {
+    /// The budget is full of windows that are in use.
+    NoRoom {
+        /// Bytes that were needed.
+        needed: u64,
+    },
+    /// The provider refused the registration (errno).
+    Provider(i32),
+}
+
+#[derive(Debug)]
+struct Entry {
+    spec: WindowSpec,
+    keys: Keys,
+    pinned: u64,
+    inflight: u32,
+    leases: u32,
+    tick: u64,
+}
+
+/// Counters of the cache.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CacheStats {
+    /// Windows registered so far.
+    pub registrations: u64,
+    /// Windows evicted to make room.
+    pub evictions: u64,
+    /// Lookups that found the window registered.
+    pub hits: u64,
+}
+
+/// The cache. See the module documentation.
+#[derive(Debug)]
+pub struct WindowCache {
+    budget: u64,
+    pinned: u64,
+    fixed: u64,
+    peak: u64,
+    windows: FastMap<WindowId, Entry>,
+    tick: u64,
+    stats: CacheStats,
+}
+
+impl WindowCache {
+    /// An empty cache that never pins more than `budget` bytes.
+    pub fn new(budget: u64) -> Self {
+        Self {
+            budget,
+            pinned: 0,
+            fixed: 0,
+            peak: 0,
+            windows: FastMap::default(),
+            tick: 0,
+            stats: CacheStats::default(),
+        }
+    }
+
+    /// The budget.
+    pub fn budget(&self) -> u64 {
+        self.budget
+    }
+
+    /// Bytes pinned now (windows and fixed pins).
+    pub fn pinned(&self) -> u64 {
+        self.pinned
+    }
+
+    /// Highest value `pinned` ever had.
+    pub fn peak(&self) -> u64 {
+        self.peak
+    }
+
+    /// Bytes of fixed pins (directories, scratch buffers).
+    pub fn fixed(&self) -> u64 {
+        self.fixed
+    }
+
+    /// Number of registered windows.
+    pub fn len(&self) -> usize {
+        self.windows.len()
+    }
+
+    /// Whether no window is registered.
+    pub fn is_empty(&self) -> bool {
+        self.windows.is_empty()
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> CacheStats {
+        self.stats
+    }
+
+    /// The keys of a registered window, marking it used; `None` if it is not registered.
+    pub fn lookup(&mut self, id: WindowId) -> Option<Keys> {
+        let tick = self.next_tick();
+        let entry = self.windows.get_mut(&id)?;
+        entry.tick = tick;
+        self.stats.hits += 1;
+        Some(entry.keys)
+    }
+
+    /// Like [`lookup`](Self::lookup), and counts one more in-flight use (the data path's
+    /// single call on a warm cache).
+    #[inline]
+    pub fn lookup_and_pin(&mut self, id: WindowId) -> Option<Keys> {
+        let tick = self.next_tick();
+        let entry = self.windows.get_mut(&id)?;
+        entry.tick = tick;
+        entry.inflight += 1;
+        self.stats.hits += 1;
+        Some(entry.keys)
+    }
+
+    /// Whether a window is registered (does not touch its recency).
+    pub fn contains(&self, id: WindowId) -> bool {
+        self.windows.contains_key(&id)
+    }
+
+    /// In-flight and lease counts of a window.
+    pub fn refs(&self, id: WindowId) -> Option<(u32, u32)> {
+        self.windows.get(&id).map(|e| (e.inflight, e.leases))
+    }
+
+    /// Makes sure the windows `ids` (with their specs) are all registered, evicting idle
+    /// windows that are not among them if needed; registers none if they cannot all fit.
+    /// Returns their keys in order. Does not change in-flight or lease counts.
+    pub fn ensure_all(
+        &mut self,
+        wanted: &[(WindowId, WindowSpec)],
+        reg: &mut impl Registrar,
+    ) -> Result<Vec<Keys>, CacheError> {
+        let protect: Vec<WindowId> = wanted.iter().map(|(id, _)| *id).collect();
+        let mut needed = 0u64;
+        for (i, (id, spec)) in wanted.iter().enumerate() {
+            let duplicate = wanted[..i].iter().any(|(other, _)| other == id);
+            if !self.windows.contains_key(id) && !duplicate {
+                needed += spec.pinned_bytes();
+            }
+        }
+        self.make_room(needed, &protect, reg)?;
+        let mut keys = Vec::with_capacity(wanted.len());
+        for (id, spec) in wanted {
+            if let Some(k) = self.lookup(*id) {
+                keys.push(k);
+                continue;
+            }
+            let k = reg.register(*id, spec).map_err(CacheError::Provider)?;
+            self.insert(*id, *spec, k);
+            keys.push(k);
+        }
+        Ok(keys)
+    }
+
+    /// Makes `id` registered and counts one more in-flight use of it.
+    pub fn acquire(
+        &mut self,
+        id: WindowId,
+        spec: &WindowSpec,
+        reg: &mut impl Registrar,
+    ) -> Result<Keys, CacheError> {
+        let keys = self.ensure_all(&[(id, *spec)], reg)?;
+        if let Some(e) = self.windows.get_mut(&id) {
+            e.inflight += 1;
+        }
+        keys.first()
+            .copied()
+            .ok_or(CacheError::NoRoom { needed: 0 })
+    }
+
+    /// Counts one more in-flight use of a registered window; false if it is not registered.
+    pub fn add_inflight(&mut self, id: WindowId) -> bool {
+        match self.windows.get_mut(&id) {
+            Some(e) => {
+                e.inflight += 1;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Ends one in-flight use (a no-op for a window that is gone, e.g. deregistered with its
+    /// region).
+    pub fn release(&mut self, id: WindowId) {
+        if let Some(e) = self.windows.get_mut(&id) {
+            e.inflight = e.inflight.saturating_sub(1);
+        }
+    }
+
+    /// Counts one more lease on a registered window; false if it is not registered.
+    pub fn add_lease(&mut self, id: WindowId) -> bool {
+        match self.windows.get_mut(&id) {
+            Some(e) => {
+                e.leases += 1;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Ends one lease.
+    pub fn remove_lease(&mut self, id: WindowId) {
+        if let Some(e) = self.windows.get_mut(&id) {
+            e.leases = e.leases.saturating_sub(1);
+        }
+    }
+
+    /// Pins `bytes` for the library itself (a directory, a scratch buffer), evicting idle
+    /// windows if needed.
+    pub fn charge_fixed(&mut self, bytes: u64, reg: &mut impl Registrar) -> Result<(), CacheError> {
+        self.make_room(bytes, &[], reg)?;
+        self.fixed += bytes;
+        self.add_pinned(bytes);
+        Ok(())
+    }
+
+    /// Returns fixed pins.
+    pub fn uncharge_fixed(&mut self, bytes: u64) {
+        let bytes = bytes.min(self.fixed);
+        self.fixed -= bytes;
+        self.pinned -= bytes;
+    }
+
+    /// Deregisters every window of `region`, whatever its counts (the application deregistered
+    /// the region). Returns how many there were.
+    pub fn remove_region(&mut self, region: RegionId, reg: &mut impl Registrar) -> usize {
+        let ids: Vec<WindowId> = self
+            .windows
+            .keys()
+            .filter(|id| id.region == region)
+            .copied()
+            .collect();
+        for id in &ids {
+            self.remove(*id, reg);
+        }
+        ids.len()
+    }
+
+    /// Evicts idle windows (least recently used first, never one in `protect`) until `bytes`
+    /// more fit in the budget.
+    pub fn make_room(
+        &mut self,
+        bytes: u64,
+        protect: &[WindowId],
+        reg: &mut impl Registrar,
+    ) -> Result<(), CacheError> {
+        if self.pinned.saturating_add(bytes) <= self.budget {
+            return Ok(());
+        }
+        // Check first that enough can be freed, so that nothing is evicted in vain.
+        let freeable: u64 = self
+            .windows
+            .iter()
+            .filter(|(id, e)| e.inflight == 0 && e.leases == 0 && !protect.contains(id))
+            .map(|(_, e)| e.pinned)
+            .sum();
+        if self.pinned.saturating_sub(freeable).saturating_add(bytes) > self.budget {
+            return Err(CacheError::NoRoom { needed: bytes });
+        }
+        // Least recently used first; eviction is rare next to lookups, so the order is found
+        // by sorting here rather than maintained on every lookup.
+        let mut order: Vec<(u64, WindowId)> = self
+            .windows
+            .iter()
+            .filter(|(id, e)| e.inflight == 0 && e.leases == 0 && !protect.contains(id))
+            .map(|(id, e)| (e.tick, *id))
+            .collect();
+        order.sort_unstable();
+        for (_, id) in order {
+            if self.pinned.saturating_add(bytes) <= self.budget {
+                break;
+            }
+            let idle = self
+                .windows
+                .get(&id)
+                .is_some_and(|e| e.inflight == 0 && e.leases == 0);
+            if idle && !protect.contains(&id) {
+                reg.evicting(id);
+                self.remove(id, reg);
+                self.stats.evictions += 1;
+            }
+        }
+        Ok(())
+    }
+
+    fn insert(&mut self, id: WindowId, spec: WindowSpec, keys: Keys) {
+        let tick = self.next_tick();
+        let pinned = spec.pinned_bytes();
+        self.windows.insert(
+            id,
+            Entry {
+                spec,
+                keys,
+                pinned,
+                inflight: 0,
+                leases: 0,
+                tick,
+            },
+        );
+        self.add_pinned(pinned);
+        self.stats.registrations += 1;
+    }
+
+    fn remove(&mut self, id: WindowId, reg: &mut impl Registrar) {
+        if let Some(e) = self.windows.remove(&id) {
+            reg.deregister(id, &e.keys);
+            self.pinned -= e.pinned;
+        }
+    }
+
+    fn add_pinned(&mut self, bytes: u64) {
+        self.pinned += bytes;
+        self.peak = self.peak.max(self.pinned);
+    }
+
+    fn next_tick(&mut self) -> u64 {
+        self.tick += 1;
+        self.tick
+    }
+
+    /// The spec a window was registered with.
+    pub fn spec(&self, id: WindowId) -> Option<WindowSpec> {
+        self.windows.get(&id).map(|e| e.spec)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use std::collections::HashSet;
+
+    /// A provider that records what is registered and can be told to fail.
+    #[derive(Default)]
+    struct FakeProvider {
+        registered: std::collections::HashMap<WindowId, WindowSpec>,
+        evicted: Vec<WindowId>,
+        next_key: u32,
+        fail_next: Option<i32>,
+    }
+
+    impl Registrar for FakeProvider {
+        fn register(&mut self, id: WindowId, spec: &WindowSpec) -> Result<Keys, i32> {
+            if let Some(e) = self.fail_next.take() {
+                return Err(e);
+            }
+            assert!(
+                self.registered.insert(id, *spec).is_none(),
+                "double registration"
+            );
+            self.next_key += 1;
+            Ok(Keys {
+                lkey: self.next_key,
+                rkey: self.next_key,
+                handle: self.next_key as usize,
+            })
+        }
+        fn deregister(&mut self, id: WindowId, _keys: &Keys) {
+            assert!(self.registered.remove(&id).is_some(), "deregistered twice");
+        }
+        fn evicting(&mut self, id: WindowId) {
+            self.evicted.push(id);
+        }
+    }
+
+    fn spec(index: u64, len: u64) -> WindowSpec {
+        WindowSpec {
+            va: 0x10_0000 + index * len,
+            iova: 0x10_0000 + index * len,
+            len,
+        }
+    }
+
+    fn wid(index: u64) -> WindowId {
+        WindowId { region: 1, index }
+    }
+
+    #[test]
+    fn pinned_bytes_count_whole_pages() {
+        assert_eq!(pinned_bytes(0x1000, 4096), 4096);
+        assert_eq!(pinned_bytes(0x1001, 4096), 8192);
+        assert_eq!(pinned_bytes(0x1fff, 2), 8192);
+        assert_eq!(pinned_bytes(0x1000, 1), 4096);
+        assert_eq!(pinned_bytes(0x1000, 0), 0);
+    }
+
+    #[test]
+    fn evicts_least_recently_used_idle_window() {
+        let mut p = FakeProvider::default();
+        let mut c = WindowCache::new(3 * 65536);
+        for i in 0..3 {
+            c.acquire(wid(i), &spec(i, 65536), &mut p).unwrap();
+            c.release(wid(i));
+        }
+        // Touch window 0 so that window 1 is the least recently used.
+        c.lookup(wid(0)).unwrap();
+        c.acquire(wid(3), &spec(3, 65536), &mut p).unwrap();
+        assert_eq!(p.evicted, vec![wid(1)]);
+        assert!(!c.contains(wid(1)));
+        assert_eq!(c.pinned(), 3 * 65536);
+        assert_eq!(c.stats().evictions, 1);
+    }
+
+    #[test]
+    fn busy_windows_are_never_evicted() {
+        let mut p = FakeProvider::default();
+        let mut c = WindowCache::new(2 * 65536);
+        c.acquire(wid(0), &spec(0, 65536), &mut p).unwrap(); // in flight
+        c.acquire(wid(1), &spec(1, 65536), &mut p).unwrap();
+        c.release(wid(1));
+        assert!(c.add_lease(wid(1))); // leased by a peer
+        let err = c.acquire(wid(2), &spec(2, 65536), &mut p).unwrap_err();
+        assert_eq!(err, CacheError::NoRoom { needed: 65536 });
+        assert!(p.evicted.is_empty(), "nothing may be evicted in vain");
+        c.remove_lease(wid(1));
+        c.acquire(wid(2), &spec(2, 65536), &mut p).unwrap();
+        assert_eq!(p.evicted, vec![wid(1)]);
+    }
+
+    #[test]
+    fn ensure_all_is_all_or_nothing_and_protects_its_own_windows() {
+        let mut p = FakeProvider::default();
+        let mut c = WindowCache::new(2 * 65536);
+        c.ensure_all(&[(wid(0), spec(0, 65536))], &mut p).unwrap();
+        // Wanting 0 and 1 must not evict 0 to make room for 1.
+        c.ensure_all(
+            &[(wid(0), spec(0, 65536)), (wid(1), spec(1, 65536))],
+            &mut p,
+        )
+        .unwrap();
+        assert!(c.contains(wid(0)) && c.contains(wid(1)));
+        let err = c
+            .ensure_all(
+                &[
+                    (wid(2), spec(2, 65536)),
+                    (wid(3), spec(3, 65536)),
+                    (wid(4), spec(4, 65536)),
+                ],
+                &mut p,
+            )
+            .unwrap_err();
+        assert_eq!(err, CacheError::NoRoom { needed: 3 * 65536 });
+        assert_eq!(c.len(), 2);
+    }
+
+    #[test]
+    fn provider_failure_is_reported_and_leaves_no_trace() {
+        let mut p = FakeProvider {
+            fail_next: Some(libc::EFAULT),
+            ..Default::default()
+        };
+        let mut c = WindowCache::new(1 << 20);
+        assert_eq!(
+            c.acquire(wid(0), &spec(0, 4096), &mut p),
+            Err(CacheError::Provider(libc::EFAULT))
+        );
+        assert_eq!((c.pinned(), c.len()), (0, 0));
+    }
+
+    #[test]
+    fn fixed_pins_share_the_budget() {
+        let mut p = FakeProvider::default();
+        let mut c = WindowCache::new(4 * 4096);
+        for i in 0..4 {
+            c.acquire(wid(i), &spec(i, 4096), &mut p).unwrap();
+            c.release(wid(i));
+        }
+        c.charge_fixed(8192, &mut p).unwrap();
+        assert_eq!(c.len(), 2);
+        assert_eq!(c.pinned(), 4 * 4096);
+        c.uncharge_fixed(8192);
+        assert_eq!(c.pinned(), 2 * 4096);
+    }
+
+    #[test]
+    fn removing_a_region_deregisters_busy_windows_too() {
+        let mut p = FakeProvider::default();
+        let mut c = WindowCache::new(1 << 20);
+        c.acquire(wid(0), &spec(0, 4096), &mut p).unwrap();
+        c.acquire(
+            WindowId {
+                region: 2,
+                index: 0,
+            },
+            &spec(9, 4096),
+            &mut p,
+        )
+        .unwrap();
+        assert_eq!(c.remove_region(1, &mut p), 1);
+        assert_eq!(p.registered.len(), 1);
+        c.release(wid(0)); // late completion of a WR on the gone window: harmless
+        assert_eq!(c.pinned(), 4096);
+    }
+
+    #[derive(Clone, Debug)]
+    enum Op {
+        Acquire(u64, u64),
+        Release(u64),
+        Lease(u64),
+        Unlease(u64),
+        Fixed(u64),
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            (0u64..12, 1u64..40000).prop_map(|(i, l)| Op::Acquire(i, l)),
+            (0u64..12).prop_map(Op::Release),
+            (0u64..12).prop_map(Op::Lease),
+            (0u64..12).prop_map(Op::Unlease),
+            (1u64..3).prop_map(|p| Op::Fixed(p * 4096)),
+        ]
+    }
+
+    proptest! {
+        /// Against a reference model: the pinned total is exactly the pages of what the
+        /// provider has registered plus the fixed pins, never above the budget; busy windows
+        /// are never deregistered; a refused acquire means the busy windows really fill the
+        /// budget.
+        #[test]
+        fn budget_is_never_exceeded(ops in proptest::collection::vec(op(), 1..200)) {
+            let budget = 64 * 1024;
+            let mut p = FakeProvider::default();
+            let mut c = WindowCache::new(budget);
+            let mut inflight: std::collections::HashMap<u64, u32> = Default::default();
+            let mut leased: HashSet<u64> = HashSet::new();
+            let mut lens: std::collections::HashMap<u64, u64> = Default::default();
+            for op in ops {
+                match op {
+                    Op::Acquire(i, l) => {
+                        // A window keeps its first length (windows have fixed geometry).
+                        let len = *lens.entry(i).or_insert(l);
+                        let s = WindowSpec { va: i << 20, iova: i << 20, len };
+                        match c.acquire(wid(i), &s, &mut p) {
+                            Ok(_) => *inflight.entry(i).or_default() += 1,
+                            Err(CacheError::NoRoom { needed }) => {
+                                let busy: u64 = p.registered.iter()
+                                    .filter(|(id, _)| inflight.get(&id.index).copied().unwrap_or(0) > 0
+                                        || leased.contains(&id.index))
+                                    .map(|(_, s)| s.pinned_bytes()).sum();
+                                prop_assert!(busy + c.fixed() + needed > budget);
+                            }
+                            Err(e) => prop_assert!(false, "{e:?}"),
+                        }
+                    }
+                    Op::Release(i) => {
+                        if let Some(n) = inflight.get_mut(&i) && *n > 0 {
+                            *n -= 1;
+                            c.release(wid(i));
+                        }
+                    }
+                    Op::Lease(i) => {
+                        if !leased.contains(&i) && c.add_lease(wid(i)) { leased.insert(i); }
+                    }
+                    Op::Unlease(i) => {
+                        if leased.remove(&i) { c.remove_lease(wid(i)); }
+                    }
+                    Op::Fixed(b) => { let _ = c.charge_fixed(b, &mut p); }
+                }
+                let registered: u64 = p.registered.values().map(|s| s.pinned_bytes()).sum();
+                prop_assert_eq!(c.pinned(), registered + c.fixed());
+                prop_assert!(c.pinned() <= budget);
+                prop_assert!(c.peak() <= budget);
+                for (i, n) in &inflight {
+                    if *n > 0 { prop_assert!(p.registered.contains_key(&wid(*i))); }
+                }
+                for i in &leased {
+                    prop_assert!(p.registered.contains_key(&wid(*i)));
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,866 @@
+//! The interposer on the fake provider: ops wrapping, virtual registration, translation and
+//! splitting, completion rewriting, remote access through directories and leases, pass-through,
+//! and plain-verbs error semantics for bad input.
+
+mod common;
+
+use common::*;
+use nprdma::fake;
+use nprdma::sys::*;
+
+const KIB: usize = 1024;
+
+static OPS_AT_CLOSE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+unsafe extern "C" fn recording_close(ctx: *mut ibv_context) -> i32 {
+    // SAFETY: the live context the library is closing.
+    let f = unsafe { (*ctx).ops.post_send.map_or(0, |f| f as usize) };
+    OPS_AT_CLOSE.store(f, std::sync::atomic::Ordering::SeqCst);
+    // SAFETY: forwarded to the fake.
+    unsafe { (fake::real_verbs().close_device)(ctx) }
+}
+
+#[test]
+fn ops_are_wrapped_at_open_and_restored_before_close() {
+    let mut real = fake::real_verbs();
+    // SAFETY: a bare fake context, to learn the provider's own function pointers.
+    let bare = unsafe { (real.open_device)(fake::device()) };
+    // SAFETY: live context.
+    let (orig_send, orig_poll) = unsafe {
+        (
+            (*bare).ops.post_send.map(|f| f as usize),
+            (*bare).ops.poll_cq.map(|f| f as usize),
+        )
+    };
+    // SAFETY: closing the bare context.
+    unsafe { (real.close_device)(bare) };
+    real.close_device = recording_close;
+    let cfg = nprdma::Config::for_tests(1 << 20, 64 * 1024);
+    let eng = nprdma::Engine::new(real, cfg.clone(), nprdma::status::PageStore::heap(&cfg));
+    // SAFETY: the fake device.
+    let ctx = unsafe { nprdma::interpose::open_device(&eng, fake::device()) };
+    // SAFETY: live context.
+    unsafe {
+        assert_ne!((*ctx).ops.post_send.map(|f| f as usize), orig_send);
+        assert_ne!((*ctx).ops.poll_cq.map(|f| f as usize), orig_poll);
+        assert_eq!(nprdma::interpose::close_device(&eng, ctx), 0);
+    }
+    assert_eq!(
+        Some(OPS_AT_CLOSE.load(std::sync::atomic::Ordering::SeqCst)),
+        orig_send,
+        "the provider gets its own table back"
+    );
+}
+
+#[test]
+fn registration_pins_only_the_directory() {
+    let h = Host::with_library(1 << 20, 64 * 1024);
+    let mut buf = Buf::new(8 << 20);
+    let mr = h.reg(&mut buf, ALL_ACCESS);
+    assert!(!mr.is_null());
+    // SAFETY: live MR.
+    let (addr, len) = unsafe { ((*mr).addr as usize, (*mr).length) };
+    assert_eq!((addr, len), (buf.as_ptr() as usize, 8 << 20));
+    // 8 MiB / 64 KiB = 128 windows: header 128 B + ring 8 KiB + 1 KiB of entries = 3 pages.
+    assert_eq!(h.pinned(), 3 * 4096);
+    assert_eq!(fake::mr_count(h.ctx), 1);
+    let r = h.eng().status().page().report();
+    assert_eq!(r.registered_bytes, 8 << 20);
+    assert_eq!(r.pinned_bytes, 3 * 4096);
+    assert_eq!(h.dereg(mr), 0);
+    assert_eq!(h.pinned(), 0);
+    assert_eq!(fake::mr_count(h.ctx), 0);
+    assert_eq!(h.eng().status().page().report().registered_bytes, 0);
+}
+
+#[test]
+fn local_only_region_has_a_one_page_directory() {
+    let h = Host::with_library(1 << 20, 64 * 1024);
+    let mut buf = Buf::new(1 << 20);
+    let mr = h.reg(&mut buf, IBV_ACCESS_LOCAL_WRITE);
+    assert!(!mr.is_null());
+    assert_eq!(h.pinned(), 4096);
+    assert_eq!(h.dereg(mr), 0);
+}
+
+#[test]
+fn bad_registrations_fail_like_plain_verbs() {
+    let h = Host::with_library(1 << 20, 64 * 1024);
+    let mut buf = Buf::new(64 * 1024);
+    // Remote write without local write: EINVAL (ibv_reg_mr(3)).
+    let mr = h.reg(&mut buf, IBV_ACCESS_REMOTE_WRITE);
+    assert!(mr.is_null());
+    assert_eq!(
+        std::io::Error::last_os_error().raw_os_error(),
+        Some(libc::EINVAL)
+    );
+    // A range with an inaccessible page in the middle: EFAULT, as pinning would report.
+    let holed = Buf::new(3 * 4096);
+    // SAFETY: changing the protection of our own mapping.
+    unsafe { libc::mprotect(holed.as_ptr().add(4096) as *mut _, 4096, libc::PROT_NONE) };
+    // SAFETY: registering a partly inaccessible range must fail without touching it.
+    let mr = unsafe {
+        nprdma::interpose::reg_mr_iova2(
+            h.eng(),
+            h.pd,
+            holed.as_ptr() as *mut _,
+            3 * 4096,
+            holed.as_ptr() as u64,
+            IBV_ACCESS_LOCAL_WRITE,
+        )
+    };
+    assert!(mr.is_null());
+    assert_eq!(
+        std::io::Error::last_os_error().raw_os_error(),
+        Some(libc::EFAULT)
+    );
+    // A read-only mapping registered for local write: EFAULT.
+    let ro = Buf::new(4096);
+    // SAFETY: changing the protection of our own mapping.
+    unsafe { libc::mprotect(ro.as_ptr() as *mut _, 4096, libc::PROT_READ) };
+    // SAFETY: as above.
+    let mr = unsafe {
+        nprdma::interpose::reg_mr_iova2(
+            h.eng(),
+            h.pd,
+            ro.as_ptr() as *mut _,
+            4096,
+            ro.as_ptr() as u64,
+            IBV_ACCESS_LOCAL_WRITE,
+        )
+    };
+    assert!(mr.is_null());
+    assert_eq!(h.pinned(), 0, "nothing stays pinned after failures");
+}
+
+#[test]
+fn odp_and_mw_bind_pass_through_and_are_reported() {
+    let h = Host::with_library(1 << 20, 64 * 1024);
+    let mut buf = Buf::new(256 * 1024);
+    let mr = h.reg(&mut buf, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_ON_DEMAND);
+    assert!(!mr.is_null());
+    assert_eq!(h.pinned(), 256 * 1024, "registered as is");
+    let r = h.eng().status().page().report();
+    assert_eq!(r.passthrough_bytes, 256 * 1024);
+    assert!(
+        r.reasons.iter().any(|s| s.contains("ON_DEMAND")),
+        "{:?}",
+        r.reasons
+    );
+    assert_eq!(h.dereg(mr), 0);
+    assert_eq!(h.eng().status().page().report().passthrough_bytes, 0);
+}
+
+#[test]
+fn nprdma_off_steps_aside() {
+    let h = Host::off();
+    let real = fake::real_verbs();
+    // SAFETY: a bare fake context.
+    let bare = unsafe { (real.open_device)(fake::device()) };
+    // SAFETY: live contexts.
+    unsafe {
+        assert_eq!(
+            (*h.ctx).ops.post_send.map(|f| f as usize),
+            (*bare).ops.post_send.map(|f| f as usize),
+            "ops not wrapped"
+        );
+        (real.close_device)(bare);
+    }
+    let mut buf = Buf::new(128 * 1024);
+    let mr = h.reg(&mut buf, ALL_ACCESS);
+    assert_eq!(h.pinned(), 128 * 1024);
+    assert_eq!(h.dereg(mr), 0);
+}
+
+/// Two hosts with the library, one RC connection, regions on both.
+struct Pair {
+    a: Host,
+    b: Host,
+    qa: *mut ibv_qp,
+    qb: *mut ibv_qp,
+}
+
+fn pair(budget: u64, window: u64) -> Pair {
+    let a = Host::with_library(budget, window);
+    let b = Host::with_library(budget, window);
+    let qa = a.create_qp(false);
+    let qb = b.create_qp(false);
+    connect(&a, qa, &b, qb);
+    Pair { a, b, qa, qb }
+}
+
+#[test]
+fn write_across_windows_lands_and_completes_once() {
+    let p = pair(1 << 20, 64 * 1024);
+    let mut src = Buf::new(1 << 20);
+    let mut dst = Buf::new(1 << 20);
+    fill(&mut src, 7);
+    let smr = p.a.reg(&mut src, IBV_ACCESS_LOCAL_WRITE);
+    let dmr = p.b.reg(&mut dst, ALL_ACCESS);
+    let (slkey, _) = keys(smr);
+    let (_, drkey) = keys(dmr);
+    // 200 KiB from offset 30 KiB to offset 100 KiB: 4 local and 4 remote windows.
+    let mut s = [sge(&src, 30 * KIB, 200 * KIB, slkey)];
+    let raddr = dst.as_ptr() as u64 + 100 * 1024;
+    let mut wr = rdma(IBV_WR_RDMA_WRITE, 0xfeed, &mut s, raddr, drkey, true);
+    assert_eq!(post_send(p.qa, &mut wr).0, 0);
+    let wc = poll(p.a.cq, 1);
+    assert_eq!(wc.len(), 1);
+    assert_eq!(
+        (wc[0].wr_id, wc[0].status, wc[0].opcode),
+        (0xfeed, IBV_WC_SUCCESS, IBV_WC_RDMA_WRITE)
+    );
+    assert!(poll_rest(p.a.cq).is_empty(), "exactly one completion");
+    assert_eq!(&dst[100 * KIB..300 * KIB], &src[30 * KIB..230 * KIB]);
+    assert!(dst[..100 * KIB].iter().all(|b| *b == 0));
+    assert!(dst[300 * KIB..].iter().all(|b| *b == 0));
+    // Read it back into another place of src.
+    let mut s = [sge(&src, 600 * KIB, 200 * KIB, slkey)];
+    let mut wr = rdma(IBV_WR_RDMA_READ, 0xbeef, &mut s, raddr, drkey, true);
+    assert_eq!(post_send(p.qa, &mut wr).0, 0);
+    let wc = poll(p.a.cq, 1);
+    assert_eq!((wc[0].wr_id, wc[0].status), (0xbeef, IBV_WC_SUCCESS));
+    let (want, got) = (
+        src[30 * KIB..230 * KIB].to_vec(),
+        src[600 * KIB..800 * KIB].to_vec(),
+    );
+    assert_eq!(want, got);
+    assert!(p.a.peak() <= 1 << 20 && p.b.peak() <= 1 << 20);
+    let rb = p.b.eng().status().page().report();
+    assert!(rb.leases_granted >= 4, "{rb:?}");
+    assert!(p.a.eng().status().page().report().remote_requests >= 5);
+}
+
+#[test]
+fn completions_keep_order_and_wr_ids_and_skip_unsignaled() {
+    let p = pair(1 << 20, 16 * 1024);
+    let mut src = Buf::new(256 * 1024);
+    let mut dst = Buf::new(256 * 1024);
+    fill(&mut src, 3);
+    let smr = p.a.reg(&mut src, IBV_ACCESS_LOCAL_WRITE);
+    let dmr = p.b.reg(&mut dst, ALL_ACCESS);
+    let (slkey, _) = keys(smr);
+    let (_, drkey) = keys(dmr);
+    let mut expected = Vec::new();
+    let mut covered = vec![false; 256 * KIB];
+    let mut seed = 99u64;
+    for i in 0..200u64 {
+        seed = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        let len = 1 + (seed >> 33) as usize % (40 * KIB);
+        let off = (seed >> 12) as usize % (256 * KIB - len);
+        let signaled = (seed >> 60) & 1 == 1 || i == 199;
+        let mut s = [sge(&src, off, len, slkey)];
+        let mut wr = rdma(
+            IBV_WR_RDMA_WRITE,
+            1000 + i,
+            &mut s,
+            dst.as_ptr() as u64 + off as u64,
+            drkey,
+            signaled,
+        );
+        assert_eq!(post_send(p.qa, &mut wr).0, 0);
+        if signaled {
+            expected.push(1000 + i);
+        }
+        covered[off..off + len].fill(true);
+        if i % 16 == 15 {
+            // Poll now and then, as applications do.
+            let got: Vec<u64> = poll(p.a.cq, 0).iter().map(|w| w.wr_id).collect();
+            assert!(got.is_empty() || expected.starts_with(&got));
+        }
+    }
+    let wcs = poll(p.a.cq, expected.len());
+    let got: Vec<u64> = wcs.iter().map(|w| w.wr_id).collect();
+    assert_eq!(got, expected);
+    assert!(wcs.iter().all(|w| w.status == IBV_WC_SUCCESS));
+    assert!(poll_rest(p.a.cq).is_empty());
+    // Every write copied src[off..] to dst[off..]: written bytes equal, the rest stayed zero.
+    let ok = (0..256 * KIB).all(|i| {
+        if covered[i] {
+            dst[i] == src[i]
+        } else {
+            dst[i] == 0
+        }
+    });
+    assert!(ok, "a byte differs from what the writes put there");
+}
+
+#[test]
+fn send_recv_and_write_with_imm_split() {
+    let p = pair(1 << 20, 16 * 1024);
+    let mut a_buf = Buf::new(128 * 1024);
+    let mut b_buf = Buf::new(128 * 1024);
+    fill(&mut a_buf, 11);
+    let amr = p.a.reg(&mut a_buf, ALL_ACCESS);
+    let bmr = p.b.reg(&mut b_buf, ALL_ACCESS);
+    let (alkey, _) = keys(amr);
+    let (blkey, brkey) = keys(bmr);
+    // B posts two receives: one into a range that crosses a window, one for the immediate.
+    let mut rs = [sge(&b_buf, 10 * KIB, 20 * KIB, blkey)];
+    let mut rwr = ibv_recv_wr {
+        wr_id: 77,
+        next: core::ptr::null_mut(),
+        sg_list: rs.as_mut_ptr(),
+        num_sge: 1,
+    };
+    assert_eq!(post_recv(p.qb, &mut rwr), 0);
+    let mut rwr2 = ibv_recv_wr {
+        wr_id: 78,
+        next: core::ptr::null_mut(),
+        sg_list: core::ptr::null_mut(),
+        num_sge: 0,
+    };
+    assert_eq!(post_recv(p.qb, &mut rwr2), 0);
+    // SEND 20 KiB.
+    let mut s = [sge(&a_buf, 0, 20 * KIB, alkey)];
+    let mut wr = ibv_send_wr::zeroed();
+    wr.wr_id = 5;
+    wr.opcode = IBV_WR_SEND;
+    wr.send_flags = IBV_SEND_SIGNALED;
+    wr.sg_list = s.as_mut_ptr();
+    wr.num_sge = 1;
+    assert_eq!(post_send(p.qa, &mut wr).0, 0);
+    // WRITE_WITH_IMM of 40 KiB across three 16 KiB windows of B.
+    let mut s2 = [sge(&a_buf, 50 * KIB, 40 * KIB, alkey)];
+    let mut wr2 = rdma(
+        IBV_WR_RDMA_WRITE_WITH_IMM,
+        6,
+        &mut s2,
+        b_buf.as_ptr() as u64 + 60 * 1024,
+        brkey,
+        true,
+    );
+    wr2.imm_data = 0x1234_5678;
+    assert_eq!(post_send(p.qa, &mut wr2).0, 0);
+    let sa = poll(p.a.cq, 2);
+    assert_eq!(sa.iter().map(|w| w.wr_id).collect::<Vec<_>>(), vec![5, 6]);
+    let rb = poll(p.b.cq, 2);
+    assert_eq!(rb.len(), 2, "one receive completion per message");
+    assert_eq!(
+        (rb[0].wr_id, rb[0].opcode, rb[0].byte_len),
+        (77, IBV_WC_RECV, 20 * 1024)
+    );
+    assert_eq!(
+        (rb[1].wr_id, rb[1].opcode, rb[1].imm_data),
+        (78, IBV_WC_RECV_RDMA_WITH_IMM, 0x1234_5678)
+    );
+    assert!(poll_rest(p.b.cq).is_empty());
+    assert_eq!(&b_buf[10 * KIB..30 * KIB], &a_buf[..20 * KIB]);
+    assert_eq!(&b_buf[60 * KIB..100 * KIB], &a_buf[50 * KIB..90 * KIB]);
+}
+
+#[test]
+fn atomics_execute_exactly_once() {
+    let p = pair(1 << 20, 16 * 1024);
+    let mut a_buf = Buf::new(64 * 1024);
+    let mut b_buf = Buf::new(64 * 1024);
+    let amr = p.a.reg(&mut a_buf, ALL_ACCESS);
+    let bmr = p.b.reg(&mut b_buf, ALL_ACCESS);
+    let (alkey, _) = keys(amr);
+    let (_, brkey) = keys(bmr);
+    let target = b_buf.as_ptr() as u64 + 40 * 1024;
+    for i in 0..10u64 {
+        let mut s = [sge(&a_buf, 8 * i as usize, 8, alkey)];
+        let mut wr = ibv_send_wr::zeroed();
+        wr.wr_id = i;
+        wr.opcode = IBV_WR_ATOMIC_FETCH_AND_ADD;
+        wr.send_flags = IBV_SEND_SIGNALED;
+        wr.sg_list = s.as_mut_ptr();
+        wr.num_sge = 1;
+        wr.set_atomic(target, 3, 0, brkey);
+        assert_eq!(post_send(p.qa, &mut wr).0, 0);
+    }
+    let wcs = poll(p.a.cq, 10);
+    assert_eq!(wcs.len(), 10);
+    let remote = u64::from_le_bytes(b_buf[40 * KIB..40 * KIB + 8].try_into().unwrap());
+    assert_eq!(remote, 30, "ten fetch-and-adds of 3, each applied once");
+    for i in 0..10usize {
+        let old = u64::from_le_bytes(a_buf[8 * i..8 * i + 8].try_into().unwrap());
+        assert_eq!(old, 3 * i as u64);
+    }
+    // Compare-and-swap.
+    let mut s = [sge(&a_buf, 200, 8, alkey)];
+    let mut wr = ibv_send_wr::zeroed();
+    wr.wr_id = 50;
+    wr.opcode = IBV_WR_ATOMIC_CMP_AND_SWP;
+    wr.send_flags = IBV_SEND_SIGNALED;
+    wr.sg_list = s.as_mut_ptr();
+    wr.num_sge = 1;
+    wr.set_atomic(target, 30, 99, brkey);
+    assert_eq!(post_send(p.qa, &mut wr).0, 0);
+    assert_eq!(poll(p.a.cq, 1)[0].status, IBV_WC_SUCCESS);
+    assert_eq!(
+        u64::from_le_bytes(b_buf[40 * KIB..40 * KIB + 8].try_into().unwrap()),
+        99
+    );
+}
+
+#[test]
+fn invalid_lkey_and_sge_outside_region_give_local_protection_error() {
+    for case in 0..3 {
+        let p = pair(1 << 20, 16 * 1024);
+        let mut a_buf = Buf::new(64 * 1024);
+        let mut b_buf = Buf::new(64 * 1024);
+        let amr = p.a.reg(&mut a_buf, ALL_ACCESS);
+        let bmr = p.b.reg(&mut b_buf, ALL_ACCESS);
+        let (alkey, _) = keys(amr);
+        let (_, brkey) = keys(bmr);
+        let mut s = match case {
+            0 => [sge(&a_buf, 0, 100, 0xdead_0000)],
+            // Starts inside, ends 1 byte past the region.
+            1 => [sge(&a_buf, 64 * KIB - 50, 51, alkey)],
+            // Inside the directory's IOVA range (a low address with the region's key).
+            _ => [ibv_sge {
+                addr: 16,
+                length: 8,
+                lkey: alkey,
+            }],
+        };
+        let mut wr = rdma(
+            IBV_WR_RDMA_WRITE,
+            42,
+            &mut s,
+            b_buf.as_ptr() as u64,
+            brkey,
+            false,
+        );
+        assert_eq!(post_send(p.qa, &mut wr).0, 0);
+        let mut ok = [sge(&a_buf, 0, 8, alkey)];
+        let mut wr2 = rdma(
+            IBV_WR_RDMA_WRITE,
+            43,
+            &mut ok,
+            b_buf.as_ptr() as u64,
+            brkey,
+            true,
+        );
+        assert_eq!(post_send(p.qa, &mut wr2).0, 0);
+        let wcs = poll(p.a.cq, 2);
+        assert_eq!(
+            wcs.iter().map(|w| (w.wr_id, w.status)).collect::<Vec<_>>(),
+            vec![(42, IBV_WC_LOC_PROT_ERR), (43, IBV_WC_WR_FLUSH_ERR)],
+            "case {case}: the unsignaled WR still reports its error, then the QP flushes"
+        );
+        assert_eq!(qp_state(p.qa), IBV_QPS_ERR);
+        assert!(b_buf.iter().all(|b| *b == 0), "nothing landed");
+    }
+}
+
+#[test]
+fn invalid_rkey_and_remote_range_outside_give_remote_access_error() {
+    for case in 0..2 {
+        let p = pair(1 << 20, 16 * 1024);
+        let mut a_buf = Buf::new(64 * 1024);
+        let mut b_buf = Buf::new(64 * 1024);
+        let amr = p.a.reg(&mut a_buf, ALL_ACCESS);
+        let bmr = p.b.reg(&mut b_buf, ALL_ACCESS);
+        let (alkey, _) = keys(amr);
+        let (_, brkey) = keys(bmr);
+        let (raddr, rkey) = match case {
+            0 => (b_buf.as_ptr() as u64, 0x0bad_0001),
+            _ => (b_buf.as_ptr() as u64 + 64 * 1024 - 4, brkey),
+        };
+        let mut s = [sge(&a_buf, 0, 8, alkey)];
+        let mut wr = rdma(IBV_WR_RDMA_WRITE, 9, &mut s, raddr, rkey, true);
+        assert_eq!(post_send(p.qa, &mut wr).0, 0);
+        let wcs = poll(p.a.cq, 1);
+        assert_eq!(
+            (wcs[0].wr_id, wcs[0].status),
+            (9, IBV_WC_REM_ACCESS_ERR),
+            "case {case}"
+        );
+        assert!(poll_rest(p.a.cq).is_empty());
+        assert_eq!(qp_state(p.qa), IBV_QPS_ERR);
+        assert!(b_buf.iter().all(|b| *b == 0));
+    }
+}
+
+#[test]
+fn remote_access_without_the_right_is_refused() {
+    let p = pair(1 << 20, 16 * 1024);
+    let mut a_buf = Buf::new(64 * 1024);
+    let mut b_buf = Buf::new(64 * 1024);
+    let amr = p.a.reg(&mut a_buf, ALL_ACCESS);
+    // Remote read only: a write must fail with a remote access error.
+    let bmr =
+        p.b.reg(&mut b_buf, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ);
+    let (alkey, _) = keys(amr);
+    let (_, brkey) = keys(bmr);
+    let mut s = [sge(&a_buf, 0, 64, alkey)];
+    let mut wr = rdma(
+        IBV_WR_RDMA_READ,
+        1,
+        &mut s,
+        b_buf.as_ptr() as u64,
+        brkey,
+        true,
+    );
+    assert_eq!(post_send(p.qa, &mut wr).0, 0);
+    assert_eq!(poll(p.a.cq, 1)[0].status, IBV_WC_SUCCESS);
+    let mut wr = rdma(
+        IBV_WR_RDMA_WRITE,
+        2,
+        &mut s,
+        b_buf.as_ptr() as u64,
+        brkey,
+        true,
+    );
+    assert_eq!(post_send(p.qa, &mut wr).0, 0);
+    assert_eq!(poll(p.a.cq, 1)[0].status, IBV_WC_REM_ACCESS_ERR);
+}
+
+#[test]
+fn deregistered_region_in_use_gives_protection_error() {
+    let p = pair(1 << 20, 16 * 1024);
+    let mut a_buf = Buf::new(64 * 1024);
+    let mut b_buf = Buf::new(64 * 1024);
+    let amr = p.a.reg(&mut a_buf, ALL_ACCESS);
+    let bmr = p.b.reg(&mut b_buf, ALL_ACCESS);
+    let (alkey, _) = keys(amr);
+    let (_, brkey) = keys(bmr);
+    assert_eq!(p.a.dereg(amr), 0);
+    let mut s = [sge(&a_buf, 0, 64, alkey)];
+    let mut wr = rdma(
+        IBV_WR_RDMA_WRITE,
+        3,
+        &mut s,
+        b_buf.as_ptr() as u64,
+        brkey,
+        true,
+    );
+    assert_eq!(post_send(p.qa, &mut wr).0, 0);
+    assert_eq!(poll(p.a.cq, 1)[0].status, IBV_WC_LOC_PROT_ERR);
+}
+
+#[test]
+fn peer_without_the_library_gets_remote_access_error_never_our_bytes() {
+    // The peer (plain verbs) writes to our region with the rkey and address we advertised.
+    let lib = Host::with_library(1 << 20, 16 * 1024);
+    let plain = Host::plain();
+    let ql = lib.create_qp(false);
+    let qp = plain.create_qp(false);
+    connect(&lib, ql, &plain, qp);
+    let mut ours = Buf::new(64 * 1024);
+    let mut theirs = Buf::new(64 * 1024);
+    fill(&mut theirs, 5);
+    let omr = lib.reg(&mut ours, ALL_ACCESS);
+    let tmr = plain.reg(&mut theirs, ALL_ACCESS);
+    let (_, orkey) = keys(omr);
+    let (tlkey, trkey) = keys(tmr);
+    let mut s = [sge(&theirs, 0, 4096, tlkey)];
+    let mut wr = rdma(
+        IBV_WR_RDMA_WRITE,
+        1,
+        &mut s,
+        ours.as_ptr() as u64,
+        orkey,
+        true,
+    );
+    assert_eq!(post_send(qp, &mut wr).0, 0);
+    let wcs = poll(plain.cq, 1);
+    assert_eq!(wcs[0].status, IBV_WC_REM_ACCESS_ERR);
+    assert!(ours.iter().all(|b| *b == 0), "no byte of ours changed");
+    // And we, with the library, write to the plain peer (a fresh connection: the first one is
+    // in the error state now): its rkey has no directory at IOVA 0.
+    let ql = lib.create_qp(false);
+    let qp = plain.create_qp(false);
+    connect(&lib, ql, &plain, qp);
+    let (ol, _) = keys(omr);
+    let mut s = [sge(&ours, 0, 64, ol)];
+    let mut wr = rdma(
+        IBV_WR_RDMA_WRITE,
+        2,
+        &mut s,
+        theirs.as_ptr() as u64,
+        trkey,
+        true,
+    );
+    assert_eq!(post_send(ql, &mut wr).0, 0);
+    let wcs = poll(lib.cq, 1);
+    assert_eq!((wcs[0].wr_id, wcs[0].status), (2, IBV_WC_REM_ACCESS_ERR));
+    let r = lib.eng().status().page().report();
+    assert!(
+        r.reasons.iter().any(|s| s.contains("without libnprdma")),
+        "{:?}",
+        r.reasons
+    );
+}
+
+#[test]
+fn peer_without_the_library_whose_region_starts_at_iova_zero_passes_through() {
+    let lib = Host::with_library(1 << 20, 16 * 1024);
+    let plain = Host::plain();
+    let ql = lib.create_qp(false);
+    let qp = plain.create_qp(false);
+    connect(&lib, ql, &plain, qp);
+    let mut ours = Buf::new(64 * 1024);
+    let mut theirs = Buf::new(64 * 1024);
+    fill(&mut ours, 9);
+    let omr = lib.reg(&mut ours, ALL_ACCESS);
+    // A zero-based plain region: IOVA 0 holds application bytes, not a directory.
+    let tmr = plain.reg_iova(&mut theirs, 0, ALL_ACCESS);
+    let (ol, _) = keys(omr);
+    let (_, trkey) = keys(tmr);
+    let mut s = [sge(&ours, 100, 3000, ol)];
+    let mut wr = rdma(IBV_WR_RDMA_WRITE, 4, &mut s, 8192, trkey, true);
+    assert_eq!(post_send(ql, &mut wr).0, 0);
+    assert_eq!(poll(lib.cq, 1)[0].status, IBV_WC_SUCCESS);
+    assert_eq!(&theirs[8192..8192 + 3000], &ours[100..3100]);
+}
+
+#[test]
+fn new_post_send_api_is_translated() {
+    let a = Host::with_library(1 << 20, 16 * 1024);
+    let b = Host::with_library(1 << 20, 16 * 1024);
+    let qa = a.create_qp_ex();
+    let qb = b.create_qp(false);
+    connect(&a, qa, &b, qb);
+    let mut src = Buf::new(64 * 1024);
+    let mut dst = Buf::new(64 * 1024);
+    fill(&mut src, 21);
+    let smr = a.reg(&mut src, IBV_ACCESS_LOCAL_WRITE);
+    let dmr = b.reg(&mut dst, ALL_ACCESS);
+    let (sl, _) = keys(smr);
+    let (_, dr) = keys(dmr);
+    let qpx = qa.cast::<ibv_qp_ex>();
+    // SAFETY: what ibv_wr_start / ibv_wr_rdma_write / ibv_wr_set_sge / ibv_wr_complete do.
+    unsafe {
+        let q = &mut *qpx;
+        (q.wr_start.unwrap())(qpx);
+        q.wr_id = 0xaa;
+        q.wr_flags = IBV_SEND_SIGNALED;
+        (q.wr_rdma_write.unwrap())(qpx, dr, dst.as_ptr() as u64 + 10_000);
+        (q.wr_set_sge.unwrap())(qpx, sl, src.as_ptr() as u64 + 1000, 30_000);
+        q.wr_id = 0xab;
+        q.wr_flags = IBV_SEND_SIGNALED;
+        (q.wr_rdma_write.unwrap())(qpx, dr, dst.as_ptr() as u64 + 50_000);
+        let mut inline = *b"inline bytes";
+        (q.wr_set_inline_data.unwrap())(qpx, inline.as_mut_ptr().cast(), inline.len());
+        inline.fill(0); // the API copies at the call
+        assert_eq!((q.wr_complete.unwrap())(qpx), 0);
+    }
+    let wcs = poll(a.cq, 2);
+    assert_eq!(
+        wcs.iter().map(|w| (w.wr_id, w.status)).collect::<Vec<_>>(),
+        vec![(0xaa, 0), (0xab, 0)]
+    );
+    assert_eq!(&dst[10_000..40_000], &src[1000..31_000]);
+    assert_eq!(&dst[50_000..50_012], b"inline bytes");
+}
+
+#[test]
+fn srq_receives_are_translated() {
+    let a = Host::with_library(1 << 20, 16 * 1024);
+    let b = Host::with_library(1 << 20, 16 * 1024);
+    // SAFETY: a live PD of the fake.
+    let srq = unsafe { fake::create_srq(b.pd) };
+    let qa = a.create_qp(false);
+    let mut attr = ibv_qp_init_attr {
+        qp_context: core::ptr::null_mut(),
+        send_cq: b.cq,
+        recv_cq: b.cq,
+        srq,
+        cap: ibv_qp_cap {
+            max_send_wr: 8,
+            max_recv_wr: 0,
+            max_send_sge: 1,
+            max_recv_sge: 1,
+            max_inline_data: 0,
+        },
+        qp_type: IBV_QPT_RC,
+        sq_sig_all: 0,
+    };
+    // SAFETY: live PD and attributes.
+    let qb = unsafe { nprdma::interpose::create_qp(b.eng(), b.pd, &mut attr) };
+    connect(&a, qa, &b, qb);
+    let mut abuf = Buf::new(64 * 1024);
+    let mut bbuf = Buf::new(64 * 1024);
+    fill(&mut abuf, 1);
+    let amr = a.reg(&mut abuf, IBV_ACCESS_LOCAL_WRITE);
+    let bmr = b.reg(&mut bbuf, IBV_ACCESS_LOCAL_WRITE);
+    let mut rs = [sge(&bbuf, 15 * KIB, 4 * KIB, keys(bmr).0)];
+    let mut rwr = ibv_recv_wr {
+        wr_id: 123,
+        next: core::ptr::null_mut(),
+        sg_list: rs.as_mut_ptr(),
+        num_sge: 1,
+    };
+    let mut bad = core::ptr::null_mut();
+    // SAFETY: the inline ibv_post_srq_recv.
+    let rc = unsafe { ((*b.ctx).ops.post_srq_recv.unwrap())(srq, &mut rwr, &mut bad) };
+    assert_eq!(rc, 0);
+    let mut s = [sge(&abuf, 0, 4 * KIB, keys(amr).0)];
+    let mut wr = ibv_send_wr::zeroed();
+    wr.opcode = IBV_WR_SEND;
+    wr.sg_list = s.as_mut_ptr();
+    wr.num_sge = 1;
+    assert_eq!(post_send(qa, &mut wr).0, 0);
+    let wcs = poll(b.cq, 1);
+    assert_eq!((wcs[0].wr_id, wcs[0].status), (123, IBV_WC_SUCCESS));
+    assert_eq!(&bbuf[15 * KIB..19 * KIB], &abuf[..4 * KIB]);
+}
+
+#[test]
+fn budget_holds_under_many_random_operations_and_data_is_exact() {
+    // 4 MiB regions, 256 KiB budget per side, 16 KiB windows: most operations miss.
+    let budget = 256 * 1024;
+    let p = pair(budget, 16 * 1024);
+    let size = 4 << 20;
+    let mut a = Buf::new(size);
+    let mut b = Buf::new(size);
+    fill(&mut a, 1);
+    fill(&mut b, 2);
+    let mut model_a = a.to_vec();
+    let mut model_b = b.to_vec();
+    let amr = p.a.reg(&mut a, ALL_ACCESS);
+    let bmr = p.b.reg(&mut b, ALL_ACCESS);
+    let (al, _) = keys(amr);
+    let (_, br) = keys(bmr);
+    let mut seed = 0x5eed_u64;
+    for i in 0..300u64 {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        let len = 1 + (seed % (48 * 1024)) as usize;
+        let lo = ((seed >> 20) as usize) % (size - len);
+        let ro = ((seed >> 40) as usize) % (size - len);
+        let op = if (seed >> 62) & 1 == 0 {
+            IBV_WR_RDMA_WRITE
+        } else {
+            IBV_WR_RDMA_READ
+        };
+        let mut s = [sge(&a, lo, len, al)];
+        let mut wr = rdma(op, i, &mut s, b.as_ptr() as u64 + ro as u64, br, true);
+        assert_eq!(post_send(p.qa, &mut wr).0, 0, "op {i}");
+        let wc = poll(p.a.cq, 1);
+        assert_eq!((wc[0].wr_id, wc[0].status), (i, IBV_WC_SUCCESS), "op {i}");
+        if op == IBV_WR_RDMA_WRITE {
+            let src = model_a[lo..lo + len].to_vec();
+            model_b[ro..ro + len].copy_from_slice(&src);
+        } else {
+            let src = model_b[ro..ro + len].to_vec();
+            model_a[lo..lo + len].copy_from_slice(&src);
+        }
+        assert!(p.a.pinned() <= budget && p.b.pinned() <= budget);
+    }
+    assert!(
+        a[..] == model_a[..],
+        "requester bytes differ from the model"
+    );
+    assert!(
+        b[..] == model_b[..],
+        "responder bytes differ from the model"
+    );
+    assert!(p.a.peak() <= budget, "fake saw {} pinned", p.a.peak());
+    assert!(p.b.peak() <= budget, "fake saw {} pinned", p.b.peak());
+    let ra = p.a.eng().status().page().report();
+    assert!(ra.pinned_peak <= budget && ra.evictions > 0, "{ra:?}");
+    let rb = p.b.eng().status().page().report();
+    assert!(rb.leases_granted > 16, "leases were recycled: {rb:?}");
+}
+
+#[test]
+fn posted_receives_beyond_the_budget_fail_with_enomem() {
+    let p = pair(64 * 1024, 16 * 1024);
+    let mut b = Buf::new(1 << 20);
+    let bmr = p.b.reg(&mut b, IBV_ACCESS_LOCAL_WRITE);
+    let (bl, _) = keys(bmr);
+    let mut results = Vec::new();
+    // Start at a window boundary so that each receive needs exactly one 16 KiB window.
+    let base = (b.as_ptr() as usize).next_multiple_of(16 * KIB) - b.as_ptr() as usize;
+    for i in 0..8usize {
+        let mut rs = [sge(&b, base + i * 64 * KIB, 16 * KIB, bl)];
+        let mut r = ibv_recv_wr {
+            wr_id: i as u64,
+            next: core::ptr::null_mut(),
+            sg_list: rs.as_mut_ptr(),
+            num_sge: 1,
+        };
+        results.push(post_recv(p.qb, &mut r));
+    }
+    // 64 KiB budget, a 4 KiB directory: three 16 KiB windows fit; the fourth cannot.
+    assert_eq!(results[..3], [0, 0, 0]);
+    assert!(
+        results[3..].iter().all(|r| *r == libc::ENOMEM),
+        "{results:?}"
+    );
+    assert!(p.b.peak() <= 64 * 1024);
+}
+
+#[test]
+fn destroying_a_qp_releases_its_leases() {
+    let p = pair(1 << 20, 16 * 1024);
+    let mut a = Buf::new(64 * 1024);
+    let mut b = Buf::new(256 * 1024);
+    let amr = p.a.reg(&mut a, ALL_ACCESS);
+    let bmr = p.b.reg(&mut b, ALL_ACCESS);
+    for i in 0..8u64 {
+        let mut s = [sge(&a, 0, 64, keys(amr).0)];
+        let mut wr = rdma(
+            IBV_WR_RDMA_WRITE,
+            i,
+            &mut s,
+            b.as_ptr() as u64 + i * 32 * 1024,
+            keys(bmr).1,
+            true,
+        );
+        assert_eq!(post_send(p.qa, &mut wr).0, 0);
+    }
+    assert_eq!(poll(p.a.cq, 8).len(), 8);
+    let before = p.b.pinned();
+    // Leased windows stay registered on B...
+    assert!(before >= 8 * 16 * 1024);
+    // ...until B's end of the connection goes away.
+    assert_eq!(p.b.destroy_qp(p.qb), 0);
+    // Now they are idle: a large registration that needs the room evicts them.
+    let mut big = Buf::new(512 * 1024);
+    let big_mr = p.b.reg(&mut big, IBV_ACCESS_LOCAL_WRITE);
+    assert!(!big_mr.is_null());
+    let qb2 = p.b.create_qp(false);
+    let _ = qb2;
+}
+
+#[test]
+fn rereg_access_and_translation() {
+    let h = Host::with_library(1 << 20, 16 * 1024);
+    let mut buf = Buf::new(256 * 1024);
+    let mr = h.reg(&mut buf, ALL_ACCESS);
+    let (lkey, _) = keys(mr);
+    // SAFETY: live MR; a smaller translation inside the same buffer.
+    let rc = unsafe {
+        nprdma::interpose::rereg_mr(
+            h.eng(),
+            mr,
+            IBV_REREG_MR_CHANGE_TRANSLATION,
+            core::ptr::null_mut(),
+            buf.as_mut_ptr().add(4096).cast(),
+            64 * 1024,
+            0,
+        )
+    };
+    assert_eq!(rc, 0);
+    // SAFETY: live MR.
+    unsafe {
+        assert_eq!((*mr).addr as usize, buf.as_ptr() as usize + 4096);
+        assert_eq!((*mr).length, 64 * 1024);
+    }
+    assert_eq!(keys(mr).0, lkey, "keys stay");
+    // Growing beyond what the directory can describe is refused, the region stays as it was.
+    // SAFETY: as above.
+    let rc = unsafe {
+        nprdma::interpose::rereg_mr(
+            h.eng(),
+            mr,
+            IBV_REREG_MR_CHANGE_TRANSLATION,
+            core::ptr::null_mut(),
+            buf.as_mut_ptr().cast(),
+            64 << 20,
+            0,
+        )
+    };
+    assert_eq!(rc, IBV_REREG_MR_ERR_INPUT);
+    assert_eq!(h.dereg(mr), 0);
+    assert_eq!(h.pinned(), 0);
+}

@@ -1,0 +1,1016 @@
+//! `cargo xtask rxe-test`: the server path on a real verbs stack.
+//!
+//! Boots Debian's amd64 kernel in `qemu-system-x86_64` with an initramfs built from Debian
+//! packages (fetched once with `apt-get download` and cached in `target/rxe/`), loads Soft-RoCE
+//! (`rdma_rxe`) on a dummy netdev, and runs, on one rxe device, unmodified perftest and
+//! rdma-core tools with `LD_PRELOAD=libnprdma.so`, our stress program
+//! (`nprdma-verbs-stress`), and a with/without comparison of `ib_write_lat` and `ib_write_bw`.
+//! The recipe follows shared/reference/rxe-vm/REPORT.md (what worked there: module order,
+//! crc32 before rdma_rxe, the IPv4-mapped GID index, one device for both ends, TCG because
+//! the build machines' /dev/kvm is the nested PVM variant).
+//!
+//! Our binaries are built on the host (Debian 12, glibc 2.36) and run in the guest (Debian 12
+//! packages, the same glibc), so they need no rebuild. The guest has no NIC (`-nic none`): all
+//! traffic stays inside it.
+//!
+//! The guest prints `NPRDMA-RXE: PASS|FAIL <name> ...` per test and `NPRDMA-METRIC <name>
+//! <value>` per measurement; the host turns them into the exit status and the ratio report.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::util::{XtaskError, require_tool, run_status, section, workspace_root};
+
+/// Debian packages unpacked into the guest (besides the kernel).
+const GUEST_PACKAGES: &[&str] = &[
+    "busybox-static",
+    "libibverbs1",
+    "ibverbs-providers",
+    "ibverbs-utils",
+    "librdmacm1",
+    "libibumad3",
+    "perftest",
+    "iproute2",
+    "libc6",
+    "libgcc-s1",
+    "libnl-3-200",
+    "libnl-route-3-200",
+    "libpci3",
+    "libudev1",
+    "zlib1g",
+    "libmnl0",
+    "libbsd0",
+    "libmd0",
+    "libcap2",
+    "libelf1",
+    "libbpf1",
+];
+
+/// Guest programs (paths inside the unpacked packages) and where they go.
+const GUEST_BINARIES: &[(&str, &str)] = &[
+    ("bin/busybox", "bin/busybox"),
+    ("bin/ip", "usr/sbin/ip"),
+    ("usr/bin/rdma", "usr/bin/rdma"),
+    ("usr/bin/ibv_devices", "usr/bin/ibv_devices"),
+    ("usr/bin/ibv_rc_pingpong", "usr/bin/ibv_rc_pingpong"),
+    ("usr/bin/ib_write_lat", "usr/bin/ib_write_lat"),
+    ("usr/bin/ib_write_bw", "usr/bin/ib_write_bw"),
+    ("usr/bin/ib_read_lat", "usr/bin/ib_read_lat"),
+    ("usr/bin/ib_send_lat", "usr/bin/ib_send_lat"),
+];
+
+/// Kernel modules to load (their dependencies are added from `.modinfo`). rdma_rxe needs the
+/// "crc32" shash, which the guest cannot autoload (no modprobe), so crc32 comes first.
+const GUEST_MODULES: &[&str] = &[
+    "crc32_generic",
+    "crc32-pclmul",
+    "rdma_rxe",
+    "ib_uverbs",
+    "rdma_ucm",
+    "dummy",
+];
+
+/// Wall-clock limit for the whole VM run.
+const VM_TIMEOUT: Duration = Duration::from_secs(420);
+
+/// The guest's /init.
+const GUEST_INIT: &str = r#"#!/bin/busybox sh
+/bin/busybox --install -s /bin
+export PATH=/usr/bin:/usr/sbin:/bin:/sbin
+mount -t proc proc /proc
+mount -t sysfs sysfs /sys
+mount -t devtmpfs devtmpfs /dev
+mount -t tmpfs tmpfs /tmp
+mkdir -p /dev/shm && mount -t tmpfs tmpfs /dev/shm
+say() { echo "NPRDMA-RXE: $*"; }
+metric() { echo "NPRDMA-METRIC: $*"; }
+arg() { tr ' ' '\n' < /proc/cmdline | sed -n "s/^$1=//p"; }
+KVER=$(uname -r)
+for m in $(cat /etc/modules.order); do
+  insmod /lib/modules/$KVER/$m 2>/tmp/e || grep -q 'File exists' /tmp/e || say "WARN insmod $m: $(cat /tmp/e)"
+done
+IP=/usr/sbin/ip
+$IP link set lo up
+[ -e /sys/class/net/dummy0 ] || $IP link add dummy0 type dummy
+$IP link set dummy0 up
+$IP addr add 192.0.2.1/24 dev dummy0
+rdma link add rxe0 type rxe netdev dummy0 || say "FAIL setup rdma link add"
+GIDX=
+for g in /sys/class/infiniband/rxe0/ports/1/gids/*; do
+  case "$(cat $g 2>/dev/null)" in 0000:0000:0000:0000:0000:ffff:*) GIDX=${g##*/}; break;; esac
+done
+GIDX=${GIDX:-1}
+LIB=/opt/nprdma/libnprdma.so
+STRESS=/opt/nprdma/nprdma-verbs-stress
+ITERS=$(arg iters); ITERS=${ITERS:-300}
+CMP_ITERS=$(arg cmp_iters); CMP_ITERS=${CMP_ITERS:-500}
+export NPRDMA_STATUS_DIR=/dev/shm/nprdma
+say "INFO kernel $KVER gid-index $GIDX"
+
+# run NAME MODE TARGET CMD...: server in the background, client against TARGET.
+# MODE: lib (LD_PRELOAD), off (LD_PRELOAD + NPRDMA=off), small (LD_PRELOAD, 16 MiB budget,
+# 256 KiB windows), none (plain).
+run() {
+  name=$1; mode=$2; target=$3; shift 3
+  case $mode in
+    lib) pre="env LD_PRELOAD=$LIB" ;;
+    off) pre="env LD_PRELOAD=$LIB NPRDMA=off" ;;
+    small) pre="env LD_PRELOAD=$LIB NPRDMA_PIN_BUDGET=16M NPRDMA_WINDOW=256K" ;;
+    *) pre="env" ;;
+  esac
+  $pre timeout 90 "$@" > /tmp/srv.out 2>&1 &
+  spid=$!
+  sleep 0.4
+  $pre timeout 90 "$@" $target > /tmp/cli.out 2>&1
+  crc=$?
+  wait $spid; src=$?
+  if [ $src = 0 ] && [ $crc = 0 ]; then say "PASS $name"; else
+    say "FAIL $name server=$src client=$crc"
+    sed 's/^/  srv| /' /tmp/srv.out | tail -n 25
+    sed 's/^/  cli| /' /tmp/cli.out | tail -n 25
+  fi
+  grep -h '^nprdma\[' /tmp/srv.out /tmp/cli.out | sort -u | sed 's/^/  lib| /'
+}
+# lat: the client's t_typical (column 5 of the row after the t_typical header). The
+# comparison runs use -C (cycles): perftest's CPU-MHz calibration sometimes fails under TCG
+# and prints inf for microseconds (rxe-vm/REPORT.md problem 9); the ratio needs no unit.
+lat() { awk '/t_typical/ {getline; print $5; exit}' /tmp/cli.out; }
+# bw NAME: the client's average bandwidth (column 4 of the row after the BW header).
+bw() { awk '/BW average/ {getline; print $4; exit}' /tmp/cli.out; }
+
+L=127.0.0.1
+run ibv_rc_pingpong lib $L ibv_rc_pingpong -d rxe0 -g $GIDX -n 200
+run ib_write_lat lib $L ib_write_lat -d rxe0 -x $GIDX -n $ITERS -F
+run ib_write_bw lib $L ib_write_bw -d rxe0 -x $GIDX -n $ITERS -F --report_gbits
+run ib_read_lat lib $L ib_read_lat -d rxe0 -x $GIDX -n $ITERS -F
+run ib_send_lat lib $L ib_send_lat -d rxe0 -x $GIDX -n $ITERS -F
+run ib_write_lat_rdma_cm lib 192.0.2.1 ib_write_lat -d rxe0 -x $GIDX -n $ITERS -F -R
+run ib_write_lat_nprdma_off off $L ib_write_lat -d rxe0 -x $GIDX -n $ITERS -F
+
+# The stress program: 1 GiB registered on each side, 16 MiB budget.
+run nprdma_verbs_stress small "--connect 127.0.0.1" \
+  $STRESS --device rxe0 --gid-index $GIDX --size 1G --ops $(arg stress_ops) --budget 16M
+grep -h '^STRESS' /tmp/srv.out /tmp/cli.out | sed 's/^/  /'
+
+# Same boot, with and without the library, alternating.
+for r in 1 2 3; do
+  run cmp_write_lat_plain none $L ib_write_lat -d rxe0 -x $GIDX -n $CMP_ITERS -F -C
+  metric write_lat_plain $(lat)
+  run cmp_write_lat_lib lib $L ib_write_lat -d rxe0 -x $GIDX -n $CMP_ITERS -F -C
+  metric write_lat_lib $(lat)
+  run cmp_write_bw_plain none $L ib_write_bw -d rxe0 -x $GIDX -n $CMP_ITERS -F --report_gbits
+  metric write_bw_plain $(bw)
+  run cmp_write_bw_lib lib $L ib_write_bw -d rxe0 -x $GIDX -n $CMP_ITERS -F --report_gbits
+  metric write_bw_lib $(bw)
+done
+say DONE
+sync
+poweroff -f
+"#;
+
+/// Options of `cargo xtask rxe-test`.
+pub struct Options {
+    /// Iterations per functional perftest run.
+    pub iters: u64,
+    /// Iterations per run of the with/without comparison.
+    pub cmp_iters: u64,
+    /// Operations of the stress program.
+    pub stress_ops: u64,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        // Sized for CI (the whole step must stay within about three minutes under TCG).
+        Self {
+            iters: 300,
+            cmp_iters: 500,
+            stress_ops: 100,
+        }
+    }
+}
+
+fn cache_dir() -> PathBuf {
+    workspace_root().join("target").join("rxe")
+}
+
+fn other(msg: impl Into<String>) -> XtaskError {
+    XtaskError::Other(msg.into())
+}
+
+/// Runs the whole test; fails if any guest test failed.
+pub fn run(opts: &Options) -> Result<(), XtaskError> {
+    let started = Instant::now();
+    let qemu = require_tool("qemu-system-x86_64", "qemu-system-x86")?;
+    require_tool("apt-get", "apt")?;
+    require_tool("dpkg-deb", "dpkg")?;
+    require_tool("ldd", "libc-bin")?;
+
+    section("rxe: build libnprdma.so and nprdma-verbs-stress (release)");
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    run_status(
+        "cargo build -p connectx --release",
+        Command::new(cargo).current_dir(workspace_root()).args([
+            "build",
+            "--quiet",
+            "--release",
+            "-p",
+            "connectx",
+        ]),
+    )?;
+    let release = workspace_root().join("target").join("release");
+    let lib = release.join("libnprdma.so");
+    let stress = release.join("nprdma-verbs-stress");
+    for f in [&lib, &stress] {
+        if !f.is_file() {
+            return Err(other(format!("{} was not built", f.display())));
+        }
+    }
+
+    section("rxe: Debian packages for the guest (cached in target/rxe)");
+    let cache = cache_dir();
+    let debs = fetch_packages(&cache)?;
+    let (stage, kdir) = unpack(&cache, &debs)?;
+    let kver = kernel_version(&kdir)?;
+    let vmlinuz = kdir.join("boot").join(format!("vmlinuz-{kver}"));
+    let initrd = cache.join("initramfs.cpio");
+    build_initramfs(&stage, &kdir, &kver, &lib, &stress, &initrd)?;
+    println!(
+        "xtask: guest kernel {kver}, initramfs {} MiB, prepared in {:.1} s",
+        std::fs::metadata(&initrd)
+            .map(|m| m.len() >> 20)
+            .unwrap_or(0),
+        started.elapsed().as_secs_f64()
+    );
+
+    section("rxe: boot and test (qemu-system-x86_64)");
+    let accel = pick_accel();
+    let log = cache.join("last-run.log");
+    let lines = run_vm(&qemu, &vmlinuz, &initrd, accel, opts, &log)?;
+    let verdict = evaluate(&lines);
+    println!(
+        "xtask: rxe-test finished in {:.0} s (full serial log: {})",
+        started.elapsed().as_secs_f64(),
+        log.display()
+    );
+    verdict
+}
+
+/// Downloads the guest packages (and the kernel `linux-image-amd64` depends on) unless a
+/// `.deb` of each is already in the cache.
+fn fetch_packages(cache: &Path) -> Result<Vec<PathBuf>, XtaskError> {
+    let dir = cache.join("debs");
+    std::fs::create_dir_all(&dir).map_err(|e| other(format!("{}: {e}", dir.display())))?;
+    let kernel = kernel_package()?;
+    let mut names: Vec<String> = GUEST_PACKAGES.iter().map(|s| s.to_string()).collect();
+    names.push(kernel);
+    let have = |name: &str| -> Option<PathBuf> {
+        std::fs::read_dir(&dir)
+            .ok()?
+            .filter_map(|e| e.ok())
+            .find_map(|e| {
+                let f = e.file_name().to_string_lossy().into_owned();
+                (f.starts_with(&format!("{name}_")) && f.ends_with(".deb")).then(|| e.path())
+            })
+    };
+    let missing: Vec<&String> = names.iter().filter(|n| have(n).is_none()).collect();
+    if !missing.is_empty() {
+        println!("xtask: apt-get download {} package(s)", missing.len());
+        let download = || {
+            Command::new("apt-get")
+                .current_dir(&dir)
+                .arg("download")
+                .args(&missing)
+                .output()
+                .map_err(|error| XtaskError::Spawn {
+                    what: "apt-get download".into(),
+                    error,
+                })
+        };
+        let mut out = download()?;
+        if !out.status.success() {
+            apt_update_once();
+            out = download()?;
+        }
+        if !out.status.success() {
+            return Err(other(format!(
+                "apt-get download failed (run `apt-get update` first?): {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            )));
+        }
+    }
+    names
+        .iter()
+        .map(|n| have(n).ok_or_else(|| other(format!("package {n} was not downloaded"))))
+        .collect()
+}
+
+/// Runs `apt-get update` once per process (package lists may be missing on a machine where
+/// every needed package was already installed).
+fn apt_update_once() {
+    static DONE: std::sync::Once = std::sync::Once::new();
+    DONE.call_once(|| {
+        println!("xtask: apt-get update");
+        let _ = Command::new("apt-get")
+            .args(["-q", "-o", "Dpkg::Use-Pty=0", "update"])
+            .env("DEBIAN_FRONTEND", "noninteractive")
+            .status();
+    });
+}
+
+/// The kernel package `linux-image-amd64` currently depends on.
+fn kernel_package() -> Result<String, XtaskError> {
+    match kernel_package_from_lists() {
+        Ok(k) => Ok(k),
+        Err(_) => {
+            apt_update_once();
+            kernel_package_from_lists()
+        }
+    }
+}
+
+fn kernel_package_from_lists() -> Result<String, XtaskError> {
+    let out = Command::new("apt-cache")
+        .args(["depends", "linux-image-amd64"])
+        .output()
+        .map_err(|error| XtaskError::Spawn {
+            what: "apt-cache depends".into(),
+            error,
+        })?;
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find_map(|l| {
+            l.trim()
+                .strip_prefix("Depends: ")
+                .filter(|p| p.starts_with("linux-image-") && p.ends_with("-amd64"))
+                .map(str::to_string)
+        })
+        .ok_or_else(|| other("apt-cache knows no linux-image-amd64 (run `apt-get update` first)"))
+}
+
+/// Unpacks the packages once into `stage/` and `kernel/`; returns both.
+fn unpack(cache: &Path, debs: &[PathBuf]) -> Result<(PathBuf, PathBuf), XtaskError> {
+    let stage = cache.join("stage");
+    let kdir = cache.join("kernel");
+    let stamp = cache.join("unpacked.list");
+    let list: String = debs
+        .iter()
+        .map(|d| d.file_name().unwrap_or_default().to_string_lossy() + "\n")
+        .collect();
+    if std::fs::read_to_string(&stamp).ok().as_deref() == Some(list.as_str()) {
+        return Ok((stage, kdir));
+    }
+    let _ = std::fs::remove_dir_all(&stage);
+    let _ = std::fs::remove_dir_all(&kdir);
+    for deb in debs {
+        let name = deb.file_name().unwrap_or_default().to_string_lossy();
+        let dest = if name.starts_with("linux-image-") {
+            &kdir
+        } else {
+            &stage
+        };
+        run_status(
+            &format!("dpkg-deb -x {name}"),
+            Command::new("dpkg-deb").arg("-x").arg(deb).arg(dest),
+        )?;
+    }
+    std::fs::write(&stamp, list).map_err(|e| other(e.to_string()))?;
+    Ok((stage, kdir))
+}
+
+fn kernel_version(kdir: &Path) -> Result<String, XtaskError> {
+    std::fs::read_dir(kdir.join("lib/modules"))
+        .map_err(|e| other(format!("no kernel modules in {}: {e}", kdir.display())))?
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .next()
+        .ok_or_else(|| other("no kernel version directory"))
+}
+
+/// The `depends=` list of a kernel module (the `.modinfo` ELF section).
+fn module_depends(ko: &[u8]) -> Option<Vec<String>> {
+    let u16_at = |o: usize| Some(u16::from_le_bytes(ko.get(o..o + 2)?.try_into().ok()?));
+    let u32_at = |o: usize| Some(u32::from_le_bytes(ko.get(o..o + 4)?.try_into().ok()?));
+    let u64_at = |o: usize| Some(u64::from_le_bytes(ko.get(o..o + 8)?.try_into().ok()?));
+    if ko.get(..4)? != b"\x7fELF" || *ko.get(4)? != 2 {
+        return None;
+    }
+    let shoff = usize::try_from(u64_at(0x28)?).ok()?;
+    let shentsize = usize::from(u16_at(0x3a)?);
+    let shnum = usize::from(u16_at(0x3c)?);
+    let shstrndx = usize::from(u16_at(0x3e)?);
+    let section = |i: usize| -> Option<(u32, usize, usize)> {
+        let h = shoff + i * shentsize;
+        Some((
+            u32_at(h)?,
+            usize::try_from(u64_at(h + 24)?).ok()?,
+            usize::try_from(u64_at(h + 32)?).ok()?,
+        ))
+    };
+    let (_, stroff, strsize) = section(shstrndx)?;
+    let names = ko.get(stroff..stroff + strsize)?;
+    for i in 0..shnum {
+        let (name, off, size) = section(i)?;
+        let n = names.get(name as usize..)?;
+        let end = n.iter().position(|b| *b == 0)?;
+        if &n[..end] == b".modinfo" {
+            let info = ko.get(off..off + size)?;
+            let deps = info
+                .split(|b| *b == 0)
+                .find_map(|kv| kv.strip_prefix(b"depends="))
+                .map(|d| String::from_utf8_lossy(d).into_owned())
+                .unwrap_or_default();
+            return Some(
+                deps.split(',')
+                    .filter(|s| !s.is_empty())
+                    .map(|s| s.replace('-', "_"))
+                    .collect(),
+            );
+        }
+    }
+    Some(Vec::new())
+}
+
+/// The wanted modules and their dependencies, dependencies first (paths relative to the
+/// kernel's module directory).
+fn module_order(moddir: &Path, wanted: &[&str]) -> Result<Vec<PathBuf>, XtaskError> {
+    let mut by_name: BTreeMap<String, PathBuf> = BTreeMap::new();
+    let mut stack = vec![moddir.join("kernel")];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).map_err(|e| other(format!("{}: {e}", d.display())))? {
+            let p = e.map_err(|e| other(e.to_string()))?.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if let Some(n) = p
+                .file_name()
+                .and_then(|n| n.to_str())
+                .and_then(|n| n.strip_suffix(".ko"))
+            {
+                by_name.insert(
+                    n.replace('-', "_"),
+                    p.strip_prefix(moddir).unwrap_or(&p).to_path_buf(),
+                );
+            }
+        }
+    }
+    let mut order: Vec<PathBuf> = Vec::new();
+    fn visit(
+        name: &str,
+        moddir: &Path,
+        by_name: &BTreeMap<String, PathBuf>,
+        order: &mut Vec<PathBuf>,
+        depth: usize,
+    ) -> Result<(), XtaskError> {
+        let Some(rel) = by_name.get(name) else {
+            return Ok(()); // built in
+        };
+        if order.contains(rel) || depth > 32 {
+            return Ok(());
+        }
+        let bytes = std::fs::read(moddir.join(rel)).map_err(|e| other(e.to_string()))?;
+        let deps = module_depends(&bytes)
+            .ok_or_else(|| other(format!("{}: not a kernel module", rel.display())))?;
+        for d in deps {
+            visit(&d, moddir, by_name, order, depth + 1)?;
+        }
+        if !order.contains(rel) {
+            order.push(rel.clone());
+        }
+        Ok(())
+    }
+    for w in wanted {
+        visit(&w.replace('-', "_"), moddir, &by_name, &mut order, 0)?;
+    }
+    Ok(order)
+}
+
+/// Shared libraries `files` need, resolved inside the unpacked packages: (source, guest path).
+fn library_closure(stage: &Path, files: &[PathBuf]) -> Result<Vec<(PathBuf, String)>, XtaskError> {
+    let ld_path = format!(
+        "{}:{}",
+        stage.join("lib/x86_64-linux-gnu").display(),
+        stage.join("usr/lib/x86_64-linux-gnu").display()
+    );
+    let out = Command::new("ldd")
+        .args(files)
+        .env("LD_LIBRARY_PATH", ld_path)
+        .output()
+        .map_err(|error| XtaskError::Spawn {
+            what: "ldd".into(),
+            error,
+        })?;
+    let mut libs: BTreeMap<String, PathBuf> = BTreeMap::new();
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        let line = line.trim();
+        if line.ends_with(':') {
+            continue; // "file:" headers when several files are listed
+        }
+        let path = if let Some((_, rest)) = line.split_once("=> ") {
+            rest.split_whitespace().next()
+        } else if line.starts_with('/') {
+            line.split_whitespace().next()
+        } else {
+            None
+        };
+        let Some(path) = path.filter(|p| p.starts_with('/')) else {
+            if line.contains("not found") {
+                return Err(other(format!("ldd: {line}")));
+            }
+            continue;
+        };
+        let p = PathBuf::from(path);
+        let guest = match p.strip_prefix(stage) {
+            Ok(rel) => format!("/{}", rel.display()),
+            Err(_) => path.to_string(),
+        };
+        let guest = if guest.ends_with("ld-linux-x86-64.so.2") {
+            "/lib64/ld-linux-x86-64.so.2".to_string()
+        } else {
+            guest
+        };
+        // Prefer the packaged copy of a library the host also has.
+        let src = p
+            .file_name()
+            .map(|n| stage.join("lib/x86_64-linux-gnu").join(n))
+            .filter(|s| s.exists())
+            .unwrap_or(p);
+        libs.insert(guest, src);
+    }
+    Ok(libs.into_iter().map(|(g, s)| (s, g)).collect())
+}
+
+/// A newc ("070701") cpio archive, as the kernel's initramfs unpacker reads it.
+struct Cpio {
+    out: Vec<u8>,
+    ino: u32,
+    dirs: std::collections::BTreeSet<String>,
+}
+
+impl Cpio {
+    fn new() -> Self {
+        Self {
+            out: Vec::new(),
+            ino: 1,
+            dirs: Default::default(),
+        }
+    }
+
+    fn entry(&mut self, name: &str, mode: u32, data: &[u8]) {
+        let name = name.trim_start_matches('/');
+        let header = format!(
+            "070701{:08x}{:08x}{:08x}{:08x}{:08x}{:08x}{:08x}{:08x}{:08x}{:08x}{:08x}{:08x}{:08x}",
+            self.ino,
+            mode,
+            0,
+            0,
+            1,
+            0,
+            data.len(),
+            0,
+            0,
+            0,
+            0,
+            name.len() + 1,
+            0
+        );
+        self.ino += 1;
+        self.out.extend_from_slice(header.as_bytes());
+        self.out.extend_from_slice(name.as_bytes());
+        self.out.push(0);
+        while !self.out.len().is_multiple_of(4) {
+            self.out.push(0);
+        }
+        self.out.extend_from_slice(data);
+        while !self.out.len().is_multiple_of(4) {
+            self.out.push(0);
+        }
+    }
+
+    fn dir(&mut self, path: &str) {
+        let path = path.trim_matches('/');
+        if path.is_empty() || self.dirs.contains(path) {
+            return;
+        }
+        if let Some((parent, _)) = path.rsplit_once('/') {
+            self.dir(parent);
+        }
+        self.dirs.insert(path.to_string());
+        self.entry(path, 0o040755, &[]);
+    }
+
+    fn file(&mut self, path: &str, mode: u32, data: &[u8]) {
+        let path = path.trim_start_matches('/');
+        if let Some((parent, _)) = path.rsplit_once('/') {
+            self.dir(parent);
+        }
+        self.entry(path, 0o100000 | mode, data);
+    }
+
+    fn finish(mut self) -> Vec<u8> {
+        self.entry("TRAILER!!!", 0, &[]);
+        while !self.out.len().is_multiple_of(512) {
+            self.out.push(0);
+        }
+        self.out
+    }
+}
+
+fn read(p: &Path) -> Result<Vec<u8>, XtaskError> {
+    std::fs::read(p).map_err(|e| other(format!("{}: {e}", p.display())))
+}
+
+fn build_initramfs(
+    stage: &Path,
+    kdir: &Path,
+    kver: &str,
+    lib: &Path,
+    stress: &Path,
+    out: &Path,
+) -> Result<(), XtaskError> {
+    let mut cpio = Cpio::new();
+    for d in [
+        "proc",
+        "sys",
+        "dev",
+        "tmp",
+        "run",
+        "etc",
+        "lib64",
+        "opt/nprdma",
+    ] {
+        cpio.dir(d);
+    }
+    let mut elfs: Vec<PathBuf> = Vec::new();
+    for (src, dest) in GUEST_BINARIES {
+        let p = stage.join(src);
+        cpio.file(dest, 0o755, &read(&p)?);
+        if !src.ends_with("busybox") {
+            elfs.push(p);
+        }
+    }
+    let provider = stage.join("usr/lib/x86_64-linux-gnu/libibverbs/librxe-rdmav34.so");
+    cpio.file(
+        "usr/lib/x86_64-linux-gnu/libibverbs/librxe-rdmav34.so",
+        0o644,
+        &read(&provider)?,
+    );
+    cpio.file(
+        "etc/libibverbs.d/rxe.driver",
+        0o644,
+        &read(&stage.join("etc/libibverbs.d/rxe.driver"))?,
+    );
+    elfs.push(provider);
+    cpio.file("opt/nprdma/libnprdma.so", 0o755, &read(lib)?);
+    cpio.file("opt/nprdma/nprdma-verbs-stress", 0o755, &read(stress)?);
+    elfs.push(lib.to_path_buf());
+    elfs.push(stress.to_path_buf());
+    for (src, guest) in library_closure(stage, &elfs)? {
+        cpio.file(&guest, 0o755, &read(&src)?);
+        if guest == "/lib64/ld-linux-x86-64.so.2" {
+            cpio.file(
+                "lib/x86_64-linux-gnu/ld-linux-x86-64.so.2",
+                0o755,
+                &read(&src)?,
+            );
+        }
+    }
+    let moddir = kdir.join("lib/modules").join(kver);
+    let order = module_order(&moddir, GUEST_MODULES)?;
+    let mut list = String::new();
+    for rel in &order {
+        let guest = format!("lib/modules/{kver}/{}", rel.display());
+        cpio.file(&guest, 0o644, &read(&moddir.join(rel))?);
+        list.push_str(&format!("{}\n", rel.display()));
+    }
+    cpio.file("etc/modules.order", 0o644, list.as_bytes());
+    cpio.file("init", 0o755, GUEST_INIT.as_bytes());
+    std::fs::write(out, cpio.finish()).map_err(|e| other(format!("{}: {e}", out.display())))
+}
+
+/// KVM only where it is hardware KVM (kvm_intel/kvm_amd, not the nested PVM variant, which
+/// runs a stock kernel far slower than TCG: rxe-vm/REPORT.md problem 1).
+fn pick_accel() -> &'static str {
+    let sys = |m: &str| Path::new("/sys/module").join(m).is_dir();
+    let writable = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/kvm")
+        .is_ok();
+    if writable && (sys("kvm_intel") || sys("kvm_amd")) && !sys("kvm_pvm") {
+        "kvm"
+    } else {
+        "tcg"
+    }
+}
+
+fn run_vm(
+    qemu: &Path,
+    vmlinuz: &Path,
+    initrd: &Path,
+    accel: &str,
+    opts: &Options,
+    log: &Path,
+) -> Result<Vec<String>, XtaskError> {
+    let mut cmd = Command::new(qemu);
+    if accel == "kvm" {
+        cmd.args(["-accel", "kvm", "-cpu", "host"]);
+    } else {
+        cmd.args(["-accel", "tcg,thread=multi", "-cpu", "max"]);
+    }
+    cmd.args(["-machine", "q35", "-smp", "4", "-m", "2048"])
+        .args([
+            "-nographic",
+            "-no-reboot",
+            "-nodefaults",
+            "-serial",
+            "stdio",
+        ])
+        .args(["-monitor", "none", "-nic", "none"])
+        .arg("-kernel")
+        .arg(vmlinuz)
+        .arg("-initrd")
+        .arg(initrd)
+        .arg("-append")
+        .arg(format!(
+            "console=ttyS0 panic=-1 loglevel=3 iters={} cmp_iters={} stress_ops={}",
+            opts.iters, opts.cmp_iters, opts.stress_ops
+        ))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    println!("xtask: accelerator {accel}; guest output (test lines only):");
+    let mut child = cmd.spawn().map_err(|error| XtaskError::Spawn {
+        what: "qemu-system-x86_64".into(),
+        error,
+    })?;
+    let stdout = child.stdout.take();
+    let (tx, rx) = std::sync::mpsc::channel::<String>();
+    let reader = std::thread::spawn(move || {
+        if let Some(out) = stdout {
+            for line in BufReader::new(out).lines().map_while(Result::ok) {
+                let line = line.trim_end_matches('\r').to_string();
+                let shown = line.starts_with("NPRDMA-")
+                    || line.starts_with("  ")
+                    || line.contains("Kernel panic");
+                if shown {
+                    println!("  | {line}");
+                }
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        }
+    });
+    let start = Instant::now();
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(s)) => break Some(s),
+            Ok(None) if start.elapsed() > VM_TIMEOUT => {
+                let _ = child.kill();
+                let _ = child.wait();
+                break None;
+            }
+            Ok(None) => std::thread::sleep(Duration::from_millis(100)),
+            Err(error) => {
+                return Err(XtaskError::Spawn {
+                    what: "qemu-system-x86_64 (wait)".into(),
+                    error,
+                });
+            }
+        }
+    };
+    let _ = reader.join();
+    let lines: Vec<String> = rx.try_iter().collect();
+    if let Ok(mut f) = std::fs::File::create(log) {
+        for l in &lines {
+            let _ = writeln!(f, "{l}");
+        }
+    }
+    match status {
+        None => Err(other(format!(
+            "the VM did not finish within {} s",
+            VM_TIMEOUT.as_secs()
+        ))),
+        Some(s) if !s.success() => Err(other(format!("qemu exited with {s}"))),
+        Some(_) => Ok(lines),
+    }
+}
+
+fn median(mut v: Vec<f64>) -> Option<f64> {
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_by(|a, b| a.total_cmp(b));
+    let n = v.len();
+    Some(if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    })
+}
+
+/// The `NPRDMA-METRIC: <name> <value>` samples. perftest prints inf/nan or 0 when its clock
+/// calibration failed: those are not samples.
+fn parse_metrics(lines: &[String]) -> BTreeMap<String, Vec<f64>> {
+    let mut metrics: BTreeMap<String, Vec<f64>> = BTreeMap::new();
+    for l in lines {
+        let Some(rest) = l.strip_prefix("NPRDMA-METRIC: ") else {
+            continue;
+        };
+        let mut it = rest.split_whitespace();
+        if let (Some(k), Some(v)) = (it.next(), it.next().and_then(|v| v.parse::<f64>().ok()))
+            && v.is_finite()
+            && v > 0.0
+        {
+            metrics.entry(k.to_string()).or_default().push(v);
+        }
+    }
+    metrics
+}
+
+/// Passes iff the guest finished and every test passed; prints the with/without ratios
+/// (reported, not asserted: timing under emulation is noise-prone).
+fn evaluate(lines: &[String]) -> Result<(), XtaskError> {
+    let mut failed = Vec::new();
+    let mut passed = 0;
+    let mut done = false;
+    let metrics = parse_metrics(lines);
+    for l in lines {
+        if let Some(rest) = l.strip_prefix("NPRDMA-RXE: ") {
+            if let Some(name) = rest.strip_prefix("PASS ") {
+                let _ = name;
+                passed += 1;
+            } else if let Some(what) = rest.strip_prefix("FAIL ") {
+                failed.push(what.to_string());
+            } else if rest.trim() == "DONE" {
+                done = true;
+            }
+        }
+    }
+    println!(
+        "\nxtask: with/without libnprdma.so in the same boot (medians of the valid runs; TCG timing is noisy):"
+    );
+    // Under TCG, rxe's deferred work sometimes starves until the next 4 ms tick and a whole run
+    // crawls (rxe-vm/REPORT.md problem 9): a latency run 10x above the fastest run of either
+    // kind is such a stall, shown but left out of the medians.
+    let fastest = ["write_lat_plain", "write_lat_lib"]
+        .iter()
+        .flat_map(|k| metrics.get(*k).cloned().unwrap_or_default())
+        .fold(f64::INFINITY, f64::min);
+    for k in [
+        "write_lat_plain",
+        "write_lat_lib",
+        "write_bw_plain",
+        "write_bw_lib",
+    ] {
+        let v = metrics.get(k).cloned().unwrap_or_default();
+        println!("  samples {k}: {v:?}");
+    }
+    let samples = |k: &str| -> Vec<f64> {
+        let v = metrics.get(k).cloned().unwrap_or_default();
+        if k.starts_with("write_lat") {
+            v.into_iter().filter(|x| *x <= fastest * 10.0).collect()
+        } else {
+            v
+        }
+    };
+    let show = |k: &str| median(samples(k));
+    let n = |k: &str| samples(k).len();
+    let (lp, ll) = (show("write_lat_plain"), show("write_lat_lib"));
+    let (bp, bl) = (show("write_bw_plain"), show("write_bw_lib"));
+    match (lp, ll) {
+        (Some(p), Some(l)) => println!(
+            "  ib_write_lat t_typical: plain {p:.0} cycles ({} runs), with library {l:.0} cycles ({} runs), ratio {:.3}x (goal <= 1.02x at warm cache)",
+            n("write_lat_plain"),
+            n("write_lat_lib"),
+            l / p
+        ),
+        _ => println!("  ib_write_lat: no valid measurement"),
+    }
+    match (bp, bl) {
+        (Some(p), Some(l)) => println!(
+            "  ib_write_bw average: plain {p:.3} Gb/s ({} runs), with library {l:.3} Gb/s ({} runs), ratio {:.3}x",
+            n("write_bw_plain"),
+            n("write_bw_lib"),
+            l / p
+        ),
+        _ => println!("  ib_write_bw: no valid measurement"),
+    }
+    if !done {
+        failed.push("the guest did not reach the end of its test list".into());
+    }
+    if failed.is_empty() {
+        println!("xtask: rxe-test: {passed} guest tests passed");
+        Ok(())
+    } else {
+        Err(XtaskError::Checks(failed))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cpio_entries_are_newc_and_aligned() {
+        let mut c = Cpio::new();
+        c.file("a/b/c", 0o644, b"xyz");
+        let out = c.finish();
+        let text = String::from_utf8_lossy(&out);
+        // Parents first, then the file, then the trailer.
+        let a = text.find("a\0").unwrap();
+        let ab = text.find("a/b\0").unwrap();
+        let abc = text.find("a/b/c\0").unwrap();
+        assert!(a < ab && ab < abc);
+        assert!(text.contains("TRAILER!!!"));
+        assert_eq!(&out[..6], b"070701");
+        assert_eq!(out.len() % 512, 0);
+        // The file's header: mode 100644, size 3.
+        let h = &text[abc - 110..abc];
+        assert_eq!(&h[14..22], "000081a4");
+        assert_eq!(&h[54..62], "00000003");
+    }
+
+    #[test]
+    fn modinfo_depends_are_read_from_the_elf_section() {
+        // A minimal ELF64 with a section-name table and a .modinfo section.
+        let strtab = b"\0.shstrtab\0.modinfo\0";
+        let modinfo = b"license=GPL\0depends=ib_core,crc32-generic\0";
+        let mut elf = vec![0u8; 64];
+        elf[..4].copy_from_slice(b"\x7fELF");
+        elf[4] = 2;
+        let str_off = elf.len();
+        elf.extend_from_slice(strtab);
+        let mi_off = elf.len();
+        elf.extend_from_slice(modinfo);
+        while !elf.len().is_multiple_of(8) {
+            elf.push(0);
+        }
+        let shoff = elf.len();
+        let mut sh = |name: u32, off: usize, size: usize| {
+            let mut h = vec![0u8; 64];
+            h[..4].copy_from_slice(&name.to_le_bytes());
+            h[24..32].copy_from_slice(&(off as u64).to_le_bytes());
+            h[32..40].copy_from_slice(&(size as u64).to_le_bytes());
+            elf.extend_from_slice(&h);
+        };
+        sh(0, 0, 0);
+        sh(1, str_off, strtab.len());
+        sh(11, mi_off, modinfo.len());
+        elf[0x28..0x30].copy_from_slice(&(shoff as u64).to_le_bytes());
+        elf[0x3a..0x3c].copy_from_slice(&64u16.to_le_bytes());
+        elf[0x3c..0x3e].copy_from_slice(&3u16.to_le_bytes());
+        elf[0x3e..0x40].copy_from_slice(&1u16.to_le_bytes());
+        assert_eq!(
+            module_depends(&elf),
+            Some(vec!["ib_core".to_string(), "crc32_generic".into()])
+        );
+        assert_eq!(module_depends(b"not an elf"), None);
+    }
+
+    #[test]
+    fn invalid_samples_are_dropped() {
+        let lines: Vec<String> = [
+            "NPRDMA-METRIC: write_lat_lib inf",
+            "NPRDMA-METRIC: write_lat_lib 12.5",
+            "NPRDMA-METRIC: write_bw_lib 0.000000",
+            "NPRDMA-METRIC: write_bw_lib nan",
+            "NPRDMA-METRIC: write_lat_plain",
+            "noise NPRDMA-METRIC: x 1",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        let m = parse_metrics(&lines);
+        assert_eq!(m.get("write_lat_lib"), Some(&vec![12.5]));
+        assert_eq!(m.len(), 1);
+    }
+
+    #[test]
+    fn medians() {
+        assert_eq!(median(vec![3.0, 1.0, 2.0]), Some(2.0));
+        assert_eq!(median(vec![4.0, 1.0]), Some(2.5));
+        assert_eq!(median(vec![]), None);
+    }
+
+    #[test]
+    fn evaluation_needs_done_and_no_failure() {
+        let ok: Vec<String> = [
+            "NPRDMA-RXE: PASS a",
+            "NPRDMA-METRIC: write_lat_plain 10",
+            "NPRDMA-RXE: DONE",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        assert!(evaluate(&ok).is_ok());
+        let fail: Vec<String> = ["NPRDMA-RXE: FAIL a server=1 client=0", "NPRDMA-RXE: DONE"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        assert!(evaluate(&fail).is_err());
+        assert!(evaluate(&["NPRDMA-RXE: PASS a".to_string()]).is_err());
+    }
+}
