@@ -1,14 +1,16 @@
-//! `nprdma`: the virtual QFDB on the command line.
+//! `nprdma`: the virtual QFDB on the command line, and the server path's doctor.
 //!
 //! - `nprdma demo` runs all-to-all RDMA writes of unpinned buffers under memory pressure on one
 //!   QFDB with every strategy (pin-all, pre-fault, stall-only, retransmit-only, hybrid), prints
 //!   a table, and writes JSON and plots (latency CDF, throughput vs fault rate; SVG and PNG).
 //! - `nprdma sim` runs one configuration with every knob exposed.
+//! - `nprdma doctor` reports what `libnprdma.so` (docs/connectx.md) does in this environment
+//!   and in running processes that preload it.
 //!
-//! Every transferred byte is checked against a checksum of what was sent; a run whose data does
-//! not verify, or that loses or duplicates a transfer, makes the command fail with a non-zero
-//! exit status. Times printed are **model time** (simulated), except the one line that says
-//! "wall time", which is the host's.
+//! In `demo` and `sim`, every transferred byte is checked against a checksum of what was sent;
+//! a run whose data does not verify, or that loses or duplicates a transfer, makes the command
+//! fail with a non-zero exit status. Times printed are **model time** (simulated), except the
+//! one line that says "wall time", which is the host's.
 
 mod demo;
 mod doctor;

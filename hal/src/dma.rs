@@ -44,7 +44,9 @@ impl DmaRegion {
     ///
     /// # Safety
     /// `cpu` must point to `len` bytes of memory that stay valid until the region is handed back
-    /// to the allocator that made it, and the device must see that memory at `bus`.
+    /// to the allocator that made it, and the device must see that memory at `bus`. `cpu` must
+    /// be at least 8-byte aligned ([`read_u64`](Self::read_u64) and
+    /// [`write_u64`](Self::write_u64) rely on it; allocators hand out 4 KiB-aligned regions).
     pub unsafe fn from_raw_parts(
         cpu: NonNull<u8>,
         bus: PhysAddr,
@@ -124,7 +126,8 @@ impl DmaRegion {
                 align: 8,
             });
         }
-        // SAFETY: in bounds and 8-byte aligned (regions are page aligned).
+        // SAFETY: in bounds (checked); `offset` is a multiple of 8 (checked) and `cpu` is 8-byte
+        // aligned per `from_raw_parts`, so the address is too.
         unsafe {
             self.cpu
                 .as_ptr()
@@ -144,7 +147,8 @@ impl DmaRegion {
                 align: 8,
             });
         }
-        // SAFETY: in bounds and 8-byte aligned (regions are page aligned).
+        // SAFETY: in bounds (checked); `offset` is a multiple of 8 (checked) and `cpu` is 8-byte
+        // aligned per `from_raw_parts`, so the address is too.
         Ok(u64::from_le(unsafe {
             self.cpu.as_ptr().add(offset).cast::<u64>().read_volatile()
         }))
@@ -185,9 +189,9 @@ pub struct PageBitmap<S> {
 impl<S: AsRef<[u64]> + AsMut<[u64]>> PageBitmap<S> {
     /// Manages `pages` pages with `words` as storage (all pages free).
     pub fn new(mut words: S, pages: usize) -> Result<Self> {
-        if words.as_ref().len() * 64 < pages {
+        if words.as_ref().len().saturating_mul(64) < pages {
             return Err(HalError::DmaExhausted {
-                requested: pages * DMA_PAGE,
+                requested: pages.saturating_mul(DMA_PAGE),
             });
         }
         words.as_mut().fill(0);
@@ -240,12 +244,12 @@ impl<S: AsRef<[u64]> + AsMut<[u64]>> PageBitmap<S> {
             .filter(|&e| e <= self.pages && count > 0);
         let Some(end) = end else {
             return Err(HalError::DmaUnknownRegion {
-                bus: (first * DMA_PAGE) as u64,
+                bus: first.saturating_mul(DMA_PAGE) as u64,
             });
         };
         if (first..end).any(|p| !self.is_used(p)) {
             return Err(HalError::DmaUnknownRegion {
-                bus: (first * DMA_PAGE) as u64,
+                bus: first.saturating_mul(DMA_PAGE) as u64,
             });
         }
         for p in first..end {
@@ -580,6 +584,23 @@ mod tests {
         ));
         assert_eq!(b.allocate(0), Err(HalError::EmptyRange));
         assert_eq!(b.used_pages(), 6);
+    }
+
+    #[test]
+    fn bitmap_errors_on_absurd_arguments_instead_of_overflowing() {
+        assert_eq!(
+            PageBitmap::new([0u64; 1], usize::MAX).err(),
+            Some(HalError::DmaExhausted {
+                requested: usize::MAX
+            })
+        );
+        let mut b = PageBitmap::new([0u64; 1], 64).unwrap();
+        assert_eq!(
+            b.free(usize::MAX / 2, 1),
+            Err(HalError::DmaUnknownRegion {
+                bus: usize::MAX as u64
+            })
+        );
     }
 
     #[test]

@@ -225,7 +225,11 @@ impl MmioBus {
     }
 
     fn in_window(&self, offset: usize, width: AccessWidth) -> bool {
-        offset.is_multiple_of(width.bytes())
+        // The address, not just the offset, must be naturally aligned: `new` does not require
+        // an aligned `base`, and a misaligned volatile access is undefined behaviour.
+        (self.base.as_ptr() as usize)
+            .wrapping_add(offset)
+            .is_multiple_of(width.bytes())
             && offset
                 .checked_add(width.bytes())
                 .is_some_and(|end| end <= self.size)
@@ -238,7 +242,7 @@ impl RegisterBus for MmioBus {
             return width.mask();
         }
         // SAFETY: `new`'s contract makes [base, base + size) a device window; the access is in
-        // bounds and naturally aligned (checked above).
+        // bounds and its address naturally aligned (both checked by `in_window` above).
         unsafe {
             let p = self.base.as_ptr().add(offset);
             match width {
@@ -410,4 +414,40 @@ macro_rules! __reg_name {
     ($reg:ty) => {
         $reg
     };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mmio_bus_checks_the_alignment_of_the_address_not_only_of_the_offset() {
+        let mut words = [0u64; 2];
+        let base = NonNull::from(&mut words).cast::<u8>();
+        let odd = NonNull::new(base.as_ptr().wrapping_add(1)).unwrap();
+        // SAFETY: `words` outlives both buses and is touched only through them while they are
+        // used (volatile accesses; no Rust reference into it is held meanwhile).
+        let (bus, shifted) = unsafe { (MmioBus::new(base, 16), MmioBus::new(odd, 15)) };
+        for i in 0..16u8 {
+            bus.write(usize::from(i), AccessWidth::U8, u64::from(i));
+        }
+        assert_eq!(
+            bus.read(4, AccessWidth::U32),
+            u64::from(u32::from_ne_bytes([4, 5, 6, 7]))
+        );
+        // Window offset 0 is byte 1 of `words`: a 32-bit access there is misaligned and reads
+        // all-ones; offset 3 is byte 4, which is aligned.
+        assert_eq!(shifted.read(0, AccessWidth::U32), 0xffff_ffff);
+        assert_eq!(
+            shifted.read(3, AccessWidth::U32),
+            u64::from(u32::from_ne_bytes([4, 5, 6, 7]))
+        );
+        shifted.write(0, AccessWidth::U16, 0xabcd);
+        assert_eq!(
+            shifted.read(0, AccessWidth::U8),
+            1,
+            "misaligned write dropped"
+        );
+        assert_eq!(bus.read(1, AccessWidth::U8), 1);
+    }
 }

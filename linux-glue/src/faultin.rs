@@ -83,8 +83,11 @@ pub(crate) unsafe fn touch(addr: u64, len: u64, access: Access) {
     while page < addr + len {
         match access {
             Access::Read => {
-                // SAFETY: mapped and readable per the caller's contract; an atomic byte load
-                // cannot tear or race destructively with other accesses to the byte.
+                // SAFETY: mapped and readable per the caller's contract. The page may be
+                // read-only, which `from_ptr` alone does not allow; a Relaxed load of a
+                // byte-sized atomic is the exception `core::sync::atomic` documents under
+                // "Atomic accesses to read-only memory", and it is the only access made. An
+                // atomic byte load cannot tear or race destructively with other accesses.
                 let b = unsafe { AtomicU8::from_ptr(page as *mut u8) };
                 std::hint::black_box(b.load(Ordering::Relaxed));
             }

@@ -255,7 +255,9 @@ impl ModuleRegion {
     /// invalidation shows up as a generation change).
     pub fn snapshot(&self, range: AlignedRange<VirtAddr>) -> Result<Snapshot> {
         let generation = self.generation();
-        let mut versions = Vec::with_capacity(range.page_count() as usize);
+        // Capped by the table: a range longer than the region fails below, and must not first
+        // try to reserve memory for every page it names.
+        let mut versions = Vec::with_capacity(range.page_count().min(self.entries) as usize);
         for p in range.pages() {
             let e = self
                 .entry(p)

@@ -287,7 +287,9 @@ impl PagemapReader {
 
     /// The pagemap entries of `count` pages starting at `addr` (one pread per 64 Ki pages).
     pub(crate) fn entries(&self, addr: u64, count: u64) -> Result<Vec<PagemapEntry>> {
-        let mut out = Vec::with_capacity(count as usize);
+        let mut out = Vec::new();
+        out.try_reserve_exact(count as usize)
+            .map_err(|_| TOO_MANY_PAGES)?;
         let mut vpn = addr >> PAGE_SHIFT;
         let mut left = count;
         let mut buf = vec![0u8; 8 * count.min(65536) as usize];
@@ -414,10 +416,19 @@ impl<'a> RunCursor<'a> {
     }
 }
 
+/// What a page-state query of more pages than this process can hold a buffer for returns
+/// (the public query accepts any range, so the size must not abort the process).
+const TOO_MANY_PAGES: GlueError = GlueError::InvalidArgument {
+    what: "range has too many pages for a page-state buffer",
+};
+
 /// Residency of `count` pages from `addr` via mincore(2). ENOMEM (unmapped) becomes
 /// [`GlueError::Unmapped`].
 pub(crate) fn mincore(addr: u64, count: u64) -> Result<Vec<bool>> {
-    let mut vec = vec![0u8; count as usize];
+    let mut vec = Vec::new();
+    vec.try_reserve_exact(count as usize)
+        .map_err(|_| TOO_MANY_PAGES)?;
+    vec.resize(count as usize, 0u8);
     // SAFETY: `vec` has one byte per page of the range as mincore requires; mincore does not
     // access the range itself.
     let rc = unsafe {

@@ -268,6 +268,23 @@ fn page_cache_faults_are_minor_then_major_after_the_cache_is_dropped() {
 }
 
 #[test]
+fn a_page_state_query_too_large_to_buffer_is_an_error() {
+    // 2^50 pages: no buffer of one entry per page can be allocated, with either source.
+    let huge = range(VirtAddr::new(0), 1 << 62);
+    for state_source in [StatePreference::Auto, StatePreference::Mincore] {
+        let (glue, _rx) = Glue::new(GlueConfig {
+            state_source,
+            ..Default::default()
+        })
+        .unwrap();
+        assert!(matches!(
+            glue.page_states(huge),
+            Err(linux_glue::GlueError::InvalidArgument { .. })
+        ));
+    }
+}
+
+#[test]
 fn mincore_answers_presence_when_asked_to() {
     let (glue, _rx) = Glue::new(GlueConfig {
         state_source: StatePreference::Mincore,

@@ -188,6 +188,21 @@ fn ensure_present_faults_only_absent_pages_and_snapshots_validate() {
 }
 
 #[test]
+fn a_snapshot_of_a_range_beyond_the_region_is_an_error() {
+    let (_fake, c) = client();
+    let r = c
+        .register(VirtAddr::new(BASE), 4 * PAGE, Access::Write)
+        .unwrap();
+    // 2^50 pages from the region's start: the first page past the region is reported, without
+    // first reserving room for every page the range names.
+    let err = r.snapshot(range(BASE, 1 << 62)).unwrap_err();
+    assert!(
+        matches!(err, GlueError::NotRegistered { addr } if addr == BASE + 4 * PAGE),
+        "{err:?}"
+    );
+}
+
+#[test]
 fn invalidations_arrive_on_the_ring_in_order() {
     let (fake, mut c) = client();
     assert!(

@@ -8,6 +8,7 @@
 //! - `rxe-test`: the server path (libnprdma.so) on Soft-RoCE in a Debian guest under
 //!   `qemu-system-x86_64`: unmodified perftest, the stress program, with/without ratios.
 //! - `test`: everything CI checks.
+//! - `list`: the firmware programs and what each is expected to do.
 //!
 //! Errors are one line naming what is missing and how to get it; the exit status is 1 for a
 //! failure and 2 for a usage error.
@@ -34,8 +35,9 @@ commands:
   rxe-test [--iters <n>] [--cmp-iters <n>] [--stress-ops <n>]
                               libnprdma.so on Soft-RoCE in a Debian guest (qemu-system-x86_64):
                               unmodified perftest, the stress program, with/without ratios
-  test [--skip-setup]         everything CI checks: fmt, clippy, host tests, no_std cross builds,
-                              every firmware test on QEMU
+  test [--skip-setup]         everything CI checks: fmt, the layering rule, clippy, host tests,
+                              a small nprdma demo, no_std cross builds, every firmware test on
+                              QEMU, rxe-test
   list                        list the firmware programs and what each is expected to do
 ";
 

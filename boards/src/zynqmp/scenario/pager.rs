@@ -184,7 +184,7 @@ impl<'m, M: DmaMemory> Pager<'m, M> {
         fill: Fill,
     ) -> Result<()> {
         base.require_aligned(PageSize::Size4K)?;
-        if self.pages.len() + pages > MAX_PAGES {
+        if self.pages.len().saturating_add(pages) > MAX_PAGES {
             return Err(BoardError::PagerExhausted { what: "page slots" });
         }
         self.regions.register(RegisteredRegion {
@@ -570,5 +570,36 @@ impl<M: DmaMemory> FaultResolver for Pager<'_, M> {
             attributes: Self::attributes(self.pages[slot].writable),
             cost,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use hal::dma::HostDma;
+
+    use super::*;
+
+    #[test]
+    fn a_region_of_absurd_size_is_refused_and_the_pager_keeps_working() {
+        let dma = HostDma::new(PhysAddr::new(0x8000_0000), 64).unwrap();
+        let mut pager = Pager::new(&dma, 4, 1_000).unwrap();
+        let stream = StreamId(0x14e8);
+        pager
+            .add_region(stream, Iova::new(0x1000_0000), 2, true, Fill::Byte(0x5a))
+            .unwrap();
+        // With two slots in use, 2 + usize::MAX pages must not overflow the capacity check.
+        assert_eq!(
+            pager.add_region(
+                stream,
+                Iova::new(0x2000_0000),
+                usize::MAX,
+                true,
+                Fill::Byte(0)
+            ),
+            Err(BoardError::PagerExhausted { what: "page slots" })
+        );
+        let mut out = [0u8; 3];
+        pager.read(Iova::new(0x1000_0fff), &mut out).unwrap();
+        assert_eq!(out, [0x5a; 3]);
     }
 }
