@@ -125,6 +125,25 @@ fn bad_knobs_are_one_line_errors() {
     };
     let e = run(&crowd, &mut |_, _| {}).unwrap_err();
     assert!(!e.to_string().contains('\n'));
+    // Default: 4 nodes all-to-all = 6 buffers per node, depth 4, 64 KiB transfers: an
+    // in-flight working set of 6 * 4 * 64 KiB = 1536 KiB. 1% of the footprint is far below it
+    // and is refused up front (it used to end in an internal error mid-run).
+    let starved = SimConfig {
+        memory_limit: MemoryLimit::Fraction(0.01),
+        ..SimConfig::default()
+    };
+    let e = run(&starved, &mut |_, _| {}).unwrap_err();
+    assert!(matches!(e, SimError::Config(_)), "{e}");
+    assert!(
+        e.to_string().contains("in-flight working set of 1536 KiB"),
+        "{e}"
+    );
+    let enough = SimConfig {
+        memory_limit: MemoryLimit::Bytes(1536 * 1024),
+        transfers: 64,
+        ..SimConfig::default()
+    };
+    assert_eq!(run(&enough, &mut |_, _| {}).unwrap().transfers, 64);
 }
 
 #[test]

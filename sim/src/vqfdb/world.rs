@@ -302,6 +302,21 @@ impl<'p> World<'p> {
                 MemoryLimit::Fraction(f) => (footprint as f64 * f) as u64,
             };
             let limit = (limit_bytes / PAGE).max(1) as usize;
+            // Every transfer in flight needs its pages resident at some point (the CPU writes
+            // the source, the engine reads it, the peer writes the destination), so a limit
+            // below that working set cannot make progress: refuse it as a configuration error.
+            let working_set = (slot_bytes / PAGE) as usize * cfg.depth.max(1) * buffers;
+            if limit < working_set {
+                return Err(SimError::Config(format!(
+                    "--memory-limit gives node {n} {} KiB, below its in-flight working set of {} KiB \
+                     ({} buffers x depth {} x {} KiB per transfer); raise --memory-limit or lower --depth",
+                    limit as u64 * PAGE / 1024,
+                    working_set as u64 * PAGE / 1024,
+                    buffers,
+                    cfg.depth,
+                    slot_bytes / 1024
+                )));
+            }
             let frames = limit.max(pages).max(1);
             let dram = Arc::new(HostDma::new(
                 PhysAddr::new(DRAM_BASE),
