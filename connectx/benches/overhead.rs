@@ -1,7 +1,10 @@
 //! Per-work-request cost of the library on the fake provider: the same ping (a signaled
 //! 8-byte RDMA WRITE, then polling for its completion) through the fake alone and through the
 //! library at a warm cache. The difference is the library's CPU cost per WR (the fake's own
-//! cost is in both). Printed, not asserted: `cargo bench -p connectx --bench overhead`.
+//! cost is in both). A third line times the library through the `ibv_wr_*` builder API with an
+//! inline payload, the way perftest 4.5's `ib_write_lat` posts (the fake has no builder API of
+//! its own, so there is no plain counterpart). Printed, not asserted:
+//! `cargo bench -p connectx --bench overhead`.
 
 #[path = "../tests/common/mod.rs"]
 mod common;
@@ -50,6 +53,45 @@ fn measure(a: &Host, qa: *mut ibv_qp, src: &mut Buf, b: &Host, dst: &mut Buf, n:
     run(n)
 }
 
+/// The same ping through the `ibv_wr_*` builder API (what perftest 4.5 uses by default), with
+/// the payload inline as `ib_write_lat` sends it: start, rdma_write, set_inline_data, complete.
+fn measure_wr_api(a: &Host, qa: *mut ibv_qp, src: &Buf, b: &Host, dst: &mut Buf, n: u64) -> f64 {
+    let dmr = b.reg(dst, ALL_ACCESS);
+    let (_, dr) = keys(dmr);
+    let qpx = qa.cast::<ibv_qp_ex>();
+    let run = |count: u64| {
+        let t = Instant::now();
+        for i in 0..count {
+            // SAFETY: what ibv_wr_start / ibv_wr_rdma_write / ibv_wr_set_inline_data /
+            // ibv_wr_complete do with the QP's ibv_qp_ex.
+            let rc = unsafe {
+                let q = &mut *qpx;
+                (q.wr_start.unwrap())(qpx);
+                q.wr_id = i;
+                q.wr_flags = IBV_SEND_SIGNALED;
+                (q.wr_rdma_write.unwrap())(qpx, dr, dst.as_ptr() as u64 + 128);
+                (q.wr_set_inline_data.unwrap())(qpx, src.as_ptr().add(64) as *mut _, 8);
+                (q.wr_complete.unwrap())(qpx)
+            };
+            assert_eq!(rc, 0);
+            let mut wc = ibv_wc::default();
+            loop {
+                // SAFETY: the inline ibv_poll_cq.
+                let k = unsafe {
+                    ((*a.cq).context.as_ref().unwrap().ops.poll_cq.unwrap())(a.cq, 1, &mut wc)
+                };
+                if k == 1 {
+                    break;
+                }
+            }
+            assert_eq!((wc.wr_id, wc.status), (i, IBV_WC_SUCCESS));
+        }
+        t.elapsed().as_nanos() as f64 / count as f64
+    };
+    run(1000);
+    run(n)
+}
+
 fn main() {
     let n = std::env::var("NPRDMA_BENCH_N")
         .ok()
@@ -69,11 +111,22 @@ fn main() {
     connect(&la, qa, &lb, qb);
     let (mut s2, mut d2) = (Buf::new(1 << 20), Buf::new(1 << 20));
     let lib = measure(&la, qa, &mut s2, &lb, &mut d2, n);
+    let (xa, xb) = (
+        Host::with_library(64 << 20, 1 << 20),
+        Host::with_library(64 << 20, 1 << 20),
+    );
+    let (qa, qb) = (xa.create_qp_ex(), xb.create_qp(false));
+    connect(&xa, qa, &xb, qb);
+    let (s3, mut d3) = (Buf::new(1 << 20), Buf::new(1 << 20));
+    let wr_api = measure_wr_api(&xa, qa, &s3, &xb, &mut d3, n);
     println!("fake provider alone : {plain:8.0} ns per WRITE + completion");
     println!("through the library : {lib:8.0} ns per WRITE + completion");
     println!(
         "library cost        : {:8.0} ns per work request ({:.2}x)",
         lib - plain,
         lib / plain
+    );
+    println!(
+        "library, ibv_wr_* API with an inline payload: {wr_api:8.0} ns per WRITE + completion"
     );
 }

@@ -237,7 +237,12 @@ impl SendTracker {
         }
         let mut released = WinList::new();
         while let Some(e) = self.entries.pop_front() {
-            released.extend(e.windows);
+            // Usually only the completed entry is retired: take its list as is.
+            if released.is_empty() {
+                released = e.windows;
+            } else {
+                released.extend(e.windows);
+            }
             if e.seq != seq {
                 continue;
             }

@@ -1136,7 +1136,7 @@ pub(crate) struct SrqCtl {
 }
 
 /// The CQ record of `cq`, created on first use.
-pub(crate) fn cq_ctl(cq: usize) -> Option<Arc<CqCtl>> {
+pub(crate) fn cq_ctl(cq: usize) -> Option<registry::Hot<CqCtl>> {
     registry::cq_or_insert(cq, || {
         // SAFETY: a live CQ the application or a QP refers to.
         let ctx = unsafe { (*(cq as *mut ibv_cq)).context } as usize;
@@ -1157,15 +1157,16 @@ pub(crate) fn process_wc(
     wc: &mut ibv_wc,
     last: &mut Option<(u32, Arc<QpCtl>)>,
 ) -> bool {
-    let qpc = match last {
-        Some((n, q)) if *n == wc.qp_num => q.clone(),
-        _ => {
-            let Some(q) = registry::qp_by_num(ctx, wc.qp_num) else {
-                return true;
-            };
-            *last = Some((wc.qp_num, q.clone()));
-            q
-        }
+    // Borrow the remembered QP rather than cloning its Arc (two atomic operations per
+    // completion on the hot path).
+    if !matches!(last, Some((n, _)) if *n == wc.qp_num) {
+        let Some(q) = registry::qp_by_num(ctx, wc.qp_num) else {
+            return true;
+        };
+        *last = Some((wc.qp_num, q));
+    }
+    let Some((_, qpc)) = last.as_ref() else {
+        return true;
     };
     if wc.wr_id & RECV_TAG != 0 {
         let seq = wc.wr_id & !RECV_TAG;
@@ -1256,6 +1257,13 @@ impl Batch {
         self.app.clear();
         self.seqs.clear();
     }
+}
+
+/// A provider WR built and recorded by the warm-cache path, not yet posted.
+pub(crate) struct FastWr {
+    wr: ibv_send_wr,
+    sge: Option<ibv_sge>,
+    seq: u64,
 }
 
 /// Maps a send opcode to the completion opcode plain verbs reports.
@@ -1581,6 +1589,18 @@ impl QpCtl {
         wr: *mut ibv_send_wr,
         bad: *mut *mut ibv_send_wr,
     ) -> c_int {
+        // The common warm case, one WR that the fast path can translate, is posted straight
+        // from the stack: no batch to fill, link and clear.
+        if !wr.is_null() && side.batch.is_empty() {
+            // SAFETY: the head of the application's list (read in place, not copied).
+            let app = unsafe { &*wr };
+            if app.next.is_null()
+                && let Some(fast) = self.fast_build(side, app)
+            {
+                // SAFETY: forwarded contract.
+                return unsafe { self.post_one(fast, wr, bad) };
+            }
+        }
         // Reuse the QP's vectors (no allocation on a warm path); put them back afterwards.
         let mut batch = std::mem::take(&mut side.batch);
         batch.clear();
@@ -1799,15 +1819,69 @@ impl QpCtl {
         app_ptr: usize,
         batch: &mut Batch,
     ) -> bool {
+        let Some(fast) = self.fast_build(side, app) else {
+            return false;
+        };
+        match fast.sge {
+            Some(s) => batch.push(fast.wr, core::slice::from_ref(&s), app_ptr, fast.seq),
+            None => batch.push(fast.wr, &[], app_ptr, fast.seq),
+        }
+        true
+    }
+
+    /// Posts one fast-path WR built on the stack (the application posted a single WR).
+    /// On a provider error, forgets its record and releases its window, as
+    /// [`flush`](Self::flush) does, and points `*bad` at the application's WR.
+    ///
+    /// # Safety
+    /// `app_wr` is the application's WR `fast` was built from; `bad` is writable.
+    unsafe fn post_one(
+        &self,
+        fast: FastWr,
+        app_wr: *mut ibv_send_wr,
+        bad: *mut *mut ibv_send_wr,
+    ) -> c_int {
+        let FastWr {
+            mut wr,
+            mut sge,
+            seq,
+        } = fast;
+        let rc = match self.orig_post_send() {
+            Some(post) => {
+                (wr.sg_list, wr.num_sge) = match sge.as_mut() {
+                    Some(s) => (s as *mut ibv_sge, 1),
+                    None => (core::ptr::null_mut(), 0),
+                };
+                wr.next = core::ptr::null_mut();
+                let mut provider_bad: *mut ibv_send_wr = core::ptr::null_mut();
+                // SAFETY: a live QP and one well-formed WR whose SGE outlives the call.
+                unsafe { post(self.qp as *mut ibv_qp, &mut wr, &mut provider_bad) }
+            }
+            None => libc::EOPNOTSUPP,
+        };
+        if rc == 0 {
+            return 0;
+        }
+        let windows = lock(&self.track).send.unrecord_after(seq.saturating_sub(1));
+        self.engine.release(&windows);
+        // SAFETY: `bad` is writable.
+        unsafe { *bad = app_wr };
+        rc
+    }
+
+    /// Builds the provider WR of the warm-cache path and records it (see
+    /// [`fast_send`](Self::fast_send)); `None`, having changed nothing, when the WR needs the
+    /// general path.
+    fn fast_build(&self, side: &mut SendSide, app: &ibv_send_wr) -> Option<FastWr> {
         let op = app.opcode;
         let (has_remote, atomic) = match op {
             IBV_WR_RDMA_WRITE | IBV_WR_RDMA_WRITE_WITH_IMM | IBV_WR_RDMA_READ => (true, false),
             IBV_WR_ATOMIC_CMP_AND_SWP | IBV_WR_ATOMIC_FETCH_AND_ADD => (true, true),
             IBV_WR_SEND | IBV_WR_SEND_WITH_IMM => (false, false),
-            _ => return false,
+            _ => return None,
         };
         if app.num_sge < 0 || app.num_sge > 1 || (app.num_sge == 1 && app.sg_list.is_null()) {
-            return false;
+            return None;
         }
         let sge = if app.num_sge == 1 {
             // SAFETY: the application's one-entry SGE array.
@@ -1820,7 +1894,7 @@ impl QpCtl {
         if has_remote {
             let rlen = if atomic { 8 } else { total };
             if rlen == 0 || self.qp_type != IBV_QPT_RC {
-                return false;
+                return None;
             }
             let (raddr, rkey) = if atomic {
                 (app.remote_addr(), app.atomic_rkey())
@@ -1828,18 +1902,16 @@ impl QpCtl {
                 (app.remote_addr(), app.rdma_rkey())
             };
             let Some(RemoteRegion::Library(l)) = side.remote.get(&rkey) else {
-                return false;
+                return None;
             };
             if !l.header.exported || !l.geom.contains(raddr, rlen) {
-                return false;
+                return None;
             }
             let index = l.geom.window_of(raddr);
             if l.geom.window_of(raddr + rlen - 1) != index {
-                return false;
+                return None;
             }
-            let Some(wkey) = l.rkeys.get(&index).copied() else {
-                return false;
-            };
+            let wkey = l.rkeys.get(&index).copied()?;
             if atomic {
                 w.set_atomic(raddr, app.atomic_compare_add(), app.atomic_swap(), wkey);
             } else {
@@ -1854,20 +1926,16 @@ impl QpCtl {
         {
             let mut st = lock(&self.engine.state);
             if let Some(id) = st.by_lkey.get(&(self.ctx.ctx, s.lkey)).copied() {
-                let Some(r) = st.regions.get(&id) else {
-                    return false;
-                };
+                let r = st.regions.get(&id)?;
                 if !r.geom.contains(s.addr, u64::from(s.length)) {
-                    return false;
+                    return None;
                 }
                 let index = r.geom.window_of(s.addr);
                 if r.geom.window_of(s.addr + u64::from(s.length) - 1) != index {
-                    return false;
+                    return None;
                 }
                 let wid = WindowId { region: id, index };
-                let Some(keys) = st.cache.lookup_and_pin(wid) else {
-                    return false;
-                };
+                let keys = st.cache.lookup_and_pin(wid)?;
                 out.lkey = keys.lkey;
                 windows.push(wid);
             }
@@ -1895,11 +1963,11 @@ impl QpCtl {
         };
         w.wr_id = seq;
         w.next = core::ptr::null_mut();
-        match sge {
-            Some(_) => batch.push(w, core::slice::from_ref(&out), app_ptr, seq),
-            None => batch.push(w, &[], app_ptr, seq),
-        }
-        true
+        Some(FastWr {
+            wr: w,
+            sge: sge.map(|_| out),
+            seq,
+        })
     }
 
     /// Translates and posts a list of receive WRs (on this QP, or on `srq`'s tracker).

@@ -4,9 +4,12 @@
 //! engine and state here. Keys are the objects' addresses; records are removed when the
 //! application destroys the object, before the provider frees it.
 
-use std::cell::RefCell;
+use std::cell::Cell;
+use std::mem::ManuallyDrop;
+use std::ops::Deref;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock, RwLock};
+use std::thread::LocalKey;
 
 use crate::engine::{CqCtl, CtxRec, QpCtl, SrqCtl};
 
@@ -25,30 +28,65 @@ static MAPS: LazyLock<RwLock<Maps>> = LazyLock::new(|| RwLock::new(Maps::default
 /// generation they were filled in (a destroyed object's address may be reused).
 static GENERATION: AtomicU64 = AtomicU64::new(0);
 
-type Cached<T> = RefCell<Option<(u64, usize, Arc<T>)>>;
+type Cached<T> = Cell<Option<(u64, usize, Arc<T>)>>;
 
 thread_local! {
     // The data path looks up the same QP and CQ again and again: remember the last ones.
-    static LAST_QP: Cached<QpCtl> = const { RefCell::new(None) };
-    static LAST_CQ: Cached<CqCtl> = const { RefCell::new(None) };
+    static LAST_QP: Cached<QpCtl> = const { Cell::new(None) };
+    static LAST_CQ: Cached<CqCtl> = const { Cell::new(None) };
 }
 
+/// A record lent by a thread's one-entry cache. A hit moves the `Arc` out of the cache and
+/// [`Drop`] moves it back, so the warm data path pays no reference-count atomics. A nested
+/// lookup on the same thread (the slot is empty meanwhile) simply misses and asks the map.
+pub(crate) struct Hot<T: 'static> {
+    cache: &'static LocalKey<Cached<T>>,
+    generation: u64,
+    key: usize,
+    rec: ManuallyDrop<Arc<T>>,
+}
+
+impl<T> Deref for Hot<T> {
+    type Target = Arc<T>;
+    fn deref(&self) -> &Arc<T> {
+        &self.rec
+    }
+}
+
+impl<T> Drop for Hot<T> {
+    #[inline]
+    fn drop(&mut self) {
+        // SAFETY: `rec` is taken exactly once, here, and never used afterwards.
+        let rec = unsafe { ManuallyDrop::take(&mut self.rec) };
+        let entry = Some((self.generation, self.key, rec));
+        // At thread exit the slot may be gone: then the Arc is simply dropped.
+        let old = self.cache.try_with(|c| c.replace(entry));
+        // Whatever was displaced is dropped outside the cell (it may be the last reference).
+        drop(old);
+    }
+}
+
+#[inline]
 fn cached<T>(
-    cache: &'static std::thread::LocalKey<Cached<T>>,
+    cache: &'static LocalKey<Cached<T>>,
     key: usize,
     fetch: impl FnOnce() -> Option<Arc<T>>,
-) -> Option<Arc<T>> {
+) -> Option<Hot<T>> {
     let generation = GENERATION.load(Ordering::Acquire);
-    let hit = cache.with(|c| match &*c.borrow() {
-        Some((g, k, v)) if *g == generation && *k == key => Some(v.clone()),
-        _ => None,
-    });
-    if hit.is_some() {
-        return hit;
-    }
-    let v = fetch()?;
-    cache.with(|c| *c.borrow_mut() = Some((generation, key, v.clone())));
-    Some(v)
+    let taken = cache.try_with(|c| c.take()).ok().flatten();
+    let rec = match taken {
+        Some((g, k, v)) if g == generation && k == key => v,
+        stale => {
+            drop(stale);
+            fetch()?
+        }
+    };
+    Some(Hot {
+        cache,
+        generation,
+        key,
+        rec: ManuallyDrop::new(rec),
+    })
 }
 
 fn invalidate() {
@@ -95,7 +133,8 @@ pub(crate) fn remove_ctx(ctx: usize) -> Option<Arc<CtxRec>> {
 }
 
 /// The record of a QP.
-pub(crate) fn qp(qp: usize) -> Option<Arc<QpCtl>> {
+#[inline]
+pub(crate) fn qp(qp: usize) -> Option<Hot<QpCtl>> {
     cached(&LAST_QP, qp, || read(|m| m.qps.get(&qp).cloned()))
 }
 
@@ -128,7 +167,7 @@ pub(crate) fn cq(cq: usize) -> Option<Arc<CqCtl>> {
 }
 
 /// The record of a CQ, created with `make` if missing.
-pub(crate) fn cq_or_insert(cq: usize, make: impl FnOnce() -> Option<CqCtl>) -> Option<Arc<CqCtl>> {
+pub(crate) fn cq_or_insert(cq: usize, make: impl FnOnce() -> Option<CqCtl>) -> Option<Hot<CqCtl>> {
     cached(&LAST_CQ, cq, || {
         if let Some(c) = read(|m| m.cqs.get(&cq).cloned()) {
             return Some(c);

@@ -864,3 +864,49 @@ fn rereg_access_and_translation() {
     assert_eq!(h.dereg(mr), 0);
     assert_eq!(h.pinned(), 0);
 }
+
+#[test]
+fn a_refused_single_warm_wr_reports_the_provider_error_and_leaves_no_trace() {
+    // A lone WR inside warm windows is posted straight from the stack (docs/connectx.md §3);
+    // when the provider refuses it, the application must see plain verbs' answer: the errno,
+    // `bad_wr` at its WR, no completion, no bytes moved, and the QP usable afterwards.
+    let p = pair(1 << 20, 64 * 1024);
+    let mut src = Buf::new(64 * KIB);
+    let mut dst = Buf::new(64 * KIB);
+    fill(&mut src, 5);
+    let smr = p.a.reg(&mut src, IBV_ACCESS_LOCAL_WRITE);
+    let dmr = p.b.reg(&mut dst, ALL_ACCESS);
+    let (slkey, _) = keys(smr);
+    let (_, drkey) = keys(dmr);
+    let base = dst.as_ptr() as u64;
+    // Warm: local window registered, remote window leased.
+    let mut s = [sge(&src, 0, 64, slkey)];
+    let mut wr = rdma(IBV_WR_RDMA_WRITE, 1, &mut s, base, drkey, true);
+    assert_eq!(post_send(p.qa, &mut wr).0, 0);
+    let wc = poll(p.a.cq, 1);
+    assert_eq!((wc[0].wr_id, wc[0].status), (1, IBV_WC_SUCCESS));
+    // A QP outside RTS/ERR refuses posts with EINVAL (the fake lets the test move it back to
+    // RTR and then to RTS again).
+    let mut attr = ibv_qp_attr {
+        qp_state: IBV_QPS_RTR,
+        ..Default::default()
+    };
+    assert_eq!(p.a.modify(p.qa, &mut attr, IBV_QP_STATE), 0);
+    let mut s = [sge(&src, 64, 64, slkey)];
+    let mut wr = rdma(IBV_WR_RDMA_WRITE, 2, &mut s, base + 64, drkey, true);
+    let (rc, bad) = post_send(p.qa, &mut wr);
+    assert_eq!(rc, libc::EINVAL);
+    assert_eq!(bad, &mut wr as *mut ibv_send_wr);
+    assert!(poll_rest(p.a.cq).is_empty());
+    assert!(dst[64..128].iter().all(|b| *b == 0));
+    attr.qp_state = IBV_QPS_RTS;
+    assert_eq!(p.a.modify(p.qa, &mut attr, IBV_QP_STATE), 0);
+    let mut s = [sge(&src, 128, 64, slkey)];
+    let mut wr = rdma(IBV_WR_RDMA_WRITE, 3, &mut s, base + 128, drkey, true);
+    assert_eq!(post_send(p.qa, &mut wr).0, 0);
+    let wc = poll(p.a.cq, 1);
+    assert_eq!((wc[0].wr_id, wc[0].status), (3, IBV_WC_SUCCESS));
+    assert!(poll_rest(p.a.cq).is_empty(), "nothing of the refused WR");
+    assert_eq!(&dst[128..192], &src[128..192]);
+    assert!(dst[64..128].iter().all(|b| *b == 0));
+}
