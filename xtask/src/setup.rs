@@ -93,19 +93,40 @@ pub fn ensure_packages(packages: &[Package]) -> Result<(), XtaskError> {
     for p in &missing {
         println!("  {:<16} {}", p.name, p.why);
     }
+    // QEMU's system emulators must come from the same Debian suite as an installed qemu-utils
+    // (they share qemu-system-common's version); some machines carry qemu-utils from backports.
+    let (qemu, rest): (Vec<&str>, Vec<&str>) =
+        names.iter().partition(|n| n.starts_with("qemu-system-"));
+    let qemu_suite = if qemu.is_empty() {
+        None
+    } else {
+        backports_suite_of("qemu-utils")
+    };
+    if let Some(suite) = &qemu_suite {
+        ensure_suite_source(suite)?;
+    }
     run_status(
         "apt-get update",
         Command::new("apt-get")
             .args(["-q", "-o", "Dpkg::Use-Pty=0", "update"])
             .env("DEBIAN_FRONTEND", "noninteractive"),
     )?;
-    run_status(
-        "apt-get install",
-        Command::new("apt-get")
-            .args(["-q", "-y", "-o", "Dpkg::Use-Pty=0", "install"])
-            .args(&names)
-            .env("DEBIAN_FRONTEND", "noninteractive"),
-    )?;
+    let install = |what: &[&str], suite: Option<&str>| {
+        if what.is_empty() {
+            return Ok(());
+        }
+        let mut cmd = Command::new("apt-get");
+        cmd.args(["-q", "-y", "-o", "Dpkg::Use-Pty=0", "install"]);
+        if let Some(s) = suite {
+            cmd.args(["-t", s]);
+        }
+        run_status(
+            "apt-get install",
+            cmd.args(what).env("DEBIAN_FRONTEND", "noninteractive"),
+        )
+    };
+    install(&rest, None)?;
+    install(&qemu, qemu_suite.as_deref())?;
     let still: Vec<&str> = names.iter().copied().filter(|n| !installed(n)).collect();
     if still.is_empty() {
         Ok(())
@@ -115,4 +136,53 @@ pub fn ensure_packages(packages: &[Package]) -> Result<(), XtaskError> {
             still.join(", ")
         )))
     }
+}
+
+/// The backports suite (`<codename>-backports`) an installed package came from, if it did
+/// (Debian marks backported versions `~bpo<release>`).
+fn backports_suite_of(package: &str) -> Option<String> {
+    let out = Command::new("dpkg-query")
+        .args(["-W", "-f=${Status}|${Version}", package])
+        .output()
+        .ok()?;
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (status, version) = text.split_once('|')?;
+    if !out.status.success()
+        || !status.contains("install ok installed")
+        || !version.contains("~bpo")
+    {
+        return None;
+    }
+    let release = std::fs::read_to_string("/etc/os-release").ok()?;
+    let codename = release
+        .lines()
+        .find_map(|l| l.strip_prefix("VERSION_CODENAME="))?
+        .trim_matches('"')
+        .to_string();
+    (!codename.is_empty()).then(|| format!("{codename}-backports"))
+}
+
+/// Makes sure apt knows `suite` from the Debian archive (adds a sources file if no configured
+/// source names it).
+fn ensure_suite_source(suite: &str) -> Result<(), XtaskError> {
+    let mut files = vec![std::path::PathBuf::from("/etc/apt/sources.list")];
+    if let Ok(dir) = std::fs::read_dir("/etc/apt/sources.list.d") {
+        files.extend(dir.filter_map(|e| e.ok()).map(|e| e.path()));
+    }
+    let known = files.iter().any(|f| {
+        std::fs::read_to_string(f).is_ok_and(|t| {
+            t.lines()
+                .any(|l| !l.trim_start().starts_with('#') && l.contains(suite))
+        })
+    });
+    if known {
+        return Ok(());
+    }
+    let path = format!("/etc/apt/sources.list.d/nprdma-{suite}.sources");
+    println!("adding {suite} to apt's sources ({path}): the installed qemu-utils comes from it");
+    let body = format!(
+        "Types: deb\nURIs: http://deb.debian.org/debian\nSuites: {suite}\nComponents: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n"
+    );
+    std::fs::write(&path, body)
+        .map_err(|e| XtaskError::CannotInstall(format!("cannot write {path}: {e}")))
 }
