@@ -97,36 +97,51 @@ fn main() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(200_000);
-    let (pa, pb) = (Host::plain(), Host::plain());
-    let (qa, qb) = (pa.create_qp(false), pb.create_qp(false));
-    connect(&pa, qa, &pb, qb);
-    let (mut s1, mut d1) = (Buf::new(1 << 20), Buf::new(1 << 20));
-    let plain = measure(&pa, qa, &mut s1, &pb, &mut d1, n);
-
-    let (la, lb) = (
-        Host::with_library(64 << 20, 1 << 20),
-        Host::with_library(64 << 20, 1 << 20),
-    );
-    let (qa, qb) = (la.create_qp(false), lb.create_qp(false));
-    connect(&la, qa, &lb, qb);
-    let (mut s2, mut d2) = (Buf::new(1 << 20), Buf::new(1 << 20));
-    let lib = measure(&la, qa, &mut s2, &lb, &mut d2, n);
-    let (xa, xb) = (
-        Host::with_library(64 << 20, 1 << 20),
-        Host::with_library(64 << 20, 1 << 20),
-    );
-    let (qa, qb) = (xa.create_qp_ex(), xb.create_qp(false));
-    connect(&xa, qa, &xb, qb);
-    let (s3, mut d3) = (Buf::new(1 << 20), Buf::new(1 << 20));
-    let wr_api = measure_wr_api(&xa, qa, &s3, &xb, &mut d3, n);
-    println!("fake provider alone : {plain:8.0} ns per WRITE + completion");
-    println!("through the library : {lib:8.0} ns per WRITE + completion");
-    println!(
-        "library cost        : {:8.0} ns per work request ({:.2}x)",
-        lib - plain,
-        lib / plain
-    );
-    println!(
-        "library, ibv_wr_* API with an inline payload: {wr_api:8.0} ns per WRITE + completion"
-    );
+    // NPRDMA_BENCH_ONLY=plain|lib|wr runs one configuration (for instruction counts under
+    // callgrind, where the others would only add to the profile).
+    let only = std::env::var("NPRDMA_BENCH_ONLY").unwrap_or_default();
+    let want = |k: &str| only.is_empty() || only == k;
+    let plain = want("plain").then(|| {
+        let (pa, pb) = (Host::plain(), Host::plain());
+        let (qa, qb) = (pa.create_qp(false), pb.create_qp(false));
+        connect(&pa, qa, &pb, qb);
+        let (mut s1, mut d1) = (Buf::new(1 << 20), Buf::new(1 << 20));
+        measure(&pa, qa, &mut s1, &pb, &mut d1, n)
+    });
+    let lib = want("lib").then(|| {
+        let (la, lb) = (
+            Host::with_library(64 << 20, 1 << 20),
+            Host::with_library(64 << 20, 1 << 20),
+        );
+        let (qa, qb) = (la.create_qp(false), lb.create_qp(false));
+        connect(&la, qa, &lb, qb);
+        let (mut s2, mut d2) = (Buf::new(1 << 20), Buf::new(1 << 20));
+        measure(&la, qa, &mut s2, &lb, &mut d2, n)
+    });
+    let wr_api = want("wr").then(|| {
+        let (xa, xb) = (
+            Host::with_library(64 << 20, 1 << 20),
+            Host::with_library(64 << 20, 1 << 20),
+        );
+        let (qa, qb) = (xa.create_qp_ex(), xb.create_qp(false));
+        connect(&xa, qa, &xb, qb);
+        let (s3, mut d3) = (Buf::new(1 << 20), Buf::new(1 << 20));
+        measure_wr_api(&xa, qa, &s3, &xb, &mut d3, n)
+    });
+    if let Some(p) = plain {
+        println!("fake provider alone : {p:8.0} ns per WRITE + completion");
+    }
+    if let Some(l) = lib {
+        println!("through the library : {l:8.0} ns per WRITE + completion");
+    }
+    if let (Some(p), Some(l)) = (plain, lib) {
+        println!(
+            "library cost        : {:8.0} ns per work request ({:.2}x)",
+            l - p,
+            l / p
+        );
+    }
+    if let Some(w) = wr_api {
+        println!("library, ibv_wr_* API with an inline payload: {w:8.0} ns per WRITE + completion");
+    }
 }

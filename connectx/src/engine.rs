@@ -1073,11 +1073,25 @@ impl Trackers {
     }
 }
 
+/// The last remote window the warm path translated to: the application's `rkey`, the
+/// window's address range `[lo, hi)` and the peer's key for it.
+#[derive(Clone, Copy)]
+pub(crate) struct HotRemote {
+    rkey: u32,
+    lo: u64,
+    hi: u64,
+    wkey: u32,
+}
+
 /// State used only while posting on a QP (under its `send` lock).
 #[derive(Default)]
 pub(crate) struct SendSide {
     pub batch: Batch,
+    /// What this QP knows of its peers' regions. Whoever changes it clears `hot_remote`.
     pub remote: FastMap<u32, RemoteRegion>,
+    /// One-entry cache in front of `remote` for the warm path (most WRs of a QP target the
+    /// same peer window as the previous one).
+    pub hot_remote: Option<HotRemote>,
     pub scratch: Option<Scratch>,
     pub builder: crate::ops::ExBuilder,
 }
@@ -1085,6 +1099,37 @@ pub(crate) struct SendSide {
 // SAFETY: the builder's recorded WRs hold pointers only into their own owned SGE and inline
 // buffers; SendSide is only used under its QP's mutex.
 unsafe impl Send for SendSide {}
+
+impl SendSide {
+    /// The peer's key for `[raddr, raddr + len)` of the region the application calls `rkey`,
+    /// if it lies in one window this QP already holds a key for (the warm path); `None`
+    /// otherwise (the general path decides, asking the peer if needed).
+    #[inline]
+    pub(crate) fn remote_window_key(&mut self, rkey: u32, raddr: u64, len: u64) -> Option<u32> {
+        let end = raddr.checked_add(len)?;
+        if let Some(h) = self.hot_remote
+            && h.rkey == rkey
+            && raddr >= h.lo
+            && end <= h.hi
+        {
+            return Some(h.wkey);
+        }
+        let Some(RemoteRegion::Library(l)) = self.remote.get(&rkey) else {
+            return None;
+        };
+        if !l.header.exported || !l.geom.contains(raddr, len) {
+            return None;
+        }
+        let index = l.geom.window_of(raddr);
+        if l.geom.window_of(end - 1) != index {
+            return None;
+        }
+        let wkey = l.rkeys.get(&index).copied()?;
+        let (lo, hi) = l.geom.window_range(index);
+        self.hot_remote = Some(HotRemote { rkey, lo, hi, wkey });
+        Some(wkey)
+    }
+}
 
 /// A managed QP.
 pub(crate) struct QpCtl {
@@ -1259,11 +1304,29 @@ impl Batch {
     }
 }
 
-/// A provider WR built and recorded by the warm-cache path, not yet posted.
+/// A provider WR built and recorded by the warm-cache path, not yet posted. Built in place
+/// by [`QpCtl::fast_build`] (moving a 128-byte WR around costs a `memcpy` call, which
+/// emulators run slowly).
 pub(crate) struct FastWr {
-    wr: ibv_send_wr,
-    sge: Option<ibv_sge>,
-    seq: u64,
+    pub(crate) wr: ibv_send_wr,
+    pub(crate) sge: ibv_sge,
+    pub(crate) has_sge: bool,
+    pub(crate) seq: u64,
+}
+
+impl FastWr {
+    pub(crate) const fn new() -> Self {
+        Self {
+            wr: ibv_send_wr::zeroed(),
+            sge: ibv_sge {
+                addr: 0,
+                length: 0,
+                lkey: 0,
+            },
+            has_sge: false,
+            seq: 0,
+        }
+    }
 }
 
 /// Maps a send opcode to the completion opcode plain verbs reports.
@@ -1594,11 +1657,10 @@ impl QpCtl {
         if !wr.is_null() && side.batch.is_empty() {
             // SAFETY: the head of the application's list (read in place, not copied).
             let app = unsafe { &*wr };
-            if app.next.is_null()
-                && let Some(fast) = self.fast_build(side, app)
-            {
+            let mut fast = FastWr::new();
+            if app.next.is_null() && self.fast_build(side, app, &mut fast) {
                 // SAFETY: forwarded contract.
-                return unsafe { self.post_one(fast, wr, bad) };
+                return unsafe { self.post_one(&mut fast, wr, bad) };
             }
         }
         // Reuse the QP's vectors (no allocation on a warm path); put them back afterwards.
@@ -1819,13 +1881,16 @@ impl QpCtl {
         app_ptr: usize,
         batch: &mut Batch,
     ) -> bool {
-        let Some(fast) = self.fast_build(side, app) else {
+        let mut fast = FastWr::new();
+        if !self.fast_build(side, app, &mut fast) {
             return false;
-        };
-        match fast.sge {
-            Some(s) => batch.push(fast.wr, core::slice::from_ref(&s), app_ptr, fast.seq),
-            None => batch.push(fast.wr, &[], app_ptr, fast.seq),
         }
+        let sges = if fast.has_sge {
+            core::slice::from_ref(&fast.sge)
+        } else {
+            &[]
+        };
+        batch.push(fast.wr, sges, app_ptr, fast.seq);
         true
     }
 
@@ -1837,32 +1902,30 @@ impl QpCtl {
     /// `app_wr` is the application's WR `fast` was built from; `bad` is writable.
     unsafe fn post_one(
         &self,
-        fast: FastWr,
+        fast: &mut FastWr,
         app_wr: *mut ibv_send_wr,
         bad: *mut *mut ibv_send_wr,
     ) -> c_int {
-        let FastWr {
-            mut wr,
-            mut sge,
-            seq,
-        } = fast;
         let rc = match self.orig_post_send() {
             Some(post) => {
-                (wr.sg_list, wr.num_sge) = match sge.as_mut() {
-                    Some(s) => (s as *mut ibv_sge, 1),
-                    None => (core::ptr::null_mut(), 0),
+                (fast.wr.sg_list, fast.wr.num_sge) = if fast.has_sge {
+                    (&mut fast.sge as *mut ibv_sge, 1)
+                } else {
+                    (core::ptr::null_mut(), 0)
                 };
-                wr.next = core::ptr::null_mut();
+                fast.wr.next = core::ptr::null_mut();
                 let mut provider_bad: *mut ibv_send_wr = core::ptr::null_mut();
                 // SAFETY: a live QP and one well-formed WR whose SGE outlives the call.
-                unsafe { post(self.qp as *mut ibv_qp, &mut wr, &mut provider_bad) }
+                unsafe { post(self.qp as *mut ibv_qp, &mut fast.wr, &mut provider_bad) }
             }
             None => libc::EOPNOTSUPP,
         };
         if rc == 0 {
             return 0;
         }
-        let windows = lock(&self.track).send.unrecord_after(seq.saturating_sub(1));
+        let windows = lock(&self.track)
+            .send
+            .unrecord_after(fast.seq.saturating_sub(1));
         self.engine.release(&windows);
         // SAFETY: `bad` is writable.
         unsafe { *bad = app_wr };
@@ -1872,46 +1935,46 @@ impl QpCtl {
     /// Builds the provider WR of the warm-cache path and records it (see
     /// [`fast_send`](Self::fast_send)); `None`, having changed nothing, when the WR needs the
     /// general path.
-    fn fast_build(&self, side: &mut SendSide, app: &ibv_send_wr) -> Option<FastWr> {
+    fn fast_build(&self, side: &mut SendSide, app: &ibv_send_wr, out: &mut FastWr) -> bool {
         let op = app.opcode;
         let (has_remote, atomic) = match op {
             IBV_WR_RDMA_WRITE | IBV_WR_RDMA_WRITE_WITH_IMM | IBV_WR_RDMA_READ => (true, false),
             IBV_WR_ATOMIC_CMP_AND_SWP | IBV_WR_ATOMIC_FETCH_AND_ADD => (true, true),
             IBV_WR_SEND | IBV_WR_SEND_WITH_IMM => (false, false),
-            _ => return None,
+            _ => return false,
         };
         if app.num_sge < 0 || app.num_sge > 1 || (app.num_sge == 1 && app.sg_list.is_null()) {
-            return None;
+            return false;
         }
-        let sge = if app.num_sge == 1 {
+        let has_sge = app.num_sge == 1;
+        if has_sge {
             // SAFETY: the application's one-entry SGE array.
-            Some(unsafe { *app.sg_list })
+            out.sge = unsafe { *app.sg_list };
+        }
+        let total = if has_sge {
+            u64::from(out.sge.length)
         } else {
-            None
+            0
         };
-        let total = sge.map_or(0, |s| u64::from(s.length));
-        let mut w = *app;
+        // Only the fields these opcodes use (the rest of `out.wr` stays zero).
+        let w = &mut out.wr;
+        w.opcode = op;
+        w.imm_data = app.imm_data;
+        w.qp_type_xrc_remote_srqn = app.qp_type_xrc_remote_srqn;
+        w.wr = app.wr;
         if has_remote {
             let rlen = if atomic { 8 } else { total };
             if rlen == 0 || self.qp_type != IBV_QPT_RC {
-                return None;
+                return false;
             }
             let (raddr, rkey) = if atomic {
                 (app.remote_addr(), app.atomic_rkey())
             } else {
                 (app.remote_addr(), app.rdma_rkey())
             };
-            let Some(RemoteRegion::Library(l)) = side.remote.get(&rkey) else {
-                return None;
+            let Some(wkey) = side.remote_window_key(rkey, raddr, rlen) else {
+                return false;
             };
-            if !l.header.exported || !l.geom.contains(raddr, rlen) {
-                return None;
-            }
-            let index = l.geom.window_of(raddr);
-            if l.geom.window_of(raddr + rlen - 1) != index {
-                return None;
-            }
-            let wkey = l.rkeys.get(&index).copied()?;
             if atomic {
                 w.set_atomic(raddr, app.atomic_compare_add(), app.atomic_swap(), wkey);
             } else {
@@ -1919,55 +1982,50 @@ impl QpCtl {
             }
         }
         let mut windows = WinList::new();
-        let mut out = sge.unwrap_or_default();
-        if let Some(s) = sge
-            && s.length > 0
-            && app.send_flags & IBV_SEND_INLINE == 0
-        {
+        if has_sge && out.sge.length > 0 && app.send_flags & IBV_SEND_INLINE == 0 {
+            let s = out.sge;
             let mut st = lock(&self.engine.state);
             if let Some(id) = st.by_lkey.get(&(self.ctx.ctx, s.lkey)).copied() {
-                let r = st.regions.get(&id)?;
+                let Some(r) = st.regions.get(&id) else {
+                    return false;
+                };
                 if !r.geom.contains(s.addr, u64::from(s.length)) {
-                    return None;
+                    return false;
                 }
                 let index = r.geom.window_of(s.addr);
                 if r.geom.window_of(s.addr + u64::from(s.length) - 1) != index {
-                    return None;
+                    return false;
                 }
                 let wid = WindowId { region: id, index };
-                let keys = st.cache.lookup_and_pin(wid)?;
-                out.lkey = keys.lkey;
+                let Some(keys) = st.cache.lookup_and_pin(wid) else {
+                    return false;
+                };
+                out.sge.lkey = keys.lkey;
                 windows.push(wid);
             }
         }
+        out.has_sge = has_sge;
         let wants = app.send_flags & IBV_SEND_SIGNALED != 0 || self.sq_sig_all;
-        let seq = {
-            let mut t = lock(&self.track);
-            let signal = t.send.must_signal(wants, self.signal_every);
-            w.send_flags = if signal {
-                app.send_flags | IBV_SEND_SIGNALED
-            } else {
-                app.send_flags & !IBV_SEND_SIGNALED
-            };
-            let group = t.send.next_group();
-            t.send.record(
-                Origin::App {
-                    wr_id: app.wr_id,
-                    group,
-                    last: true,
-                    wants_completion: wants,
-                    app_opcode: op,
-                },
-                windows,
-            )
+        let mut t = lock(&self.track);
+        let signal = t.send.must_signal(wants, self.signal_every);
+        out.wr.send_flags = if signal {
+            app.send_flags | IBV_SEND_SIGNALED
+        } else {
+            app.send_flags & !IBV_SEND_SIGNALED
         };
-        w.wr_id = seq;
-        w.next = core::ptr::null_mut();
-        Some(FastWr {
-            wr: w,
-            sge: sge.map(|_| out),
-            seq,
-        })
+        let group = t.send.next_group();
+        out.seq = t.send.record(
+            Origin::App {
+                wr_id: app.wr_id,
+                group,
+                last: true,
+                wants_completion: wants,
+                app_opcode: op,
+            },
+            windows,
+        );
+        out.wr.wr_id = out.seq;
+        true
     }
 
     /// Translates and posts a list of receive WRs (on this QP, or on `srq`'s tracker).

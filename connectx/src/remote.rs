@@ -117,6 +117,7 @@ impl QpCtl {
         len: u64,
         batch: &mut Batch,
     ) -> Result<RemoteClass, PostFail> {
+        side.hot_remote = None;
         if !side.remote.contains_key(&rkey) {
             self.flush(batch)?;
             let info = self.discover(side, rkey)?;
@@ -191,6 +192,7 @@ impl QpCtl {
         write: bool,
         batch: &mut Batch,
     ) -> Result<u32, PostFail> {
+        side.hot_remote = None;
         let lessee = self.dest_qpn.load(Ordering::Acquire);
         {
             let Some(RemoteRegion::Library(l)) = side.remote.get(&rkey) else {

@@ -365,6 +365,21 @@ mod tests {
         window_shift: 12,
     };
 
+    #[test]
+    fn window_ranges_are_clipped_to_the_region() {
+        // G starts 0x800 into a page and is 5 pages long: 6 windows, the ends partial.
+        assert_eq!(G.window_range(0), (0x10_0800, 0x10_1000));
+        assert_eq!(G.window_range(1), (0x10_1000, 0x10_2000));
+        assert_eq!(G.window_range(5), (0x10_5000, 0x10_5800));
+        for addr in [G.iova, G.iova + 0x7ff, G.iova + 0x800, G.end() - 1] {
+            let (lo, hi) = G.window_range(G.window_of(addr));
+            assert!(
+                lo <= addr && addr < hi,
+                "{addr:#x} not in [{lo:#x}, {hi:#x})"
+            );
+        }
+    }
+
     fn virt(addr: u64, len: u32) -> SgeClass {
         SgeClass::Virtual {
             addr,

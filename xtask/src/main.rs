@@ -32,9 +32,10 @@ commands:
   firmware <name> [--release] cross-build a bare-metal program for aarch64-unknown-none
   qemu <name> [--release] [--timeout <seconds>]
                               build a program and run it on qemu-system-aarch64 (virt + SMMUv3 + edu)
-  rxe-test [--iters <n>] [--cmp-iters <n>] [--stress-ops <n>]
-                              libnprdma.so on Soft-RoCE in a Debian guest (qemu-system-x86_64):
+  rxe-test [--iters <n>] [--cmp-iters <n>] [--stress-ops <n>] [--rounds <n>] [--smp <n>]
+           [--compare-only]   libnprdma.so on Soft-RoCE in a Debian guest (qemu-system-x86_64):
                               unmodified perftest, the stress program, with/without ratios
+                              (--compare-only: just the alternating with/without comparison)
   test [--skip-setup]         everything CI checks: fmt, the layering rule, clippy, host tests,
                               a small nprdma demo, no_std cross builds, every firmware test on
                               QEMU, rxe-test
@@ -96,6 +97,13 @@ fn run(args: &[String]) -> Result<(), XtaskError> {
             if let Some(n) = opts.value_u64("--stress-ops")? {
                 o.stress_ops = n;
             }
+            if let Some(n) = opts.value_u64("--rounds")? {
+                o.rounds = n.max(1);
+            }
+            if let Some(n) = opts.value_u64("--smp")? {
+                o.smp = n.clamp(1, 64);
+            }
+            o.compare_only = opts.flag("--compare-only");
             opts.finish()?;
             rxe::run(&o)
         }

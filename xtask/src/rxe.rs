@@ -142,6 +142,9 @@ lat() { awk '/t_typical/ {getline; print $5; exit}' /tmp/cli.out; }
 bw() { awk '/BW average/ {getline; print $4; exit}' /tmp/cli.out; }
 
 L=127.0.0.1
+SUITE=$(arg suite); SUITE=${SUITE:-all}
+ROUNDS=$(arg rounds); ROUNDS=${ROUNDS:-3}
+if [ "$SUITE" = all ]; then
 run ibv_rc_pingpong lib $L ibv_rc_pingpong -d rxe0 -g $GIDX -n 200
 run ib_write_lat lib $L ib_write_lat -d rxe0 -x $GIDX -n $ITERS -F
 run ib_write_bw lib $L ib_write_bw -d rxe0 -x $GIDX -n $ITERS -F --report_gbits
@@ -154,13 +157,21 @@ run ib_write_lat_nprdma_off off $L ib_write_lat -d rxe0 -x $GIDX -n $ITERS -F
 run nprdma_verbs_stress small "--connect 127.0.0.1" \
   $STRESS --device rxe0 --gid-index $GIDX --size 1G --ops $(arg stress_ops) --budget 16M
 grep -h '^STRESS' /tmp/srv.out /tmp/cli.out | sed 's/^/  /'
+fi
 
-# Same boot, with and without the library, alternating.
-for r in 1 2 3; do
+# Same boot, with and without the library, alternating (the compare suite adds the library
+# switched off, NPRDMA=off, which separates the cost of being loaded from the data path's).
+r=0
+while [ $r -lt $ROUNDS ]; do
+  r=$((r + 1))
   run cmp_write_lat_plain none $L ib_write_lat -d rxe0 -x $GIDX -n $CMP_ITERS -F -C
   metric write_lat_plain $(lat)
   run cmp_write_lat_lib lib $L ib_write_lat -d rxe0 -x $GIDX -n $CMP_ITERS -F -C
   metric write_lat_lib $(lat)
+  if [ "$SUITE" = compare ]; then
+    run cmp_write_lat_off off $L ib_write_lat -d rxe0 -x $GIDX -n $CMP_ITERS -F -C
+    metric write_lat_off $(lat)
+  fi
   run cmp_write_bw_plain none $L ib_write_bw -d rxe0 -x $GIDX -n $CMP_ITERS -F --report_gbits
   metric write_bw_plain $(bw)
   run cmp_write_bw_lib lib $L ib_write_bw -d rxe0 -x $GIDX -n $CMP_ITERS -F --report_gbits
@@ -179,6 +190,12 @@ pub struct Options {
     pub cmp_iters: u64,
     /// Operations of the stress program.
     pub stress_ops: u64,
+    /// Only the with/without comparison (no functional tests, no stress program).
+    pub compare_only: bool,
+    /// Rounds of the alternating comparison.
+    pub rounds: u64,
+    /// Guest CPUs.
+    pub smp: u64,
 }
 
 impl Default for Options {
@@ -188,6 +205,9 @@ impl Default for Options {
             iters: 300,
             cmp_iters: 500,
             stress_ops: 100,
+            compare_only: false,
+            rounds: 3,
+            smp: 4,
         }
     }
 }
@@ -719,7 +739,8 @@ fn run_vm(
     } else {
         cmd.args(["-accel", "tcg,thread=multi", "-cpu", "max"]);
     }
-    cmd.args(["-machine", "q35", "-smp", "4", "-m", "2048"])
+    let smp = opts.smp.to_string();
+    cmd.args(["-machine", "q35", "-smp", &smp, "-m", "2048"])
         .args([
             "-nographic",
             "-no-reboot",
@@ -734,8 +755,12 @@ fn run_vm(
         .arg(initrd)
         .arg("-append")
         .arg(format!(
-            "console=ttyS0 panic=-1 loglevel=3 iters={} cmp_iters={} stress_ops={}",
-            opts.iters, opts.cmp_iters, opts.stress_ops
+            "console=ttyS0 panic=-1 loglevel=3 iters={} cmp_iters={} stress_ops={} suite={} rounds={}",
+            opts.iters,
+            opts.cmp_iters,
+            opts.stress_ops,
+            if opts.compare_only { "compare" } else { "all" },
+            opts.rounds
         ))
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -763,11 +788,13 @@ fn run_vm(
             }
         }
     });
+    // Each comparison round beyond the default three takes up to about a minute under TCG.
+    let timeout = VM_TIMEOUT + Duration::from_secs(60 * opts.rounds.saturating_sub(3));
     let start = Instant::now();
     let status = loop {
         match child.try_wait() {
             Ok(Some(s)) => break Some(s),
-            Ok(None) if start.elapsed() > VM_TIMEOUT => {
+            Ok(None) if start.elapsed() > timeout => {
                 let _ = child.kill();
                 let _ = child.wait();
                 break None;
@@ -791,7 +818,7 @@ fn run_vm(
     match status {
         None => Err(other(format!(
             "the VM did not finish within {} s",
-            VM_TIMEOUT.as_secs()
+            timeout.as_secs()
         ))),
         Some(s) if !s.success() => Err(other(format!("qemu exited with {s}"))),
         Some(_) => Ok(lines),
@@ -855,13 +882,14 @@ fn evaluate(lines: &[String]) -> Result<(), XtaskError> {
     // Under TCG, rxe's deferred work sometimes starves until the next 4 ms tick and a whole run
     // crawls (rxe-vm/REPORT.md problem 9): a latency run 10x above the fastest run of either
     // kind is such a stall, shown but left out of the medians.
-    let fastest = ["write_lat_plain", "write_lat_lib"]
+    let fastest = ["write_lat_plain", "write_lat_lib", "write_lat_off"]
         .iter()
         .flat_map(|k| metrics.get(*k).cloned().unwrap_or_default())
         .fold(f64::INFINITY, f64::min);
     for k in [
         "write_lat_plain",
         "write_lat_lib",
+        "write_lat_off",
         "write_bw_plain",
         "write_bw_lib",
     ] {
@@ -888,6 +916,13 @@ fn evaluate(lines: &[String]) -> Result<(), XtaskError> {
             l / p
         ),
         _ => println!("  ib_write_lat: no valid measurement"),
+    }
+    if let (Some(p), Some(o)) = (lp, show("write_lat_off")) {
+        println!(
+            "  ib_write_lat t_typical with the library loaded but off (NPRDMA=off): {o:.0} cycles ({} runs), ratio {:.3}x",
+            n("write_lat_off"),
+            o / p
+        );
     }
     match (bp, bl) {
         (Some(p), Some(l)) => println!(
