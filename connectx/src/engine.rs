@@ -875,6 +875,7 @@ impl Engine {
             signal_every: (real_cap.max_send_wr / 2).clamp(1, 64),
             dest_qpn: AtomicU32::new(0),
             send: Mutex::new(SendSide::default()),
+            builder: crate::ops::BatchCell::default(),
             track: Mutex::new(Trackers::default()),
             internal_done: Mutex::new(FastMap::default()),
             next_token: AtomicU64::new(1),
@@ -1093,11 +1094,10 @@ pub(crate) struct SendSide {
     /// same peer window as the previous one).
     pub hot_remote: Option<HotRemote>,
     pub scratch: Option<Scratch>,
-    pub builder: crate::ops::ExBuilder,
 }
 
-// SAFETY: the builder's recorded WRs hold pointers only into their own owned SGE and inline
-// buffers; SendSide is only used under its QP's mutex.
+// SAFETY: the batch's WRs hold pointers only into its own SGE vector; SendSide is only used
+// under its QP's mutex.
 unsafe impl Send for SendSide {}
 
 impl SendSide {
@@ -1148,6 +1148,8 @@ pub(crate) struct QpCtl {
     pub signal_every: u32,
     pub dest_qpn: AtomicU32,
     pub send: Mutex<SendSide>,
+    /// The `ibv_wr_*` batch between `ibv_wr_start` and `ibv_wr_complete`/`abort`.
+    pub builder: crate::ops::BatchCell,
     pub track: Mutex<Trackers>,
     pub internal_done: Mutex<FastMap<u64, u32>>,
     pub next_token: AtomicU64,

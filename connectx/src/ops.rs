@@ -7,10 +7,12 @@
 //! Every function catches panics (a panic must not cross `extern "C"`) and returns the
 //! provider's error convention instead.
 
+use core::cell::{Cell, UnsafeCell};
 use core::ffi::{c_int, c_void};
 use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::atomic::{AtomicBool, Ordering};
 
-use crate::engine::{Engine, SrqCtl, cq_ctl, lock, process_wc};
+use crate::engine::{Engine, QpCtl, SrqCtl, cq_ctl, lock, process_wc};
 use crate::registry;
 use crate::sys::*;
 
@@ -379,12 +381,91 @@ pub(crate) unsafe fn wrap_qp_ex(qpx: *mut ibv_qp_ex) {
     q.wr_atomic_write = Some(ex_atomic_write);
 }
 
-/// Runs `f` on the builder of `qpx`'s QP.
+/// A QP's builder and the flag that says a batch is open.
+///
+/// Like the providers (mlx5 takes the QP's lock in `wr_start` and drops it in `wr_complete`),
+/// a batch owns its QP's builder from `ibv_wr_start` to `ibv_wr_complete`/`ibv_wr_abort`:
+/// `start` waits for the flag, the calls in between use the builder without any lock (verbs
+/// requires the application to serialize a batch's calls), and `complete` posts and lowers
+/// the flag. The calls in between find the builder through the thread's open batch: one
+/// thread-local read, no map lookup, no lock.
+#[derive(Default)]
+pub(crate) struct BatchCell {
+    open: AtomicBool,
+    builder: UnsafeCell<ExBuilder>,
+}
+
+// SAFETY: `builder` is used only by the holder of `open` (see the type's documentation); the
+// raw pointers in its recorded WRs point only into its own vectors.
+unsafe impl Sync for BatchCell {}
+// SAFETY: as above.
+unsafe impl Send for BatchCell {}
+
+impl BatchCell {
+    /// Takes the batch flag, waiting for another thread's batch to finish.
+    fn acquire(&self) {
+        let mut spins = 0u32;
+        while self
+            .open
+            .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            spins += 1;
+            if spins < 64 {
+                core::hint::spin_loop();
+            } else {
+                std::thread::yield_now();
+            }
+        }
+    }
+
+    fn release(&self) {
+        self.open.store(false, Ordering::Release);
+    }
+
+    fn is_open(&self) -> bool {
+        self.open.load(Ordering::Acquire)
+    }
+
+    /// The builder.
+    ///
+    /// # Safety
+    /// The caller's batch holds the flag (or the application serializes the batch's calls, as
+    /// verbs requires) and no other reference to the builder is live.
+    #[allow(clippy::mut_from_ref)]
+    unsafe fn get(&self) -> &mut ExBuilder {
+        // SAFETY: per the contract.
+        unsafe { &mut *self.builder.get() }
+    }
+}
+
+thread_local! {
+    /// This thread's open batch: (registry generation, `ibv_qp_ex` address, its QP record).
+    static OPEN_BATCH: Cell<(u64, usize, *const QpCtl)> =
+        const { Cell::new((u64::MAX, 0, core::ptr::null())) };
+}
+
+/// The QP record of the batch open on `qpx`, if one is.
+fn open_batch(qpx: *mut ibv_qp_ex) -> Option<registry::Hot<QpCtl>> {
+    let (generation, key, rec) = OPEN_BATCH.try_with(|c| c.get()).ok()?;
+    if key == qpx as usize && generation == registry::generation() && !rec.is_null() {
+        // SAFETY: a live record (the generation has not moved since the batch opened).
+        return Some(unsafe { registry::Hot::from_ptr(rec) });
+    }
+    // Opened on another thread (the application hands batches over under its own lock), or
+    // after this thread's cache went stale.
+    let ctl = registry::qp(qpx as usize)?;
+    ctl.builder.is_open().then_some(ctl)
+}
+
+/// Runs `f` on the builder of `qpx`'s open batch (nothing if none is open: a call outside
+/// `ibv_wr_start`/`ibv_wr_complete` is the application's error, which plain providers do not
+/// check either).
 fn with_builder(qpx: *mut ibv_qp_ex, f: impl FnOnce(&mut ExBuilder)) {
     guarded((), || {
-        if let Some(ctl) = registry::qp(qpx as usize) {
-            let mut side = lock(&ctl.send);
-            f(&mut side.builder);
+        if let Some(ctl) = open_batch(qpx) {
+            // SAFETY: the batch is open and its calls are serialized.
+            f(unsafe { ctl.builder.get() });
         }
     })
 }
@@ -410,11 +491,43 @@ fn unsupported(qpx: *mut ibv_qp_ex, what: &'static str) {
 }
 
 unsafe extern "C" fn ex_start(qpx: *mut ibv_qp_ex) {
-    with_builder(qpx, ExBuilder::clear);
+    guarded((), || {
+        let Some(ctl) = registry::qp(qpx as usize) else {
+            return;
+        };
+        let ptr: *const QpCtl = &*ctl;
+        let already = OPEN_BATCH
+            .try_with(|c| c.get())
+            .is_ok_and(|(g, k, r)| k == qpx as usize && r == ptr && g == registry::generation());
+        // A second start on this thread without complete/abort restarts the batch.
+        if !already {
+            ctl.builder.acquire();
+        }
+        // SAFETY: this batch holds the flag now.
+        unsafe { ctl.builder.get() }.clear();
+        let _ = OPEN_BATCH.try_with(|c| c.set((registry::generation(), qpx as usize, ptr)));
+    })
+}
+
+/// Ends the open batch on `qpx`: clears the builder, lowers the flag, forgets the thread's
+/// reference.
+fn close_batch(qpx: *mut ibv_qp_ex, ctl: &QpCtl) {
+    // SAFETY: the batch is still open (its flag is held).
+    unsafe { ctl.builder.get() }.clear();
+    let _ = OPEN_BATCH.try_with(|c| {
+        if c.get().1 == qpx as usize {
+            c.set((u64::MAX, 0, core::ptr::null()));
+        }
+    });
+    ctl.builder.release();
 }
 
 unsafe extern "C" fn ex_abort(qpx: *mut ibv_qp_ex) {
-    with_builder(qpx, ExBuilder::clear);
+    guarded((), || {
+        if let Some(ctl) = open_batch(qpx) {
+            close_batch(qpx, &ctl);
+        }
+    })
 }
 
 unsafe extern "C" fn ex_rdma_write(qpx: *mut ibv_qp_ex, rkey: u32, raddr: u64) {
@@ -566,66 +679,73 @@ unsafe extern "C" fn ex_set_inline_data_list(
 
 unsafe extern "C" fn ex_complete(qpx: *mut ibv_qp_ex) -> c_int {
     guarded(libc::EIO, || {
-        let Some(ctl) = registry::qp(qpx as usize) else {
-            return libc::EINVAL;
+        let Some(ctl) = open_batch(qpx) else {
+            // No batch open: nothing to post.
+            return if registry::qp(qpx as usize).is_some() {
+                0
+            } else {
+                libc::EINVAL
+            };
         };
-        let mut guard = lock(&ctl.send);
-        let side = &mut *guard;
-        let b = &mut side.builder;
-        if let Some(what) = b.unsupported {
-            ctl.engine.note(what);
-            b.clear();
-            return libc::EOPNOTSUPP;
-        }
-        if b.wrs.is_empty() {
-            return 0;
-        }
-        // Lay the SGEs out per WR; inline SGEs point at our copies of the data. (The builder
-        // stays in place: moving it would cost a memcpy per batch.)
-        b.out_sges.clear();
-        b.out_spans.clear();
-        for span in &b.spans {
-            let start = b.out_sges.len();
-            if span.inline {
-                for &(off, len) in &b.pieces[span.start..span.start + span.len] {
-                    b.out_sges.push(ibv_sge {
-                        addr: b.data.as_ptr() as u64 + off as u64,
-                        length: len as u32,
-                        lkey: 0,
-                    });
-                }
-            } else {
-                for &sge in &b.sges[span.start..span.start + span.len] {
-                    b.out_sges.push(sge);
-                }
-            }
-            b.out_spans.push((start, b.out_sges.len() - start));
-        }
-        let n = b.wrs.len();
-        let base = b.wrs.as_mut_ptr();
-        let sbase = b.out_sges.as_mut_ptr();
-        for (i, &(start, count)) in b.out_spans.iter().enumerate() {
-            // SAFETY: `i < n`: one span per WR.
-            let w = unsafe { &mut *base.add(i) };
-            w.sg_list = if count == 0 {
-                core::ptr::null_mut()
-            } else {
-                // SAFETY: inside `out_sges`.
-                unsafe { sbase.add(start) }
-            };
-            w.num_sge = count as c_int;
-            w.next = if i + 1 < n {
-                // SAFETY: inside `wrs`.
-                unsafe { base.add(i + 1) }
-            } else {
-                core::ptr::null_mut()
-            };
-        }
-        let mut bad = core::ptr::null_mut();
-        // SAFETY: a well-formed list in the builder's heap buffers, which post_send_list does
-        // not touch (it uses the side's batch and remote state) and which outlive the call.
-        let rc = unsafe { ctl.post_send_list(side, base, &mut bad) };
-        side.builder.clear();
+        let rc = post_batch(&ctl);
+        close_batch(qpx, &ctl);
         rc
     })
+}
+
+/// Posts the open batch of `ctl`'s QP.
+fn post_batch(ctl: &QpCtl) -> c_int {
+    // SAFETY: the caller's batch is open.
+    let b = unsafe { ctl.builder.get() };
+    if let Some(what) = b.unsupported {
+        ctl.engine.note(what);
+        return libc::EOPNOTSUPP;
+    }
+    if b.wrs.is_empty() {
+        return 0;
+    }
+    // Lay the SGEs out per WR; inline SGEs point at our copies of the data.
+    b.out_sges.clear();
+    b.out_spans.clear();
+    for span in &b.spans {
+        let start = b.out_sges.len();
+        if span.inline {
+            for &(off, len) in &b.pieces[span.start..span.start + span.len] {
+                b.out_sges.push(ibv_sge {
+                    addr: b.data.as_ptr() as u64 + off as u64,
+                    length: len as u32,
+                    lkey: 0,
+                });
+            }
+        } else {
+            for &sge in &b.sges[span.start..span.start + span.len] {
+                b.out_sges.push(sge);
+            }
+        }
+        b.out_spans.push((start, b.out_sges.len() - start));
+    }
+    let n = b.wrs.len();
+    let base = b.wrs.as_mut_ptr();
+    let sbase = b.out_sges.as_mut_ptr();
+    for (i, &(start, count)) in b.out_spans.iter().enumerate() {
+        // SAFETY: `i < n`: one span per WR.
+        let w = unsafe { &mut *base.add(i) };
+        w.sg_list = if count == 0 {
+            core::ptr::null_mut()
+        } else {
+            // SAFETY: inside `out_sges`.
+            unsafe { sbase.add(start) }
+        };
+        w.num_sge = count as c_int;
+        w.next = if i + 1 < n {
+            // SAFETY: inside `wrs`.
+            unsafe { base.add(i + 1) }
+        } else {
+            core::ptr::null_mut()
+        };
+    }
+    let mut bad = core::ptr::null_mut();
+    let mut side = lock(&ctl.send);
+    // SAFETY: a well-formed list in the builder's buffers, which outlive the call.
+    unsafe { ctl.post_send_list(&mut side, base, &mut bad) }
 }

@@ -5,8 +5,9 @@
 //! application destroys the object, before the provider frees it.
 
 use std::cell::Cell;
-use std::mem::ManuallyDrop;
+use std::marker::PhantomData;
 use std::ops::Deref;
+use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock, RwLock};
 use std::thread::LocalKey;
@@ -28,42 +29,58 @@ static MAPS: LazyLock<RwLock<Maps>> = LazyLock::new(|| RwLock::new(Maps::default
 /// generation they were filled in (a destroyed object's address may be reused).
 static GENERATION: AtomicU64 = AtomicU64::new(0);
 
-type Cached<T> = Cell<Option<(u64, usize, Arc<T>)>>;
+/// A thread's last lookup: (generation, key, record). Plain `Copy` data, so a hit is one
+/// thread-local read (in a shared library every thread-local access is a call to
+/// `__tls_get_addr`, and emulators make calls expensive).
+type Cached<T> = Cell<(u64, usize, *const T)>;
 
 thread_local! {
     // The data path looks up the same QP and CQ again and again: remember the last ones.
-    static LAST_QP: Cached<QpCtl> = const { Cell::new(None) };
-    static LAST_CQ: Cached<CqCtl> = const { Cell::new(None) };
+    static LAST_QP: Cached<QpCtl> = const { Cell::new((u64::MAX, 0, std::ptr::null())) };
+    static LAST_CQ: Cached<CqCtl> = const { Cell::new((u64::MAX, 0, std::ptr::null())) };
 }
 
-/// A record lent by a thread's one-entry cache. A hit moves the `Arc` out of the cache and
-/// [`Drop`] moves it back, so the warm data path pays no reference-count atomics. A nested
-/// lookup on the same thread (the slot is empty meanwhile) simply misses and asks the map.
+/// A record found through a thread's cache, borrowed without touching its reference count.
+///
+/// The maps own the records; a record leaves them only when the application destroys its
+/// object (or closes its device), which verbs forbids while the object is in use, so a
+/// record stays alive while a call on its object runs. A removal moves [`GENERATION`] on,
+/// which empties every thread's cache before the record could be freed and its address reused.
 pub(crate) struct Hot<T: 'static> {
-    cache: &'static LocalKey<Cached<T>>,
-    generation: u64,
-    key: usize,
-    rec: ManuallyDrop<Arc<T>>,
+    rec: NonNull<T>,
+    // Not Send: a borrow for the duration of one call on this thread.
+    _call: PhantomData<*const T>,
 }
 
 impl<T> Deref for Hot<T> {
-    type Target = Arc<T>;
-    fn deref(&self) -> &Arc<T> {
-        &self.rec
+    type Target = T;
+    #[inline]
+    fn deref(&self) -> &T {
+        // SAFETY: see the type's documentation: alive for the duration of the call.
+        unsafe { self.rec.as_ref() }
     }
 }
 
-impl<T> Drop for Hot<T> {
+impl<T> Hot<T> {
+    /// A borrow of the record at `rec`.
+    ///
+    /// # Safety
+    /// `rec` is a record the maps hold, found in the current [`generation`], used on behalf
+    /// of a call on its object.
     #[inline]
-    fn drop(&mut self) {
-        // SAFETY: `rec` is taken exactly once, here, and never used afterwards.
-        let rec = unsafe { ManuallyDrop::take(&mut self.rec) };
-        let entry = Some((self.generation, self.key, rec));
-        // At thread exit the slot may be gone: then the Arc is simply dropped.
-        let old = self.cache.try_with(|c| c.replace(entry));
-        // Whatever was displaced is dropped outside the cell (it may be the last reference).
-        drop(old);
+    pub(crate) unsafe fn from_ptr(rec: *const T) -> Self {
+        Hot {
+            // SAFETY: per the contract, not null.
+            rec: unsafe { NonNull::new_unchecked(rec.cast_mut()) },
+            _call: PhantomData,
+        }
     }
+}
+
+/// The current generation of the maps (moves on at every removal).
+#[inline]
+pub(crate) fn generation() -> u64 {
+    GENERATION.load(Ordering::Acquire)
 }
 
 #[inline]
@@ -73,19 +90,21 @@ fn cached<T>(
     fetch: impl FnOnce() -> Option<Arc<T>>,
 ) -> Option<Hot<T>> {
     let generation = GENERATION.load(Ordering::Acquire);
-    let taken = cache.try_with(|c| c.take()).ok().flatten();
-    let rec = match taken {
-        Some((g, k, v)) if g == generation && k == key => v,
-        stale => {
-            drop(stale);
-            fetch()?
-        }
-    };
+    let (g, k, p) = cache.try_with(|c| c.get()).ok()?;
+    if g == generation && k == key && !p.is_null() {
+        return Some(Hot {
+            rec: NonNull::new(p.cast_mut())?,
+            _call: PhantomData,
+        });
+    }
+    let rec = fetch()?;
+    let ptr = Arc::as_ptr(&rec);
+    // The maps keep `rec` alive; this Arc is only the fetch's own reference.
+    drop(rec);
+    let _ = cache.try_with(|c| c.set((generation, key, ptr)));
     Some(Hot {
-        cache,
-        generation,
-        key,
-        rec: ManuallyDrop::new(rec),
+        rec: NonNull::new(ptr.cast_mut())?,
+        _call: PhantomData,
     })
 }
 

@@ -651,6 +651,82 @@ fn new_post_send_api_is_translated() {
 }
 
 #[test]
+fn new_post_send_api_batches_abort_restart_interleave_and_change_threads() {
+    let a = Host::with_library(1 << 20, 16 * 1024);
+    let b = Host::with_library(1 << 20, 16 * 1024);
+    let (q1, q2) = (a.create_qp_ex(), a.create_qp_ex());
+    let (p1, p2) = (b.create_qp(false), b.create_qp(false));
+    connect(&a, q1, &b, p1);
+    connect(&a, q2, &b, p2);
+    let mut dst = Buf::new(64 * 1024);
+    let dmr = b.reg(&mut dst, ALL_ACCESS);
+    let (_, dr) = keys(dmr);
+    let base = dst.as_ptr() as u64;
+    let (x1, x2) = (q1.cast::<ibv_qp_ex>(), q2.cast::<ibv_qp_ex>());
+    // SAFETY: what the ibv_wr_* inline functions do, on live QPs of `a`.
+    let write = |qpx: *mut ibv_qp_ex, wr_id: u64, off: u64, bytes: &[u8]| unsafe {
+        let q = &mut *qpx;
+        q.wr_id = wr_id;
+        q.wr_flags = IBV_SEND_SIGNALED;
+        (q.wr_rdma_write.unwrap())(qpx, dr, base + off);
+        (q.wr_set_inline_data.unwrap())(qpx, bytes.as_ptr() as *mut _, bytes.len());
+    };
+    // SAFETY: as above.
+    unsafe {
+        // An aborted batch posts nothing; a second start restarts the batch.
+        ((*x1).wr_start.unwrap())(x1);
+        write(x1, 1, 0, b"aborted");
+        ((*x1).wr_abort.unwrap())(x1);
+        ((*x1).wr_start.unwrap())(x1);
+        write(x1, 2, 0, b"dropped");
+        ((*x1).wr_start.unwrap())(x1);
+        write(x1, 3, 100, b"restarted");
+        assert_eq!(((*x1).wr_complete.unwrap())(x1), 0);
+        // Two QPs' batches open at once on one thread.
+        ((*x1).wr_start.unwrap())(x1);
+        ((*x2).wr_start.unwrap())(x2);
+        write(x2, 20, 300, b"second qp");
+        write(x1, 10, 200, b"first qp");
+        assert_eq!(((*x2).wr_complete.unwrap())(x2), 0);
+        assert_eq!(((*x1).wr_complete.unwrap())(x1), 0);
+        // A batch handed to another thread (the application serializes it).
+        ((*x1).wr_start.unwrap())(x1);
+        write(x1, 11, 400, b"started here");
+    }
+    let x1_addr = x1 as usize;
+    std::thread::spawn(move || {
+        let x1 = x1_addr as *mut ibv_qp_ex;
+        // SAFETY: the batch opened above; the main thread waits for this one.
+        unsafe {
+            let q = &mut *x1;
+            q.wr_id = 12;
+            q.wr_flags = IBV_SEND_SIGNALED;
+            (q.wr_rdma_write.unwrap())(x1, dr, base + 500);
+            let bytes = b"finished there";
+            (q.wr_set_inline_data.unwrap())(x1, bytes.as_ptr() as *mut _, bytes.len());
+            assert_eq!((q.wr_complete.unwrap())(x1), 0);
+        }
+    })
+    .join()
+    .unwrap();
+    let mut wcs = poll(a.cq, 5);
+    wcs.extend(poll_rest(a.cq));
+    let mut got: Vec<(u64, u32)> = wcs.iter().map(|w| (w.wr_id, w.status)).collect();
+    got.sort();
+    assert_eq!(
+        got,
+        vec![(3, 0), (10, 0), (11, 0), (12, 0), (20, 0)],
+        "one completion per posted WR, none for the aborted or restarted ones"
+    );
+    assert_eq!(&dst[0..7], &[0u8; 7][..]);
+    assert_eq!(&dst[100..109], b"restarted");
+    assert_eq!(&dst[200..208], b"first qp");
+    assert_eq!(&dst[300..309], b"second qp");
+    assert_eq!(&dst[400..412], b"started here");
+    assert_eq!(&dst[500..514], b"finished there");
+}
+
+#[test]
 fn srq_receives_are_translated() {
     let a = Host::with_library(1 << 20, 16 * 1024);
     let b = Host::with_library(1 << 20, 16 * 1024);
