@@ -223,7 +223,49 @@ impl SendTracker {
 
     /// Handles the provider completion of sequence `seq` with `status`; returns the windows
     /// released (this entry's and every earlier one's) and what to do.
+    #[inline]
     pub fn complete(&mut self, seq: u64, status: u32) -> (WinList, Outcome) {
+        // The usual case: the oldest entry completes (every WR signaled, or the signaled one
+        // at the end of an unsignaled run already retired the others).
+        if self.entries.front().is_some_and(|f| f.seq == seq)
+            && let Some(e) = self.entries.pop_front()
+        {
+            let outcome = self.outcome(e.origin, status);
+            return (e.windows, outcome);
+        }
+        self.complete_later(seq, status)
+    }
+
+    /// What the application sees of a completion of `origin` with `status`.
+    #[inline]
+    fn outcome(&mut self, origin: Origin, status: u32) -> Outcome {
+        match origin {
+            Origin::Internal { token } => Outcome::Internal { token, status },
+            Origin::App {
+                wr_id,
+                group,
+                last,
+                wants_completion,
+                ..
+            } => {
+                if status == IBV_WC_SUCCESS {
+                    if last && wants_completion {
+                        Outcome::Deliver { wr_id }
+                    } else {
+                        Outcome::Suppress
+                    }
+                } else if self.last_reported_group == Some(group) {
+                    Outcome::Suppress
+                } else {
+                    self.last_reported_group = Some(group);
+                    Outcome::Deliver { wr_id }
+                }
+            }
+        }
+    }
+
+    /// [`complete`](Self::complete) for an entry behind the front (retires the earlier ones).
+    fn complete_later(&mut self, seq: u64, status: u32) -> (WinList, Outcome) {
         // Entries are in sequence order: the wanted one is at most `seq - front` from the front.
         let present = match self.entries.front() {
             Some(f) if seq >= f.seq => self
@@ -246,29 +288,7 @@ impl SendTracker {
             if e.seq != seq {
                 continue;
             }
-            let outcome = match e.origin {
-                Origin::Internal { token } => Outcome::Internal { token, status },
-                Origin::App {
-                    wr_id,
-                    group,
-                    last,
-                    wants_completion,
-                    ..
-                } => {
-                    if status == IBV_WC_SUCCESS {
-                        if last && wants_completion {
-                            Outcome::Deliver { wr_id }
-                        } else {
-                            Outcome::Suppress
-                        }
-                    } else if self.last_reported_group == Some(group) {
-                        Outcome::Suppress
-                    } else {
-                        self.last_reported_group = Some(group);
-                        Outcome::Deliver { wr_id }
-                    }
-                }
-            };
+            let outcome = self.outcome(e.origin, status);
             return (released, outcome);
         }
         (released, Outcome::Unknown)

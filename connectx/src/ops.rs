@@ -178,11 +178,14 @@ pub(crate) unsafe extern "C" fn wrapped_poll_cq(
             let k = k as usize;
             let mut kept = 0usize;
             for i in 0..k {
-                // SAFETY: entries the provider just wrote.
-                let mut w = unsafe { wc.add(count + i).read() };
-                if process_wc(cqc.ctx, &mut w, last_qp) {
-                    // SAFETY: `count + kept <= count + i`, inside the array.
-                    unsafe { wc.add(count + kept).write(w) };
+                // SAFETY: an entry the provider just wrote, rewritten in place (no copy: most
+                // completions are delivered where they are).
+                let w = unsafe { &mut *wc.add(count + i) };
+                if process_wc(cqc.ctx, w, last_qp) {
+                    if kept != i {
+                        // SAFETY: `count + kept < count + i`, both inside the array.
+                        unsafe { wc.add(count + kept).write(wc.add(count + i).read()) };
+                    }
                     kept += 1;
                 }
             }

@@ -33,7 +33,8 @@ commands:
   qemu <name> [--release] [--timeout <seconds>]
                               build a program and run it on qemu-system-aarch64 (virt + SMMUv3 + edu)
   rxe-test [--iters <n>] [--cmp-iters <n>] [--stress-ops <n>] [--rounds <n>] [--smp <n>]
-           [--compare-only]   libnprdma.so on Soft-RoCE in a Debian guest (qemu-system-x86_64):
+           [--compare-only] [--no-pin] [--cmp-flags <perftest flags>]
+                              libnprdma.so on Soft-RoCE in a Debian guest (qemu-system-x86_64):
                               unmodified perftest, the stress program, with/without ratios
                               (--compare-only: just the alternating with/without comparison)
   test [--skip-setup]         everything CI checks: fmt, the layering rule, clippy, host tests,
@@ -104,6 +105,12 @@ fn run(args: &[String]) -> Result<(), XtaskError> {
                 o.smp = n.clamp(1, 64);
             }
             o.compare_only = opts.flag("--compare-only");
+            if opts.flag("--no-pin") {
+                o.pin = false;
+            }
+            if let Some(f) = opts.value_str("--cmp-flags")? {
+                o.cmp_flags = f;
+            }
             opts.finish()?;
             rxe::run(&o)
         }

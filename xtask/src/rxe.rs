@@ -121,10 +121,10 @@ run() {
     small) pre="env LD_PRELOAD=$LIB NPRDMA_PIN_BUDGET=16M NPRDMA_WINDOW=256K" ;;
     *) pre="env" ;;
   esac
-  $pre timeout 90 "$@" > /tmp/srv.out 2>&1 &
+  $pre $SRV_PIN timeout 90 "$@" > /tmp/srv.out 2>&1 &
   spid=$!
   sleep 0.4
-  $pre timeout 90 "$@" $target > /tmp/cli.out 2>&1
+  $pre $CLI_PIN timeout 90 "$@" $target > /tmp/cli.out 2>&1
   crc=$?
   wait $spid; src=$?
   if [ $src = 0 ] && [ $crc = 0 ]; then say "PASS $name"; else
@@ -144,6 +144,8 @@ bw() { awk '/BW average/ {getline; print $4; exit}' /tmp/cli.out; }
 L=127.0.0.1
 SUITE=$(arg suite); SUITE=${SUITE:-all}
 ROUNDS=$(arg rounds); ROUNDS=${ROUNDS:-3}
+# Extra perftest flags for the comparison runs (commas for spaces on the kernel command line).
+XF=$(arg cmp_flags | tr ',' ' ')
 if [ "$SUITE" = all ]; then
 run ibv_rc_pingpong lib $L ibv_rc_pingpong -d rxe0 -g $GIDX -n 200
 run ib_write_lat lib $L ib_write_lat -d rxe0 -x $GIDX -n $ITERS -F
@@ -159,17 +161,22 @@ run nprdma_verbs_stress small "--connect 127.0.0.1" \
 grep -h '^STRESS' /tmp/srv.out /tmp/cli.out | sed 's/^/  /'
 fi
 
+# Same boot, with and without the library, alternating; server and client on CPUs of their
+# own when there are enough (perftest's advice for latency runs; less scheduling noise).
+if [ "$(arg pin)" = 1 ] && [ "$(nproc)" -ge 4 ]; then
+  SRV_PIN="taskset -c 2"; CLI_PIN="taskset -c 3"
+fi
 # Same boot, with and without the library, alternating (the compare suite adds the library
 # switched off, NPRDMA=off, which separates the cost of being loaded from the data path's).
 r=0
 while [ $r -lt $ROUNDS ]; do
   r=$((r + 1))
-  run cmp_write_lat_plain none $L ib_write_lat -d rxe0 -x $GIDX -n $CMP_ITERS -F -C
+  run cmp_write_lat_plain none $L ib_write_lat -d rxe0 -x $GIDX -n $CMP_ITERS -F -C $XF
   metric write_lat_plain $(lat)
-  run cmp_write_lat_lib lib $L ib_write_lat -d rxe0 -x $GIDX -n $CMP_ITERS -F -C
+  run cmp_write_lat_lib lib $L ib_write_lat -d rxe0 -x $GIDX -n $CMP_ITERS -F -C $XF
   metric write_lat_lib $(lat)
   if [ "$SUITE" = compare ]; then
-    run cmp_write_lat_off off $L ib_write_lat -d rxe0 -x $GIDX -n $CMP_ITERS -F -C
+    run cmp_write_lat_off off $L ib_write_lat -d rxe0 -x $GIDX -n $CMP_ITERS -F -C $XF
     metric write_lat_off $(lat)
   fi
   run cmp_write_bw_plain none $L ib_write_bw -d rxe0 -x $GIDX -n $CMP_ITERS -F --report_gbits
@@ -196,6 +203,10 @@ pub struct Options {
     pub rounds: u64,
     /// Guest CPUs.
     pub smp: u64,
+    /// Extra perftest flags for the comparison's latency runs (e.g. `--use_old_post_send`).
+    pub cmp_flags: String,
+    /// Pin the comparison's server and client to CPUs of their own.
+    pub pin: bool,
 }
 
 impl Default for Options {
@@ -206,8 +217,10 @@ impl Default for Options {
             cmp_iters: 500,
             stress_ops: 100,
             compare_only: false,
-            rounds: 3,
+            rounds: 5,
             smp: 4,
+            cmp_flags: String::new(),
+            pin: true,
         }
     }
 }
@@ -755,12 +768,14 @@ fn run_vm(
         .arg(initrd)
         .arg("-append")
         .arg(format!(
-            "console=ttyS0 panic=-1 loglevel=3 iters={} cmp_iters={} stress_ops={} suite={} rounds={}",
+            "console=ttyS0 panic=-1 loglevel=3 iters={} cmp_iters={} stress_ops={} suite={} rounds={} cmp_flags={} pin={}",
             opts.iters,
             opts.cmp_iters,
             opts.stress_ops,
             if opts.compare_only { "compare" } else { "all" },
-            opts.rounds
+            opts.rounds,
+            opts.cmp_flags.replace(' ', ","),
+            u8::from(opts.pin)
         ))
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -788,8 +803,8 @@ fn run_vm(
             }
         }
     });
-    // Each comparison round beyond the default three takes up to about a minute under TCG.
-    let timeout = VM_TIMEOUT + Duration::from_secs(60 * opts.rounds.saturating_sub(3));
+    // Each comparison round beyond the default five takes up to about a minute under TCG.
+    let timeout = VM_TIMEOUT + Duration::from_secs(60 * opts.rounds.saturating_sub(5));
     let start = Instant::now();
     let status = loop {
         match child.try_wait() {

@@ -79,6 +79,20 @@ impl Options {
         Ok(Some(value))
     }
 
+    /// Removes `name <text>` and returns `text`.
+    pub fn value_str(&mut self, name: &str) -> Result<Option<String>, XtaskError> {
+        let Some(i) = self.args.iter().position(|a| a == name) else {
+            return Ok(None);
+        };
+        let value = self
+            .args
+            .get(i + 1)
+            .cloned()
+            .ok_or_else(|| XtaskError::Usage(format!("{name} needs a value")))?;
+        self.args.drain(i..i + 2);
+        Ok(Some(value))
+    }
+
     /// Removes and returns the first positional argument.
     pub fn positional(&mut self, what: &str) -> Result<String, XtaskError> {
         let i = self
