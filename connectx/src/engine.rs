@@ -86,6 +86,7 @@ pub(crate) struct CtxRec {
     pub ctx: usize,
     pub orig: ibv_context_ops,
     pub orig_create_qp_ex: Option<CreateQpExFn>,
+    pub orig_create_cq_ex: Option<CreateCqExFn>,
     pub vctx: usize,
     pub caps: DevCaps,
     /// Why this context is in pass-through, if it is (set once; read on every post).
@@ -347,26 +348,38 @@ impl Engine {
         // SAFETY: live context.
         let c = unsafe { &mut *ctx };
         let orig = c.ops;
-        let (vctx, orig_create_qp_ex) = if c.abi_compat == VERBS_ABI_IS_EXTENDED {
+        let (vctx, orig_create_qp_ex, orig_create_cq_ex) = if c.abi_compat == VERBS_ABI_IS_EXTENDED
+        {
             let off = core::mem::offset_of!(verbs_context, context);
             // SAFETY: an extended context is the last field of its verbs_context (verbs.h
             // verbs_get_ctx), so the verbs_context starts `off` bytes before it.
             let v = unsafe { &mut *(ctx.cast::<u8>().sub(off).cast::<verbs_context>()) };
-            let needed = core::mem::size_of::<verbs_context>()
-                - core::mem::offset_of!(verbs_context, create_qp_ex);
-            if v.sz >= needed {
-                (v as *mut verbs_context as usize, v.create_qp_ex)
+            // verbs.h verbs_get_ctx_op: a field exists if `sz` reaches back to it.
+            let has = |field_off: usize| v.sz >= core::mem::size_of::<verbs_context>() - field_off;
+            let qp_ex = if has(core::mem::offset_of!(verbs_context, create_qp_ex)) {
+                v.create_qp_ex
             } else {
-                (0, None)
+                None
+            };
+            let cq_ex = if has(core::mem::offset_of!(verbs_context, create_cq_ex)) {
+                v.create_cq_ex
+            } else {
+                None
+            };
+            if qp_ex.is_some() || cq_ex.is_some() {
+                (v as *mut verbs_context as usize, qp_ex, cq_ex)
+            } else {
+                (0, None, None)
             }
         } else {
-            (0, None)
+            (0, None, None)
         };
         let rec = Arc::new(CtxRec {
             engine: self.clone(),
             ctx: ctx as usize,
             orig,
             orig_create_qp_ex,
+            orig_create_cq_ex,
             vctx,
             caps,
             passthrough: std::sync::OnceLock::new(),
@@ -388,6 +401,13 @@ impl Engine {
                     Some(crate::ops::wrapped_create_qp_ex);
             }
         }
+        if vctx != 0 && orig_create_cq_ex.is_some() {
+            // SAFETY: as above.
+            unsafe {
+                (*(vctx as *mut verbs_context)).create_cq_ex =
+                    Some(crate::cq_ex::wrapped_create_cq_ex);
+            }
+        }
     }
 
     /// Called before the provider closes `ctx`: restores its operations.
@@ -400,7 +420,13 @@ impl Engine {
             unsafe {
                 (*ctx).ops = rec.orig;
                 if rec.vctx != 0 {
-                    (*(rec.vctx as *mut verbs_context)).create_qp_ex = rec.orig_create_qp_ex;
+                    let v = rec.vctx as *mut verbs_context;
+                    if rec.orig_create_qp_ex.is_some() {
+                        (*v).create_qp_ex = rec.orig_create_qp_ex;
+                    }
+                    if rec.orig_create_cq_ex.is_some() {
+                        (*v).create_cq_ex = rec.orig_create_cq_ex;
+                    }
                 }
             }
         }
@@ -1161,6 +1187,8 @@ pub(crate) struct CqCtl {
     pub cq: usize,
     pub ctx: usize,
     pub orig_poll: PollCqFn,
+    /// The provider's functions of an extended CQ (`ibv_create_cq_ex`) the library wrapped.
+    pub ex: Option<crate::cq_ex::CqExFns>,
     pub stash: Mutex<CqInner>,
 }
 
@@ -1171,6 +1199,8 @@ pub(crate) struct CqInner {
     pub stash: VecDeque<ibv_wc>,
     /// The QP of the last completion (most CQs serve one QP): saves the registry lookup.
     pub last_qp: Option<(u32, Arc<QpCtl>)>,
+    /// An extended CQ's poll session (`ibv_start_poll` .. `ibv_end_poll`).
+    pub ex: crate::cq_ex::Session,
 }
 
 /// A shared receive queue.
@@ -1191,6 +1221,7 @@ pub(crate) fn cq_ctl(cq: usize) -> Option<registry::Hot<CqCtl>> {
         Some(CqCtl {
             cq,
             ctx,
+            ex: None,
             orig_poll: rec.orig.poll_cq?,
             stash: Mutex::new(CqInner::default()),
         })
@@ -1249,7 +1280,7 @@ pub(crate) fn process_wc(
 pub(crate) fn poll_into_stash(cqc: &CqCtl) -> c_int {
     let mut buf = [ibv_wc::default(); 16];
     let mut inner = lock(&cqc.stash);
-    let CqInner { stash, last_qp } = &mut *inner;
+    let CqInner { stash, last_qp, .. } = &mut *inner;
     // SAFETY: a live CQ and a buffer of 16 entries.
     let n = unsafe { (cqc.orig_poll)(cqc.cq as *mut ibv_cq, 16, buf.as_mut_ptr()) };
     for wc in buf.iter_mut().take(n.max(0) as usize) {

@@ -66,6 +66,8 @@ struct Fake {
     qps: HashMap<u32, Qp>,
     qpns: HashMap<usize, u32>,
     cqs: HashMap<usize, VecDeque<ibv_wc>>,
+    /// Extended CQs and the completion their poll session shows.
+    ex_cqs: HashMap<usize, Option<ibv_wc>>,
     srqs: HashMap<usize, (usize, RecvQueue)>,
     pinned: HashMap<usize, u64>,
     peak: HashMap<usize, u64>,
@@ -177,6 +179,7 @@ unsafe extern "C" fn fake_open_device(dev: *mut ibv_device) -> *mut ibv_context 
     let vc = unsafe { &mut *v };
     vc.sz = core::mem::size_of::<verbs_context>();
     vc.create_qp_ex = Some(fake_create_qp_ex);
+    vc.create_cq_ex = Some(fake_create_cq_ex);
     vc.context.device = dev;
     vc.context.abi_compat = VERBS_ABI_IS_EXTENDED;
     vc.context.ops.post_send = Some(fake_post_send);
@@ -255,11 +258,116 @@ pub unsafe fn create_srq(pd: *mut ibv_pd) -> *mut ibv_srq {
 }
 
 unsafe extern "C" fn fake_destroy_cq(cq: *mut ibv_cq) -> c_int {
-    if fake().cqs.remove(&(cq as usize)).is_none() {
+    let mut f = fake();
+    if f.cqs.remove(&(cq as usize)).is_none() {
         return libc::EINVAL;
     }
-    free(cq);
+    if f.ex_cqs.remove(&(cq as usize)).is_some() {
+        free(cq.cast::<ibv_cq_ex>());
+    } else {
+        free(cq);
+    }
     0
+}
+
+/// `verbs_context::create_cq_ex`: an extended CQ over the same completion queue as
+/// [`create_cq`]; `ibv_wc_read_qp_num` exists only if `IBV_WC_EX_WITH_QP_NUM` is asked for, as
+/// providers may do.
+unsafe extern "C" fn fake_create_cq_ex(
+    ctx: *mut ibv_context,
+    attr: *mut ibv_cq_init_attr_ex,
+) -> *mut ibv_cq_ex {
+    if attr.is_null() {
+        set_errno(libc::EINVAL);
+        return core::ptr::null_mut();
+    }
+    // SAFETY: the caller's attributes.
+    let a = unsafe { *attr };
+    let cq: *mut ibv_cq_ex = alloc_zeroed();
+    // SAFETY: freshly allocated.
+    let c = unsafe { &mut *cq };
+    c.context = ctx;
+    c.cqe = a.cqe.max(1) as c_int;
+    c.start_poll = Some(fake_start_poll);
+    c.next_poll = Some(fake_next_poll);
+    c.end_poll = Some(fake_end_poll);
+    c.read_opcode = Some(fake_read_opcode);
+    c.read_byte_len = Some(fake_read_byte_len);
+    c.read_wc_flags = Some(fake_read_wc_flags);
+    c.read_completion_ts = Some(fake_read_ts);
+    if a.wc_flags & IBV_WC_EX_WITH_QP_NUM != 0 {
+        c.read_qp_num = Some(fake_read_qp_num);
+    }
+    let mut f = fake();
+    f.cqs.insert(cq as usize, VecDeque::new());
+    f.ex_cqs.insert(cq as usize, None);
+    cq
+}
+
+/// Moves an extended CQ's session to its next completion (ENOENT when there is none).
+fn fake_advance(cq: *mut ibv_cq_ex) -> c_int {
+    let mut f = fake();
+    let next = f.cqs.get_mut(&(cq as usize)).and_then(|q| q.pop_front());
+    let Some(cur) = f.ex_cqs.get_mut(&(cq as usize)) else {
+        return libc::EINVAL;
+    };
+    *cur = next;
+    match next {
+        Some(w) => {
+            // SAFETY: the caller's live CQ.
+            unsafe {
+                (*cq).wr_id = w.wr_id;
+                (*cq).status = w.status;
+            }
+            0
+        }
+        None => libc::ENOENT,
+    }
+}
+
+unsafe extern "C" fn fake_start_poll(cq: *mut ibv_cq_ex, _attr: *mut ibv_poll_cq_attr) -> c_int {
+    fake_advance(cq)
+}
+
+unsafe extern "C" fn fake_next_poll(cq: *mut ibv_cq_ex) -> c_int {
+    fake_advance(cq)
+}
+
+unsafe extern "C" fn fake_end_poll(cq: *mut ibv_cq_ex) {
+    if let Some(cur) = fake().ex_cqs.get_mut(&(cq as usize)) {
+        *cur = None;
+    }
+}
+
+fn fake_current(cq: *mut ibv_cq_ex) -> ibv_wc {
+    fake()
+        .ex_cqs
+        .get(&(cq as usize))
+        .copied()
+        .flatten()
+        .unwrap_or_default()
+}
+
+unsafe extern "C" fn fake_read_opcode(cq: *mut ibv_cq_ex) -> u32 {
+    fake_current(cq).opcode
+}
+
+unsafe extern "C" fn fake_read_byte_len(cq: *mut ibv_cq_ex) -> u32 {
+    fake_current(cq).byte_len
+}
+
+unsafe extern "C" fn fake_read_wc_flags(cq: *mut ibv_cq_ex) -> u32 {
+    fake_current(cq).wc_flags
+}
+
+unsafe extern "C" fn fake_read_qp_num(cq: *mut ibv_cq_ex) -> u32 {
+    fake_current(cq).qp_num
+}
+
+/// The fake's "timestamp": a recognizable function of the completion.
+unsafe extern "C" fn fake_read_ts(cq: *mut ibv_cq_ex) -> u64 {
+    let w = fake_current(cq);
+    0x7500_0000_0000 | u64::from(w.qp_num) << 8 | u64::from(w.opcode)
 }
 
 unsafe extern "C" fn fake_destroy_srq(srq: *mut ibv_srq) -> c_int {

@@ -20,6 +20,7 @@
 
 pub mod completion;
 pub mod config;
+pub(crate) mod cq_ex;
 pub mod directory;
 mod engine;
 pub mod error;

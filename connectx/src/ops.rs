@@ -16,7 +16,7 @@ use crate::engine::{Engine, QpCtl, SrqCtl, cq_ctl, lock, process_wc};
 use crate::registry;
 use crate::sys::*;
 
-fn guarded<T>(fallback: T, f: impl FnOnce() -> T) -> T {
+pub(crate) fn guarded<T>(fallback: T, f: impl FnOnce() -> T) -> T {
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(v) => v,
         Err(_) => {
@@ -160,7 +160,7 @@ pub(crate) unsafe extern "C" fn wrapped_poll_cq(
         }
         let want = n as usize;
         let mut inner = lock(&cqc.stash);
-        let crate::engine::CqInner { stash, last_qp } = &mut *inner;
+        let crate::engine::CqInner { stash, last_qp, .. } = &mut *inner;
         let mut count = 0usize;
         while count < want {
             let Some(w) = stash.pop_front() else { break };

@@ -727,6 +727,79 @@ fn new_post_send_api_batches_abort_restart_interleave_and_change_threads() {
 }
 
 #[test]
+fn extended_cq_shows_stashed_then_provider_completions_with_the_applications_wr_ids() {
+    let mut a = Host::with_library(1 << 20, 16 * 1024);
+    // The application does not ask for QP numbers: the library needs them and asks itself.
+    let cqx = a.use_cq_ex(0);
+    let b = Host::with_library(1 << 20, 16 * 1024);
+    let qa = a.create_qp(false);
+    let qb = b.create_qp(false);
+    connect(&a, qa, &b, qb);
+    let mut src = Buf::new(64 * 1024);
+    let mut dst = Buf::new(64 * 1024);
+    fill(&mut src, 5);
+    let smr = a.reg(&mut src, IBV_ACCESS_LOCAL_WRITE);
+    let dmr = b.reg(&mut dst, ALL_ACCESS);
+    let (sl, _) = keys(smr);
+    let (_, dr) = keys(dmr);
+    let base = dst.as_ptr() as u64;
+    // Every remote window is touched for the first time: the library reads the peer's
+    // directory and asks for a lease on this QP, waiting for those completions on this CQ,
+    // and stashes the application's completions it meets meanwhile.
+    for (i, window) in [0u64, 1, 2, 3].iter().enumerate() {
+        let off = window * 16 * 1024 + 100;
+        let mut s = [sge(&src, off as usize, 1000, sl)];
+        let mut wr = rdma(
+            IBV_WR_RDMA_WRITE,
+            0x100 + i as u64,
+            &mut s,
+            base + off,
+            dr,
+            true,
+        );
+        assert_eq!(post_send(qa, &mut wr).0, 0);
+    }
+    let got = poll_ex(cqx);
+    // SAFETY: a live QP of `a`.
+    let qpn = unsafe { (*qa).qp_num };
+    assert_eq!(
+        got.iter()
+            .map(|e| (e.wr_id, e.status, e.opcode))
+            .collect::<Vec<_>>(),
+        (0..4)
+            .map(|i| (0x100 + i, IBV_WC_SUCCESS, IBV_WC_RDMA_WRITE))
+            .collect::<Vec<_>>(),
+        "exactly the application's completions, in order: {got:x?}"
+    );
+    // The library asked for QP numbers on the application's behalf (for every completion,
+    // the stashed ones answered from the stored ibv_wc).
+    assert!(got.iter().all(|e| e.qp_num == qpn), "{got:x?}");
+    let stats = a.eng().status().page().report();
+    assert!(stats.remote_requests >= 4, "{stats:?}");
+    assert!(poll_ex(cqx).is_empty());
+    // A warm WR: straight from the provider, with the provider's timestamp.
+    let mut s = [sge(&src, 100, 8, sl)];
+    let mut wr = rdma(IBV_WR_RDMA_WRITE, 0x200, &mut s, base + 100, dr, true);
+    assert_eq!(post_send(qa, &mut wr).0, 0);
+    let got = poll_ex(cqx);
+    assert_eq!(got.len(), 1);
+    assert_eq!((got[0].wr_id, got[0].status), (0x200, IBV_WC_SUCCESS));
+    assert_eq!(
+        got[0].ts,
+        0x7500_0000_0000 | u64::from(qpn) << 8 | u64::from(IBV_WC_RDMA_WRITE)
+    );
+    // ibv_poll_cq on the same CQ still works, with the same rules.
+    let mut wr = rdma(IBV_WR_RDMA_WRITE, 0x201, &mut s, base + 100, dr, true);
+    assert_eq!(post_send(qa, &mut wr).0, 0);
+    let wc = poll(a.cq, 1);
+    assert_eq!((wc[0].wr_id, wc[0].status), (0x201, IBV_WC_SUCCESS));
+    for window in 0..4usize {
+        let off = window * 16 * 1024 + 100;
+        assert_eq!(&dst[off..off + 1000], &src[off..off + 1000]);
+    }
+}
+
+#[test]
 fn srq_receives_are_translated() {
     let a = Host::with_library(1 << 20, 16 * 1024);
     let b = Host::with_library(1 << 20, 16 * 1024);

@@ -21,6 +21,13 @@ int main(void)
 	SZ(verbs_context);
 	OFF(verbs_context, create_cq_ex); OFF(verbs_context, create_qp_ex);
 	OFF(verbs_context, sz); OFF(verbs_context, context);
+	SZ(ibv_cq_ex);
+	OFF(ibv_cq_ex, context); OFF(ibv_cq_ex, cqe); OFF(ibv_cq_ex, comp_mask);
+	OFF(ibv_cq_ex, status); OFF(ibv_cq_ex, wr_id); OFF(ibv_cq_ex, start_poll);
+	OFF(ibv_cq_ex, read_opcode); OFF(ibv_cq_ex, read_qp_num); OFF(ibv_cq_ex, read_completion_ts);
+	OFF(ibv_cq_ex, read_completion_wallclock_ns);
+	SZ(ibv_cq_init_attr_ex); OFF(ibv_cq_init_attr_ex, wc_flags);
+	OFF(ibv_cq_init_attr_ex, parent_domain);
 	SZ(ibv_pd); OFF(ibv_pd, context); OFF(ibv_pd, handle);
 	SZ(ibv_mr);
 	OFF(ibv_mr, context); OFF(ibv_mr, pd); OFF(ibv_mr, addr); OFF(ibv_mr, length);

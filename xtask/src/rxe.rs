@@ -159,6 +159,10 @@ run ib_write_lat_nprdma_off off $L ib_write_lat -d rxe0 -x $GIDX -n $ITERS -F
 run nprdma_verbs_stress small "--connect 127.0.0.1" \
   $STRESS --device rxe0 --gid-index $GIDX --size 1G --ops $(arg stress_ops) --budget 16M
 grep -h '^STRESS' /tmp/srv.out /tmp/cli.out | sed 's/^/  /'
+# The same with extended CQs (ibv_create_cq_ex, polled with ibv_start_poll/next_poll).
+run nprdma_verbs_stress_cq_ex small "--connect 127.0.0.1" \
+  $STRESS --device rxe0 --gid-index $GIDX --size 1G --ops $(( $(arg stress_ops) / 2 + 1 )) --budget 16M --cq-ex --seed 7
+grep -h '^STRESS' /tmp/srv.out /tmp/cli.out | sed 's/^/  /'
 fi
 
 # Same boot, with and without the library, alternating; server and client on CPUs of their

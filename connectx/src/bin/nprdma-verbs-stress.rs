@@ -17,7 +17,8 @@
 //!
 //! Both sides read `VmPin` from /proc/self/status after every operation and the library's
 //! status page at the end, and fail if either ever exceeded `--budget`. Every completion must
-//! carry the expected `wr_id` and status.
+//! carry the expected `wr_id` and status. With `--cq-ex` the CQ is an extended one
+//! (`ibv_create_cq_ex`) polled through `ibv_start_poll`/`ibv_next_poll`/`ibv_end_poll`.
 //!
 //! The program calls libibverbs through `dlsym` at run time (never by link-time symbols), so
 //! that the preloaded library is the one that interposes; the data path goes through the
@@ -114,6 +115,7 @@ struct Args {
     port: u16,
     connect: Option<String>,
     seed: u64,
+    cq_ex: bool,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -126,6 +128,7 @@ fn parse_args() -> Result<Args, String> {
         port: 18515,
         connect: None,
         seed: 0x6e70_7264_6d61,
+        cq_ex: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(k) = it.next() {
@@ -144,8 +147,9 @@ fn parse_args() -> Result<Args, String> {
             "--port" => a.port = v()?.parse().map_err(|_| "bad --port")?,
             "--connect" => a.connect = Some(v()?),
             "--seed" => a.seed = v()?.parse().map_err(|_| "bad --seed")?,
+            "--cq-ex" => a.cq_ex = true,
             "--help" | "-h" => {
-                return Err("usage: nprdma-verbs-stress [--device rxe0] [--gid-index N] [--size 1G] [--ops N] [--budget 16M] [--port P] [--seed S] [--connect HOST]".into());
+                return Err("usage: nprdma-verbs-stress [--device rxe0] [--gid-index N] [--size 1G] [--ops N] [--budget 16M] [--port P] [--seed S] [--cq-ex] [--connect HOST]".into());
             }
             other => return Err(format!("unknown argument {other}")),
         }
@@ -226,6 +230,8 @@ struct Side {
     v: Verbs,
     qp: *mut ibv_qp,
     cq: *mut ibv_cq,
+    /// The same CQ as an extended one (`--cq-ex`).
+    cq_ex: *mut ibv_cq_ex,
     buf: *mut u8,
     size: u64,
     lkey: u32,
@@ -270,13 +276,44 @@ impl Side {
         Ok(())
     }
 
+    /// One completion through an extended CQ's poll session (what verbs.h's ibv_start_poll,
+    /// the ibv_wc_read_* functions and ibv_end_poll do); 0 if there was none.
+    fn poll_ex(&mut self, wc: &mut ibv_wc) -> Result<c_int, String> {
+        let cq = self.cq_ex;
+        // SAFETY: the CQ's own functions, called as the inline functions call them.
+        unsafe {
+            let c = &*cq;
+            let mut attr = ibv_poll_cq_attr::default();
+            let rc = (c.start_poll.ok_or("no start_poll")?)(cq, &mut attr);
+            if rc == libc::ENOENT {
+                return Ok(0);
+            }
+            if rc != 0 {
+                return Err(format!("start_poll failed: {rc}"));
+            }
+            let c = &*cq;
+            wc.wr_id = c.wr_id;
+            wc.status = c.status;
+            wc.opcode = (c.read_opcode.ok_or("no read_opcode")?)(cq);
+            wc.byte_len = c.read_byte_len.map_or(0, |f| f(cq));
+            wc.imm_data = c.read_imm_data.map_or(0, |f| f(cq));
+            wc.wc_flags = c.read_wc_flags.map_or(0, |f| f(cq));
+            (c.end_poll.ok_or("no end_poll")?)(cq);
+        }
+        Ok(1)
+    }
+
     fn wait(&mut self, want_wr_id: u64) -> Result<ibv_wc, String> {
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
             let mut wc = ibv_wc::default();
-            // SAFETY: what verbs.h's ibv_poll_cq does, on a live CQ.
-            let n = unsafe {
-                ((*(*self.cq).context).ops.poll_cq.ok_or("no poll_cq")?)(self.cq, 1, &mut wc)
+            let n = if self.cq_ex.is_null() {
+                // SAFETY: what verbs.h's ibv_poll_cq does, on a live CQ.
+                unsafe {
+                    ((*(*self.cq).context).ops.poll_cq.ok_or("no poll_cq")?)(self.cq, 1, &mut wc)
+                }
+            } else {
+                self.poll_ex(&mut wc)?
             };
             if n < 0 {
                 return Err("poll_cq failed".into());
@@ -414,7 +451,7 @@ fn run() -> Result<String, String> {
     let v = Verbs::load()?;
     let mut n = 0;
     // SAFETY: plain libibverbs calls with valid arguments; results are checked.
-    let (ctx, pd, cq, qp) = unsafe {
+    let (ctx, pd, cq, cq_ex, qp) = unsafe {
         let list = (v.get_device_list)(&mut n);
         if list.is_null() || n == 0 {
             return Err("no RDMA device".into());
@@ -435,8 +472,12 @@ fn run() -> Result<String, String> {
         } else {
             (v.alloc_pd)(ctx)
         };
+        let mut cq_ex: *mut ibv_cq_ex = std::ptr::null_mut();
         let cq = if pd.is_null() {
             std::ptr::null_mut()
+        } else if a.cq_ex {
+            cq_ex = create_cq_ex(ctx)?;
+            cq_ex.cast::<ibv_cq>()
         } else {
             (v.create_cq)(ctx, 256, std::ptr::null_mut(), std::ptr::null_mut(), 0)
         };
@@ -462,7 +503,7 @@ fn run() -> Result<String, String> {
         if qp.is_null() {
             return Err("cannot create a QP".into());
         }
-        (ctx, pd, cq, qp)
+        (ctx, pd, cq, cq_ex, qp)
     };
     // SAFETY: anonymous mapping, untouched; checked.
     let buf = unsafe {
@@ -507,6 +548,7 @@ fn run() -> Result<String, String> {
     mine[28..32].copy_from_slice(&rkey.to_le_bytes());
     let (peer, mut stream) = exchange(&a, &mine)?;
     let mut side = Side {
+        cq_ex,
         v,
         qp,
         cq,
@@ -743,6 +785,48 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// What verbs.h's inline `ibv_create_cq_ex` does: the context's `create_cq_ex`, asking for
+/// byte counts and immediates only (the library adds what it needs itself).
+///
+/// # Safety
+/// `ctx` is a live context.
+unsafe fn create_cq_ex(ctx: *mut ibv_context) -> Result<*mut ibv_cq_ex, String> {
+    // SAFETY: live context.
+    if unsafe { (*ctx).abi_compat } != VERBS_ABI_IS_EXTENDED {
+        return Err("the device has no extended verbs (ibv_create_cq_ex)".into());
+    }
+    let off = std::mem::offset_of!(verbs_context, context);
+    // SAFETY: an extended context is the last field of its verbs_context (verbs_get_ctx).
+    let vctx = unsafe { &*(ctx.cast::<u8>().sub(off).cast::<verbs_context>()) };
+    if vctx.sz
+        < std::mem::size_of::<verbs_context>() - std::mem::offset_of!(verbs_context, create_cq_ex)
+    {
+        return Err("the provider has no create_cq_ex".into());
+    }
+    let create = vctx
+        .create_cq_ex
+        .ok_or("the provider has no create_cq_ex")?;
+    let mut attr = ibv_cq_init_attr_ex {
+        cqe: 256,
+        cq_context: std::ptr::null_mut(),
+        channel: std::ptr::null_mut(),
+        comp_vector: 0,
+        wc_flags: IBV_WC_EX_WITH_BYTE_LEN | IBV_WC_EX_WITH_IMM,
+        comp_mask: 0,
+        flags: 0,
+        parent_domain: std::ptr::null_mut(),
+    };
+    // SAFETY: the provider's (or the library's) create_cq_ex with valid attributes.
+    let cq = unsafe { create(ctx, &mut attr) };
+    if cq.is_null() {
+        return Err(format!(
+            "ibv_create_cq_ex failed: {}",
+            std::io::Error::last_os_error()
+        ));
+    }
+    Ok(cq)
 }
 
 #[cfg(test)]

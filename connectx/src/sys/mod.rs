@@ -43,11 +43,83 @@ pub struct ibv_xrcd {
     _opaque: [u8; 0],
 }
 
-/// Opaque `struct ibv_cq_ex` (the extended CQ; see docs/connectx.md §9).
+/// `struct ibv_cq_ex`: the extended CQ (`ibv_create_cq_ex`), polled with `ibv_start_poll`,
+/// `ibv_next_poll`, `ibv_end_poll` and the `ibv_wc_read_*` functions, all inline functions of
+/// verbs.h that call through these pointers. Its head is a `struct ibv_cq`
+/// (`ibv_cq_ex_to_cq` is a cast).
 #[repr(C)]
 pub struct ibv_cq_ex {
-    _opaque: [u8; 0],
+    pub context: *mut ibv_context,
+    pub channel: *mut ibv_comp_channel,
+    pub cq_context: *mut c_void,
+    pub handle: u32,
+    pub cqe: c_int,
+    pub mutex: pthread_mutex_t,
+    pub cond: pthread_cond_t,
+    pub comp_events_completed: u32,
+    pub async_events_completed: u32,
+    pub comp_mask: u32,
+    /// The current completion's status (set by `start_poll`/`next_poll`).
+    pub status: c_uint,
+    /// The current completion's `wr_id`.
+    pub wr_id: u64,
+    pub start_poll: Option<unsafe extern "C" fn(*mut ibv_cq_ex, *mut ibv_poll_cq_attr) -> c_int>,
+    pub next_poll: Option<unsafe extern "C" fn(*mut ibv_cq_ex) -> c_int>,
+    pub end_poll: Option<unsafe extern "C" fn(*mut ibv_cq_ex)>,
+    pub read_opcode: Option<CqExReadU32>,
+    pub read_vendor_err: Option<CqExReadU32>,
+    pub read_byte_len: Option<CqExReadU32>,
+    pub read_imm_data: Option<CqExReadU32>,
+    pub read_qp_num: Option<CqExReadU32>,
+    pub read_src_qp: Option<CqExReadU32>,
+    pub read_wc_flags: Option<CqExReadU32>,
+    pub read_slid: Option<CqExReadU32>,
+    pub read_sl: Option<unsafe extern "C" fn(*mut ibv_cq_ex) -> u8>,
+    pub read_dlid_path_bits: Option<unsafe extern "C" fn(*mut ibv_cq_ex) -> u8>,
+    pub read_completion_ts: Option<CqExReadU64>,
+    pub read_cvlan: Option<unsafe extern "C" fn(*mut ibv_cq_ex) -> u16>,
+    pub read_flow_tag: Option<CqExReadU32>,
+    pub read_tm_info: Option<unsafe extern "C" fn(*mut ibv_cq_ex, *mut c_void)>,
+    pub read_completion_wallclock_ns: Option<CqExReadU64>,
 }
+
+/// An `ibv_cq_ex` reader returning a 32-bit value (opcode, lengths, numbers, flags).
+pub type CqExReadU32 = unsafe extern "C" fn(*mut ibv_cq_ex) -> u32;
+/// An `ibv_cq_ex` reader returning a 64-bit value (timestamps).
+pub type CqExReadU64 = unsafe extern "C" fn(*mut ibv_cq_ex) -> u64;
+
+/// `struct ibv_poll_cq_attr`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ibv_poll_cq_attr {
+    pub comp_mask: u32,
+}
+
+/// `struct ibv_cq_init_attr_ex`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct ibv_cq_init_attr_ex {
+    pub cqe: u32,
+    pub cq_context: *mut c_void,
+    pub channel: *mut ibv_comp_channel,
+    pub comp_vector: u32,
+    /// `IBV_WC_EX_WITH_*` bits: what the CQ's readers may be asked for.
+    pub wc_flags: u64,
+    pub comp_mask: u32,
+    pub flags: u32,
+    pub parent_domain: *mut ibv_pd,
+}
+
+/// `IBV_WC_EX_WITH_BYTE_LEN`: `ibv_wc_read_byte_len` works on the CQ.
+pub const IBV_WC_EX_WITH_BYTE_LEN: u64 = 1 << 0;
+/// `IBV_WC_EX_WITH_IMM`: `ibv_wc_read_imm_data` works on the CQ.
+pub const IBV_WC_EX_WITH_IMM: u64 = 1 << 1;
+/// `IBV_WC_EX_WITH_QP_NUM`: `ibv_wc_read_qp_num` works on the CQ.
+pub const IBV_WC_EX_WITH_QP_NUM: u64 = 1 << 2;
+
+/// `verbs_context::create_cq_ex` (the inline `ibv_create_cq_ex`).
+pub type CreateCqExFn =
+    unsafe extern "C" fn(*mut ibv_context, *mut ibv_cq_init_attr_ex) -> *mut ibv_cq_ex;
 
 /// `pthread_mutex_t` on x86_64 glibc (40 bytes).
 #[repr(C, align(8))]
@@ -115,7 +187,7 @@ pub const VERBS_ABI_IS_EXTENDED: *mut c_void = usize::MAX as *mut c_void;
 #[repr(C)]
 pub struct verbs_context {
     pub _newer_ops: [*mut c_void; 25],
-    pub create_cq_ex: *mut c_void,
+    pub create_cq_ex: Option<CreateCqExFn>,
     pub priv_: *mut c_void,
     pub query_device_ex: *mut c_void,
     pub ibv_destroy_flow: *mut c_void,
@@ -771,6 +843,36 @@ check_off!(
 );
 check_off!(verbs_context, sz, l::OFF_VERBS_CONTEXT_SZ);
 check_off!(verbs_context, context, l::OFF_VERBS_CONTEXT_CONTEXT);
+check_size!(ibv_cq_ex, l::SIZE_IBV_CQ_EX);
+check_off!(ibv_cq_ex, context, l::OFF_IBV_CQ_EX_CONTEXT);
+check_off!(ibv_cq_ex, cqe, l::OFF_IBV_CQ_EX_CQE);
+check_off!(ibv_cq_ex, comp_mask, l::OFF_IBV_CQ_EX_COMP_MASK);
+check_off!(ibv_cq_ex, status, l::OFF_IBV_CQ_EX_STATUS);
+check_off!(ibv_cq_ex, wr_id, l::OFF_IBV_CQ_EX_WR_ID);
+check_off!(ibv_cq_ex, start_poll, l::OFF_IBV_CQ_EX_START_POLL);
+check_off!(ibv_cq_ex, read_opcode, l::OFF_IBV_CQ_EX_READ_OPCODE);
+check_off!(ibv_cq_ex, read_qp_num, l::OFF_IBV_CQ_EX_READ_QP_NUM);
+check_off!(
+    ibv_cq_ex,
+    read_completion_ts,
+    l::OFF_IBV_CQ_EX_READ_COMPLETION_TS
+);
+check_off!(
+    ibv_cq_ex,
+    read_completion_wallclock_ns,
+    l::OFF_IBV_CQ_EX_READ_COMPLETION_WALLCLOCK_NS
+);
+check_size!(ibv_cq_init_attr_ex, l::SIZE_IBV_CQ_INIT_ATTR_EX);
+check_off!(
+    ibv_cq_init_attr_ex,
+    wc_flags,
+    l::OFF_IBV_CQ_INIT_ATTR_EX_WC_FLAGS
+);
+check_off!(
+    ibv_cq_init_attr_ex,
+    parent_domain,
+    l::OFF_IBV_CQ_INIT_ATTR_EX_PARENT_DOMAIN
+);
 check_size!(ibv_pd, l::SIZE_IBV_PD);
 check_off!(ibv_pd, context, l::OFF_IBV_PD_CONTEXT);
 check_off!(ibv_pd, handle, l::OFF_IBV_PD_HANDLE);

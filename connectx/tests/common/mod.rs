@@ -37,6 +37,29 @@ impl Host {
         }
     }
 
+    /// Replaces the host's CQ by an extended one made through `ibv_create_cq_ex` (the inline
+    /// function: `vctx->create_cq_ex`), asking for `wc_flags`; returns it.
+    pub fn use_cq_ex(&mut self, wc_flags: u64) -> *mut ibv_cq_ex {
+        let off = core::mem::offset_of!(verbs_context, context);
+        // SAFETY: the fake's contexts are extended; verbs.h's verbs_get_ctx arithmetic.
+        let vctx = unsafe { &*(self.ctx.cast::<u8>().sub(off).cast::<verbs_context>()) };
+        let mut attr = ibv_cq_init_attr_ex {
+            cqe: 4096,
+            cq_context: core::ptr::null_mut(),
+            channel: core::ptr::null_mut(),
+            comp_vector: 0,
+            wc_flags,
+            comp_mask: 0,
+            flags: 0,
+            parent_domain: core::ptr::null_mut(),
+        };
+        // SAFETY: the context's create_cq_ex, as the inline ibv_create_cq_ex calls it.
+        let cq = unsafe { (vctx.create_cq_ex.unwrap())(self.ctx, &mut attr) };
+        assert!(!cq.is_null());
+        self.cq = cq.cast();
+        cq
+    }
+
     /// A host in pass-through mode (`NPRDMA=off`).
     pub fn off() -> Self {
         let mut cfg = Config::for_tests(1 << 20, 1 << 16);
@@ -369,3 +392,43 @@ pub const ALL_ACCESS: u32 = IBV_ACCESS_LOCAL_WRITE
     | IBV_ACCESS_REMOTE_WRITE
     | IBV_ACCESS_REMOTE_READ
     | IBV_ACCESS_REMOTE_ATOMIC;
+
+/// What one entry of an extended CQ's poll session showed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ExEntry {
+    pub wr_id: u64,
+    pub status: u32,
+    pub opcode: u32,
+    pub qp_num: u32,
+    pub ts: u64,
+}
+
+/// Drains an extended CQ through one `ibv_start_poll` .. `ibv_end_poll` session, as the inline
+/// functions of verbs.h do (`read_qp_num` only if the CQ has it).
+pub fn poll_ex(cq: *mut ibv_cq_ex) -> Vec<ExEntry> {
+    let mut out = Vec::new();
+    // SAFETY: the CQ's own function pointers, called as the inline functions do.
+    unsafe {
+        let c = &*cq;
+        let mut attr = ibv_poll_cq_attr::default();
+        let mut rc = (c.start_poll.unwrap())(cq, &mut attr);
+        if rc == libc::ENOENT {
+            return out;
+        }
+        assert_eq!(rc, 0, "start_poll");
+        while rc == 0 {
+            let c = &*cq;
+            out.push(ExEntry {
+                wr_id: c.wr_id,
+                status: c.status,
+                opcode: (c.read_opcode.unwrap())(cq),
+                qp_num: c.read_qp_num.map_or(u32::MAX, |f| f(cq)),
+                ts: c.read_completion_ts.map_or(0, |f| f(cq)),
+            });
+            rc = (c.next_poll.unwrap())(cq);
+        }
+        assert_eq!(rc, libc::ENOENT, "next_poll");
+        ((*cq).end_poll.unwrap())(cq);
+    }
+    out
+}
