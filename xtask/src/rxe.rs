@@ -148,6 +148,7 @@ ROUNDS=$(arg rounds); ROUNDS=${ROUNDS:-3}
 XF=$(arg cmp_flags | tr ',' ' ')
 if [ "$SUITE" = all ]; then
 run ibv_rc_pingpong lib $L ibv_rc_pingpong -d rxe0 -g $GIDX -n 200
+run ibv_rc_pingpong_events lib $L ibv_rc_pingpong -d rxe0 -g $GIDX -n 200 -e
 run ib_write_lat lib $L ib_write_lat -d rxe0 -x $GIDX -n $ITERS -F
 run ib_write_bw lib $L ib_write_bw -d rxe0 -x $GIDX -n $ITERS -F --report_gbits
 run ib_read_lat lib $L ib_read_lat -d rxe0 -x $GIDX -n $ITERS -F
@@ -162,6 +163,10 @@ grep -h '^STRESS' /tmp/srv.out /tmp/cli.out | sed 's/^/  /'
 # The same with extended CQs (ibv_create_cq_ex, polled with ibv_start_poll/next_poll).
 run nprdma_verbs_stress_cq_ex small "--connect 127.0.0.1" \
   $STRESS --device rxe0 --gid-index $GIDX --size 1G --ops $(( $(arg stress_ops) / 2 + 1 )) --budget 16M --cq-ex --seed 7
+grep -h '^STRESS' /tmp/srv.out /tmp/cli.out | sed 's/^/  /'
+# And sleeping on a completion channel between polls (the library's waits stash completions).
+run nprdma_verbs_stress_events small "--connect 127.0.0.1" \
+  $STRESS --device rxe0 --gid-index $GIDX --size 1G --ops $(( $(arg stress_ops) / 2 + 1 )) --budget 16M --events --seed 11
 grep -h '^STRESS' /tmp/srv.out /tmp/cli.out | sed 's/^/  /'
 fi
 

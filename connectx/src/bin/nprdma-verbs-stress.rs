@@ -18,7 +18,9 @@
 //! Both sides read `VmPin` from /proc/self/status after every operation and the library's
 //! status page at the end, and fail if either ever exceeded `--budget`. Every completion must
 //! carry the expected `wr_id` and status. With `--cq-ex` the CQ is an extended one
-//! (`ibv_create_cq_ex`) polled through `ibv_start_poll`/`ibv_next_poll`/`ibv_end_poll`.
+//! (`ibv_create_cq_ex`) polled through `ibv_start_poll`/`ibv_next_poll`/`ibv_end_poll`; with
+//! `--events` the program sleeps on a completion channel between polls (arm, poll again,
+//! `ibv_get_cq_event`, `ibv_ack_cq_events`), the way event-driven applications wait.
 //!
 //! The program calls libibverbs through `dlsym` at run time (never by link-time symbols), so
 //! that the preloaded library is the one that interposes; the data path goes through the
@@ -43,6 +45,10 @@ type ModifyQp = unsafe extern "C" fn(*mut ibv_qp, *mut ibv_qp_attr, c_int) -> c_
 type QueryGid = unsafe extern "C" fn(*mut ibv_context, u8, c_int, *mut [u8; 16]) -> c_int;
 type RegMr = unsafe extern "C" fn(*mut ibv_pd, *mut c_void, usize, c_int) -> *mut ibv_mr;
 type DeregMr = unsafe extern "C" fn(*mut ibv_mr) -> c_int;
+type CreateCompChannel = unsafe extern "C" fn(*mut ibv_context) -> *mut ibv_comp_channel;
+type GetCqEvent =
+    unsafe extern "C" fn(*mut ibv_comp_channel, *mut *mut ibv_cq, *mut *mut c_void) -> c_int;
+type AckCqEvents = unsafe extern "C" fn(*mut ibv_cq, u32);
 
 struct Verbs {
     get_device_list: GetDeviceList,
@@ -55,6 +61,9 @@ struct Verbs {
     query_gid: QueryGid,
     reg_mr: RegMr,
     dereg_mr: DeregMr,
+    create_comp_channel: CreateCompChannel,
+    get_cq_event: GetCqEvent,
+    ack_cq_events: AckCqEvents,
 }
 
 /// Looks `name` up in the global scope: the preloaded library first, then libibverbs. Plain
@@ -102,6 +111,9 @@ impl Verbs {
             query_gid: load!("ibv_query_gid", QueryGid),
             reg_mr: load!("ibv_reg_mr", RegMr),
             dereg_mr: load!("ibv_dereg_mr", DeregMr),
+            create_comp_channel: load!("ibv_create_comp_channel", CreateCompChannel),
+            get_cq_event: load!("ibv_get_cq_event", GetCqEvent),
+            ack_cq_events: load!("ibv_ack_cq_events", AckCqEvents),
         })
     }
 }
@@ -116,6 +128,7 @@ struct Args {
     connect: Option<String>,
     seed: u64,
     cq_ex: bool,
+    events: bool,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -129,6 +142,7 @@ fn parse_args() -> Result<Args, String> {
         connect: None,
         seed: 0x6e70_7264_6d61,
         cq_ex: false,
+        events: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(k) = it.next() {
@@ -148,11 +162,15 @@ fn parse_args() -> Result<Args, String> {
             "--connect" => a.connect = Some(v()?),
             "--seed" => a.seed = v()?.parse().map_err(|_| "bad --seed")?,
             "--cq-ex" => a.cq_ex = true,
+            "--events" => a.events = true,
             "--help" | "-h" => {
-                return Err("usage: nprdma-verbs-stress [--device rxe0] [--gid-index N] [--size 1G] [--ops N] [--budget 16M] [--port P] [--seed S] [--cq-ex] [--connect HOST]".into());
+                return Err("usage: nprdma-verbs-stress [--device rxe0] [--gid-index N] [--size 1G] [--ops N] [--budget 16M] [--port P] [--seed S] [--cq-ex | --events] [--connect HOST]".into());
             }
             other => return Err(format!("unknown argument {other}")),
         }
+    }
+    if a.cq_ex && a.events {
+        return Err("--cq-ex and --events do not go together".into());
     }
     if a.size < 1 << 20 {
         return Err("--size must be at least 1M".into());
@@ -232,6 +250,14 @@ struct Side {
     cq: *mut ibv_cq,
     /// The same CQ as an extended one (`--cq-ex`).
     cq_ex: *mut ibv_cq_ex,
+    /// The CQ's completion channel (`--events`).
+    channel: *mut ibv_comp_channel,
+    /// Events taken and not yet acknowledged.
+    unacked: u32,
+    /// Events taken in all.
+    events: u64,
+    /// A completion found by the poll after arming, for the wait loop.
+    pending: Option<(c_int, ibv_wc)>,
     buf: *mut u8,
     size: u64,
     lkey: u32,
@@ -307,7 +333,10 @@ impl Side {
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
             let mut wc = ibv_wc::default();
-            let n = if self.cq_ex.is_null() {
+            let n = if let Some((n, w)) = self.pending.take() {
+                wc = w;
+                n
+            } else if self.cq_ex.is_null() {
                 // SAFETY: what verbs.h's ibv_poll_cq does, on a live CQ.
                 unsafe {
                     ((*(*self.cq).context).ops.poll_cq.ok_or("no poll_cq")?)(self.cq, 1, &mut wc)
@@ -336,7 +365,65 @@ impl Side {
             if Instant::now() > deadline {
                 return Err(format!("no completion for wr_id {want_wr_id} within 60 s"));
             }
+            if !self.channel.is_null() {
+                self.sleep_on_channel(deadline)?;
+            }
         }
+    }
+
+    /// Arms the CQ and, unless a completion came in meanwhile, sleeps until its event.
+    fn sleep_on_channel(&mut self, deadline: Instant) -> Result<(), String> {
+        // SAFETY: what verbs.h's ibv_req_notify_cq does, on a live CQ.
+        let rc = unsafe {
+            ((*(*self.cq).context)
+                .ops
+                .req_notify_cq
+                .ok_or("no req_notify_cq")?)(self.cq, 0)
+        };
+        if rc != 0 {
+            return Err(format!("ibv_req_notify_cq failed: {rc}"));
+        }
+        // Poll after arming (a completion that came before the arm raised no event); hand
+        // what it finds to the wait loop, and sleep only if the CQ is still empty.
+        let mut wc = ibv_wc::default();
+        // SAFETY: what verbs.h's ibv_poll_cq does, on a live CQ.
+        let n = unsafe {
+            ((*(*self.cq).context).ops.poll_cq.ok_or("no poll_cq")?)(self.cq, 1, &mut wc)
+        };
+        if n != 0 {
+            self.pending = Some((n, wc));
+            return Ok(());
+        }
+        // SAFETY: the channel's fd, polled for readability with a timeout.
+        let fd = unsafe { (*self.channel).fd };
+        let left = deadline.saturating_duration_since(Instant::now());
+        let mut p = libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd.
+        let r = unsafe { libc::poll(&mut p, 1, left.as_millis().min(60_000) as c_int) };
+        if r <= 0 {
+            return Ok(()); // the caller's deadline check reports the timeout
+        }
+        let mut ev_cq = std::ptr::null_mut();
+        let mut ev_ctx = std::ptr::null_mut();
+        // SAFETY: a live channel with an event ready.
+        if unsafe { (self.v.get_cq_event)(self.channel, &mut ev_cq, &mut ev_ctx) } != 0 {
+            return Err("ibv_get_cq_event failed".into());
+        }
+        if ev_cq != self.cq {
+            return Err("an event for a CQ that is not ours".into());
+        }
+        self.unacked += 1;
+        self.events += 1;
+        if self.unacked >= 16 {
+            // SAFETY: events of this CQ taken above.
+            unsafe { (self.v.ack_cq_events)(self.cq, self.unacked) };
+            self.unacked = 0;
+        }
+        Ok(())
     }
 
     fn bytes(&mut self, off: u64, len: u64) -> &mut [u8] {
@@ -451,7 +538,7 @@ fn run() -> Result<String, String> {
     let v = Verbs::load()?;
     let mut n = 0;
     // SAFETY: plain libibverbs calls with valid arguments; results are checked.
-    let (ctx, pd, cq, cq_ex, qp) = unsafe {
+    let (ctx, pd, cq, cq_ex, channel, qp) = unsafe {
         let list = (v.get_device_list)(&mut n);
         if list.is_null() || n == 0 {
             return Err("no RDMA device".into());
@@ -473,13 +560,22 @@ fn run() -> Result<String, String> {
             (v.alloc_pd)(ctx)
         };
         let mut cq_ex: *mut ibv_cq_ex = std::ptr::null_mut();
+        let channel = if a.events && !ctx.is_null() {
+            let ch = (v.create_comp_channel)(ctx);
+            if ch.is_null() {
+                return Err("ibv_create_comp_channel failed".into());
+            }
+            ch
+        } else {
+            std::ptr::null_mut()
+        };
         let cq = if pd.is_null() {
             std::ptr::null_mut()
         } else if a.cq_ex {
             cq_ex = create_cq_ex(ctx)?;
             cq_ex.cast::<ibv_cq>()
         } else {
-            (v.create_cq)(ctx, 256, std::ptr::null_mut(), std::ptr::null_mut(), 0)
+            (v.create_cq)(ctx, 256, std::ptr::null_mut(), channel.cast(), 0)
         };
         if cq.is_null() {
             return Err("cannot open the device".into());
@@ -503,7 +599,7 @@ fn run() -> Result<String, String> {
         if qp.is_null() {
             return Err("cannot create a QP".into());
         }
-        (ctx, pd, cq, cq_ex, qp)
+        (ctx, pd, cq, cq_ex, channel, qp)
     };
     // SAFETY: anonymous mapping, untouched; checked.
     let buf = unsafe {
@@ -549,6 +645,10 @@ fn run() -> Result<String, String> {
     let (peer, mut stream) = exchange(&a, &mine)?;
     let mut side = Side {
         cq_ex,
+        channel,
+        unacked: 0,
+        events: 0,
+        pending: None,
         v,
         qp,
         cq,
@@ -742,6 +842,9 @@ fn run() -> Result<String, String> {
         "STRESS {role}: ops={} bytes_verified={moved} time={secs:.1}s reg_1st={reg_ms:.2}ms vmpin_max={} budget={}",
         a.ops, side.vmpin_max, a.budget
     );
+    if !side.channel.is_null() {
+        line.push_str(&format!(" cq_events={}", side.events));
+    }
     if let Some(r) = &report {
         line.push_str(&format!(
             " lib_pinned_peak={} lib_registered={} window_registrations={} evictions={} leases_granted={} remote_requests={}",
