@@ -16,7 +16,7 @@
 
 use core::ffi::{c_int, c_void};
 
-use crate::engine::{CqCtl, CqInner, lock, process_wc};
+use crate::engine::{CqCtl, CqInner, process_wc};
 use crate::registry;
 use crate::sys::*;
 
@@ -150,7 +150,7 @@ unsafe fn wrap(rec: &crate::engine::CtxRec, cq: *mut ibv_cq_ex) {
             ctx: rec.ctx,
             orig_poll,
             ex: Some(fns),
-            stash: std::sync::Mutex::new(CqInner::default()),
+            stash: crate::spin::SpinLock::new(CqInner::default()),
         })
     });
     if made.is_none() {
@@ -282,7 +282,7 @@ unsafe extern "C" fn start_poll_w(cq: *mut ibv_cq_ex, attr: *mut ibv_poll_cq_att
             // SAFETY: the application's attributes.
             unsafe { *attr }
         };
-        let mut guard = lock(&cqc.stash);
+        let mut guard = cqc.stash.lock();
         let inner = &mut *guard;
         inner.ex = Session {
             current: Current::Idle,
@@ -314,7 +314,7 @@ unsafe extern "C" fn next_poll_w(cq: *mut ibv_cq_ex) -> c_int {
         let Some(fns) = cqc.ex else {
             return libc::EINVAL;
         };
-        let mut guard = lock(&cqc.stash);
+        let mut guard = cqc.stash.lock();
         let inner = &mut *guard;
         if !inner.ex.provider_open {
             if let Some(w) = inner.stash.pop_front() {
@@ -343,7 +343,7 @@ unsafe extern "C" fn end_poll_w(cq: *mut ibv_cq_ex) {
         let Some(fns) = cqc.ex else {
             return;
         };
-        let mut inner = lock(&cqc.stash);
+        let mut inner = cqc.stash.lock();
         if inner.ex.provider_open {
             // SAFETY: the provider's session is open.
             unsafe { (fns.end_poll)(cq) };
@@ -365,7 +365,7 @@ fn read<T: Default>(
         let Some(fns) = cqc.ex else {
             return T::default();
         };
-        let current = lock(&cqc.stash).ex.current;
+        let current = cqc.stash.lock().ex.current;
         match current {
             Current::Stashed(w) => stashed(&w),
             Current::Provider | Current::Idle => provider(&fns).unwrap_or_default(),

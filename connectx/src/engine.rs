@@ -19,6 +19,7 @@ use crate::fasthash::FastMap;
 use crate::real::RealVerbs;
 use crate::registry;
 use crate::remote::RemoteRegion;
+use crate::spin::SpinLock;
 use crate::status::{Counters, PageStore};
 use crate::sys::*;
 use crate::translate::{Geometry, PlanError, PlannedRemote, PlannedSge, RemoteClass, SgeClass};
@@ -900,9 +901,9 @@ impl Engine {
             max_recv_sge: real_cap.max_recv_sge.max(1) as usize,
             signal_every: (real_cap.max_send_wr / 2).clamp(1, 64),
             dest_qpn: AtomicU32::new(0),
-            send: Mutex::new(SendSide::default()),
+            send: SpinLock::new(SendSide::default()),
             builder: crate::ops::BatchCell::default(),
-            track: Mutex::new(Trackers::default()),
+            track: SpinLock::new(Trackers::default()),
             internal_done: Mutex::new(FastMap::default()),
             next_token: AtomicU64::new(1),
         });
@@ -1000,7 +1001,7 @@ impl Engine {
             // CQs remember the QP of their last completion: forget it (its number may be reused).
             for cq in [ctl.send_cq, ctl.recv_cq] {
                 if let Some(c) = registry::cq(cq) {
-                    let mut inner = lock(&c.stash);
+                    let mut inner = c.stash.lock();
                     if inner
                         .last_qp
                         .as_ref()
@@ -1012,11 +1013,16 @@ impl Engine {
             }
             self.drop_lessee(ctl.ctx.ctx, ctl.qp_num);
             let windows = {
-                let mut t = lock(&ctl.track);
+                let mut t = ctl.track.lock();
                 t.drain_all()
             };
             self.release(&windows);
-            let scratch = lock(&ctl.send).scratch.take();
+            if ctl.builder.is_open() {
+                // Destroyed between ibv_wr_start and ibv_wr_complete (the application's
+                // error): end the batch so that its lock is not held forever.
+                crate::ops::close_batch(ctl.qp as *mut ibv_qp_ex, &ctl);
+            }
+            let scratch = ctl.send.lock().scratch.take();
             if let Some(s) = scratch {
                 self.free_scratch(s);
             }
@@ -1173,10 +1179,12 @@ pub(crate) struct QpCtl {
     pub max_recv_sge: usize,
     pub signal_every: u32,
     pub dest_qpn: AtomicU32,
-    pub send: Mutex<SendSide>,
+    /// Posting state; also held by an open `ibv_wr_*` batch from `wr_start` to
+    /// `wr_complete`/`wr_abort`, as providers hold their QP lock.
+    pub send: SpinLock<SendSide>,
     /// The `ibv_wr_*` batch between `ibv_wr_start` and `ibv_wr_complete`/`abort`.
     pub builder: crate::ops::BatchCell,
-    pub track: Mutex<Trackers>,
+    pub track: SpinLock<Trackers>,
     pub internal_done: Mutex<FastMap<u64, u32>>,
     pub next_token: AtomicU64,
 }
@@ -1189,7 +1197,7 @@ pub(crate) struct CqCtl {
     pub orig_poll: PollCqFn,
     /// The provider's functions of an extended CQ (`ibv_create_cq_ex`) the library wrapped.
     pub ex: Option<crate::cq_ex::CqExFns>,
-    pub stash: Mutex<CqInner>,
+    pub stash: SpinLock<CqInner>,
 }
 
 /// What a CQ's lock protects.
@@ -1209,7 +1217,7 @@ pub(crate) struct SrqCtl {
     pub ctx: usize,
     pub orig_post: PostSrqRecvFn,
     pub max_sge: usize,
-    pub track: Mutex<RecvTracker>,
+    pub track: SpinLock<RecvTracker>,
 }
 
 /// The CQ record of `cq`, created on first use.
@@ -1223,7 +1231,7 @@ pub(crate) fn cq_ctl(cq: usize) -> Option<registry::Hot<CqCtl>> {
             ctx,
             ex: None,
             orig_poll: rec.orig.poll_cq?,
-            stash: Mutex::new(CqInner::default()),
+            stash: SpinLock::new(CqInner::default()),
         })
     })
 }
@@ -1249,9 +1257,9 @@ pub(crate) fn process_wc(
     if wc.wr_id & RECV_TAG != 0 {
         let seq = wc.wr_id & !RECV_TAG;
         let found = if qpc.srq != 0 {
-            registry::srq(qpc.srq).and_then(|s| lock(&s.track).complete(seq))
+            registry::srq(qpc.srq).and_then(|s| s.track.lock().complete(seq))
         } else {
-            lock(&qpc.track).recv.complete(seq)
+            qpc.track.lock().recv.complete(seq)
         };
         if let Some((wr_id, windows)) = found {
             qpc.engine.release(&windows);
@@ -1259,7 +1267,7 @@ pub(crate) fn process_wc(
         }
         return true;
     }
-    let (released, outcome) = lock(&qpc.track).send.complete(wc.wr_id, wc.status);
+    let (released, outcome) = qpc.track.lock().send.complete(wc.wr_id, wc.status);
     qpc.engine.release(&released);
     match outcome {
         Outcome::Deliver { wr_id } => {
@@ -1279,7 +1287,7 @@ pub(crate) fn process_wc(
 /// Returns how many provider completions there were, or a negative provider error.
 pub(crate) fn poll_into_stash(cqc: &CqCtl) -> c_int {
     let mut buf = [ibv_wc::default(); 16];
-    let mut inner = lock(&cqc.stash);
+    let mut inner = cqc.stash.lock();
     let CqInner { stash, last_qp, .. } = &mut *inner;
     // SAFETY: a live CQ and a buffer of 16 entries.
     let n = unsafe { (cqc.orig_poll)(cqc.cq as *mut ibv_cq, 16, buf.as_mut_ptr()) };
@@ -1422,7 +1430,9 @@ impl QpCtl {
             ((bad as usize).wrapping_sub(base as usize) / core::mem::size_of::<ibv_send_wr>())
                 .min(n - 1)
         };
-        let windows = lock(&self.track)
+        let windows = self
+            .track
+            .lock()
             .send
             .unrecord_after(batch.seqs[idx].saturating_sub(1));
         self.engine.release(&windows);
@@ -1477,7 +1487,9 @@ impl QpCtl {
             return Err(PostFail::Errno(libc::EOPNOTSUPP, 0));
         };
         let token = self.next_token.fetch_add(1, Ordering::Relaxed);
-        let seq = lock(&self.track)
+        let seq = self
+            .track
+            .lock()
             .send
             .record(Origin::Internal { token }, WinList::new());
         wr.wr_id = seq;
@@ -1489,7 +1501,7 @@ impl QpCtl {
         // SAFETY: live QP; `wr` and `sge` outlive the call.
         let rc = unsafe { post(self.qp as *mut ibv_qp, &mut wr, &mut bad) };
         if rc != 0 {
-            lock(&self.track).send.unrecord_after(seq - 1);
+            self.track.lock().send.unrecord_after(seq - 1);
             return Err(PostFail::Errno(rc, 0));
         }
         let deadline =
@@ -1521,7 +1533,7 @@ impl QpCtl {
     /// Waits (bounded) until every provider WR posted on the send queue has completed.
     pub(crate) fn drain_send_queue(&self, limit: Duration) {
         let deadline = Instant::now() + limit;
-        while lock(&self.track).send.outstanding() > 0 && Instant::now() < deadline {
+        while self.track.lock().send.outstanding() > 0 && Instant::now() < deadline {
             if !self.poll_own_cqs() {
                 std::thread::sleep(Duration::from_micros(50));
             }
@@ -1540,7 +1552,7 @@ impl QpCtl {
             ..Default::default()
         };
         if let Some(c) = cq_ctl(self.send_cq) {
-            lock(&c.stash).stash.push_back(wc);
+            c.stash.lock().stash.push_back(wc);
         }
         self.engine
             .counters()
@@ -1829,7 +1841,7 @@ impl QpCtl {
             }
         };
         let wants = app.send_flags & IBV_SEND_SIGNALED != 0 || self.sq_sig_all;
-        let group = lock(&self.track).send.next_group();
+        let group = self.track.lock().send.next_group();
         let count = parts.len();
         let write = !matches!(op, IBV_WR_RDMA_READ);
         for (i, part) in parts.into_iter().enumerate() {
@@ -1869,7 +1881,9 @@ impl QpCtl {
             if last {
                 flags |= app.send_flags & IBV_SEND_SOLICITED;
             }
-            let signal = lock(&self.track)
+            let signal = self
+                .track
+                .lock()
                 .send
                 .must_signal(last && wants, self.signal_every);
             if signal {
@@ -1883,7 +1897,7 @@ impl QpCtl {
                     w.set_rdma(addr, rkey);
                 }
             }
-            let seq = lock(&self.track).send.record(
+            let seq = self.track.lock().send.record(
                 Origin::App {
                     wr_id: app.wr_id,
                     group,
@@ -1956,7 +1970,9 @@ impl QpCtl {
         if rc == 0 {
             return 0;
         }
-        let windows = lock(&self.track)
+        let windows = self
+            .track
+            .lock()
             .send
             .unrecord_after(fast.seq.saturating_sub(1));
         self.engine.release(&windows);
@@ -2039,7 +2055,7 @@ impl QpCtl {
         }
         out.has_sge = has_sge;
         let wants = app.send_flags & IBV_SEND_SIGNALED != 0 || self.sq_sig_all;
-        let mut t = lock(&self.track);
+        let mut t = self.track.lock();
         let signal = t.send.must_signal(wants, self.signal_every);
         out.wr.send_flags = if signal {
             app.send_flags | IBV_SEND_SIGNALED
@@ -2082,8 +2098,8 @@ impl QpCtl {
                 &self.engine,
                 self.ctx.ctx,
                 self.max_recv_sge,
-                |wr_id, w| lock(&self.track).recv.record(wr_id, w),
-                |seq| lock(&self.track).recv.unrecord(seq),
+                |wr_id, w| self.track.lock().recv.record(wr_id, w),
+                |seq| self.track.lock().recv.unrecord(seq),
                 poster,
                 wr,
                 bad,

@@ -246,7 +246,7 @@ pub unsafe fn destroy_srq(eng: &Arc<Engine>, srq: *mut ibv_srq) -> c_int {
     if rc == 0
         && let Some(s) = registry::remove_srq(srq as usize)
     {
-        let windows = crate::engine::lock(&s.track).drain();
+        let windows = s.track.lock().drain();
         eng.release(&windows);
     }
     rc

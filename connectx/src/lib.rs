@@ -33,6 +33,7 @@ mod ops;
 pub mod real;
 mod registry;
 mod remote;
+mod spin;
 pub mod status;
 pub mod sys;
 pub mod translate;

@@ -12,7 +12,7 @@ use core::ffi::{c_int, c_void};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use crate::engine::{Engine, QpCtl, SrqCtl, cq_ctl, lock, process_wc};
+use crate::engine::{Engine, QpCtl, SrqCtl, cq_ctl, process_wc};
 use crate::registry;
 use crate::sys::*;
 
@@ -52,7 +52,7 @@ pub(crate) unsafe extern "C" fn wrapped_post_send(
                 None => libc::EINVAL,
             };
         }
-        let mut side = lock(&ctl.send);
+        let mut side = ctl.send.lock();
         // SAFETY: the application's list and out-pointer.
         unsafe { ctl.post_send_list(&mut side, wr, bad) }
     })
@@ -117,7 +117,7 @@ pub(crate) unsafe extern "C" fn wrapped_post_srq_recv(
                 ctx,
                 orig_post: orig,
                 max_sge: rec.caps.max_sge as usize,
-                track: std::sync::Mutex::new(crate::completion::RecvTracker::new()),
+                track: crate::spin::SpinLock::new(crate::completion::RecvTracker::new()),
             })
         }) else {
             return libc::ENOMEM;
@@ -131,8 +131,8 @@ pub(crate) unsafe extern "C" fn wrapped_post_srq_recv(
                 &s.engine,
                 ctx,
                 s.max_sge,
-                |wr_id, w| lock(&s.track).record(wr_id, w),
-                |seq| lock(&s.track).unrecord(seq),
+                |wr_id, w| s.track.lock().record(wr_id, w),
+                |seq| s.track.lock().unrecord(seq),
                 poster,
                 wr,
                 bad,
@@ -159,7 +159,7 @@ pub(crate) unsafe extern "C" fn wrapped_poll_cq(
             return unsafe { (cqc.orig_poll)(cq, n, wc) };
         }
         let want = n as usize;
-        let mut inner = lock(&cqc.stash);
+        let mut inner = cqc.stash.lock();
         let crate::engine::CqInner { stash, last_qp, .. } = &mut *inner;
         let mut count = 0usize;
         while count < want {
@@ -384,62 +384,48 @@ pub(crate) unsafe fn wrap_qp_ex(qpx: *mut ibv_qp_ex) {
     q.wr_atomic_write = Some(ex_atomic_write);
 }
 
-/// A QP's builder and the flag that says a batch is open.
+/// A QP's builder and whether a batch is open.
 ///
 /// Like the providers (mlx5 takes the QP's lock in `wr_start` and drops it in `wr_complete`),
-/// a batch owns its QP's builder from `ibv_wr_start` to `ibv_wr_complete`/`ibv_wr_abort`:
-/// `start` waits for the flag, the calls in between use the builder without any lock (verbs
-/// requires the application to serialize a batch's calls), and `complete` posts and lowers
-/// the flag. The calls in between find the builder through the thread's open batch: one
-/// thread-local read, no map lookup, no lock.
+/// a batch holds its QP's send lock from `ibv_wr_start` to `ibv_wr_complete`/`ibv_wr_abort`:
+/// the calls in between use the builder without locking (verbs requires the application to
+/// serialize a batch's calls) and find it through the thread's open batch: one thread-local
+/// read, no map lookup, no lock. `complete` posts with the lock it already holds.
 #[derive(Default)]
 pub(crate) struct BatchCell {
+    /// Set while a batch holds the send lock (read by a thread that continues a batch another
+    /// thread opened).
     open: AtomicBool,
     builder: UnsafeCell<ExBuilder>,
 }
 
-// SAFETY: `builder` is used only by the holder of `open` (see the type's documentation); the
-// raw pointers in its recorded WRs point only into its own vectors.
+// SAFETY: `builder` is used only by the open batch, which holds its QP's send lock (see the
+// type's documentation); the raw pointers in its recorded WRs point only into its own vectors.
 unsafe impl Sync for BatchCell {}
 // SAFETY: as above.
 unsafe impl Send for BatchCell {}
 
 impl BatchCell {
-    /// Takes the batch flag, waiting for another thread's batch to finish.
-    fn acquire(&self) {
-        let mut spins = 0u32;
-        while self
-            .open
-            .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
-            .is_err()
-        {
-            spins += 1;
-            if spins < 64 {
-                core::hint::spin_loop();
-            } else {
-                std::thread::yield_now();
-            }
-        }
-    }
-
-    fn release(&self) {
-        self.open.store(false, Ordering::Release);
-    }
-
-    fn is_open(&self) -> bool {
+    pub(crate) fn is_open(&self) -> bool {
         self.open.load(Ordering::Acquire)
     }
 
     /// The builder.
     ///
     /// # Safety
-    /// The caller's batch holds the flag (or the application serializes the batch's calls, as
-    /// verbs requires) and no other reference to the builder is live.
+    /// The caller's batch is open (or the application serializes the batch's calls, as verbs
+    /// requires) and no other reference to the builder is live.
     #[allow(clippy::mut_from_ref)]
     unsafe fn get(&self) -> &mut ExBuilder {
         // SAFETY: per the contract.
         unsafe { &mut *self.builder.get() }
     }
+}
+
+/// Opens a batch on `ctl`'s QP: takes its send lock (held until [`close_batch`]).
+pub(crate) fn open_batch_lock(ctl: &QpCtl) {
+    ctl.send.raw_lock();
+    ctl.builder.open.store(true, Ordering::Relaxed);
 }
 
 thread_local! {
@@ -504,7 +490,7 @@ unsafe extern "C" fn ex_start(qpx: *mut ibv_qp_ex) {
             .is_ok_and(|(g, k, r)| k == qpx as usize && r == ptr && g == registry::generation());
         // A second start on this thread without complete/abort restarts the batch.
         if !already {
-            ctl.builder.acquire();
+            open_batch_lock(&ctl);
         }
         // SAFETY: this batch holds the flag now.
         unsafe { ctl.builder.get() }.clear();
@@ -513,8 +499,8 @@ unsafe extern "C" fn ex_start(qpx: *mut ibv_qp_ex) {
 }
 
 /// Ends the open batch on `qpx`: clears the builder, lowers the flag, forgets the thread's
-/// reference.
-fn close_batch(qpx: *mut ibv_qp_ex, ctl: &QpCtl) {
+/// reference, releases the send lock.
+pub(crate) fn close_batch(qpx: *mut ibv_qp_ex, ctl: &QpCtl) {
     // SAFETY: the batch is still open (its flag is held).
     unsafe { ctl.builder.get() }.clear();
     let _ = OPEN_BATCH.try_with(|c| {
@@ -522,7 +508,9 @@ fn close_batch(qpx: *mut ibv_qp_ex, ctl: &QpCtl) {
             c.set((u64::MAX, 0, core::ptr::null()));
         }
     });
-    ctl.builder.release();
+    ctl.builder.open.store(false, Ordering::Relaxed);
+    // SAFETY: the batch took the lock in `ex_start` (open_batch_lock) and ends here.
+    unsafe { ctl.send.raw_unlock() };
 }
 
 unsafe extern "C" fn ex_abort(qpx: *mut ibv_qp_ex) {
@@ -690,7 +678,8 @@ unsafe extern "C" fn ex_complete(qpx: *mut ibv_qp_ex) -> c_int {
                 libc::EINVAL
             };
         };
-        let rc = post_batch(&ctl);
+        // The batch ends (and its lock is released) even if posting fails inside.
+        let rc = guarded(libc::EIO, || post_batch(&ctl));
         close_batch(qpx, &ctl);
         rc
     })
@@ -748,7 +737,8 @@ fn post_batch(ctl: &QpCtl) -> c_int {
         };
     }
     let mut bad = core::ptr::null_mut();
-    let mut side = lock(&ctl.send);
+    // SAFETY: the open batch holds the send lock (taken in ex_start).
+    let side = unsafe { ctl.send.data() };
     // SAFETY: a well-formed list in the builder's buffers, which outlive the call.
-    unsafe { ctl.post_send_list(&mut side, base, &mut bad) }
+    unsafe { ctl.post_send_list(side, base, &mut bad) }
 }
