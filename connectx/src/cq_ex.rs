@@ -65,6 +65,14 @@ pub(crate) struct Session {
     attr: ibv_poll_cq_attr,
 }
 
+impl Session {
+    /// Whether the provider's own session is open (it holds the provider's CQ lock until its
+    /// `end_poll`, so nobody else may poll the provider meanwhile while holding the stash).
+    pub(crate) fn provider_open(&self) -> bool {
+        self.provider_open
+    }
+}
+
 /// `verbs_context::create_cq_ex`.
 ///
 /// # Safety

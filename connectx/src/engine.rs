@@ -1288,6 +1288,12 @@ pub(crate) fn process_wc(
 pub(crate) fn poll_into_stash(cqc: &CqCtl) -> c_int {
     let mut buf = [ibv_wc::default(); 16];
     let mut inner = cqc.stash.lock();
+    if inner.ex.provider_open() {
+        // An extended-CQ poll session holds the provider's CQ lock until its end_poll:
+        // polling now would wait for it while holding the stash, which that session needs.
+        // The session itself hands the library's completions over (process_wc).
+        return 0;
+    }
     let CqInner { stash, last_qp, .. } = &mut *inner;
     // SAFETY: a live CQ and a buffer of 16 entries.
     let n = unsafe { (cqc.orig_poll)(cqc.cq as *mut ibv_cq, 16, buf.as_mut_ptr()) };

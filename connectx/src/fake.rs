@@ -68,6 +68,11 @@ struct Fake {
     cqs: HashMap<usize, VecDeque<ibv_wc>>,
     /// Extended CQs and the completion their poll session shows.
     ex_cqs: HashMap<usize, Option<ibv_wc>>,
+    /// Extended CQs inside a poll session: like rxe and mlx5, the session holds the CQ's lock
+    /// from a successful start_poll to end_poll, and ibv_poll_cq waits for it.
+    in_session: HashMap<usize, ()>,
+    /// ibv_poll_cq calls that gave up waiting for a session (a deadlock in a real provider).
+    poll_blocked: u64,
     srqs: HashMap<usize, (usize, RecvQueue)>,
     pinned: HashMap<usize, u64>,
     peak: HashMap<usize, u64>,
@@ -314,6 +319,7 @@ fn fake_advance(cq: *mut ibv_cq_ex) -> c_int {
     *cur = next;
     match next {
         Some(w) => {
+            f.in_session.insert(cq as usize, ());
             // SAFETY: the caller's live CQ.
             unsafe {
                 (*cq).wr_id = w.wr_id;
@@ -321,7 +327,10 @@ fn fake_advance(cq: *mut ibv_cq_ex) -> c_int {
             }
             0
         }
-        None => libc::ENOENT,
+        None => {
+            // start_poll with nothing releases the lock at once; next_poll keeps it.
+            libc::ENOENT
+        }
     }
 }
 
@@ -334,9 +343,17 @@ unsafe extern "C" fn fake_next_poll(cq: *mut ibv_cq_ex) -> c_int {
 }
 
 unsafe extern "C" fn fake_end_poll(cq: *mut ibv_cq_ex) {
-    if let Some(cur) = fake().ex_cqs.get_mut(&(cq as usize)) {
+    let mut f = fake();
+    f.in_session.remove(&(cq as usize));
+    if let Some(cur) = f.ex_cqs.get_mut(&(cq as usize)) {
         *cur = None;
     }
+}
+
+/// How many `ibv_poll_cq` calls gave up waiting for another thread's poll session (each would
+/// have been a deadlock with a real provider's CQ lock).
+pub fn poll_cq_blocked() -> u64 {
+    fake().poll_blocked
 }
 
 fn fake_current(cq: *mut ibv_cq_ex) -> ibv_wc {
@@ -1068,7 +1085,18 @@ unsafe extern "C" fn fake_post_srq_recv(
 }
 
 unsafe extern "C" fn fake_poll_cq(cq: *mut ibv_cq, n: c_int, wc: *mut ibv_wc) -> c_int {
+    // Wait for another thread's poll session to end, as the provider's CQ lock makes it.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
     let mut f = fake();
+    while f.in_session.contains_key(&(cq as usize)) {
+        if std::time::Instant::now() > deadline {
+            f.poll_blocked += 1;
+            return -1;
+        }
+        drop(f);
+        std::thread::sleep(std::time::Duration::from_millis(1));
+        f = fake();
+    }
     let Some(q) = f.cqs.get_mut(&(cq as usize)) else {
         return -1;
     };

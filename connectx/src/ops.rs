@@ -160,6 +160,9 @@ pub(crate) unsafe extern "C" fn wrapped_poll_cq(
         }
         let want = n as usize;
         let mut inner = cqc.stash.lock();
+        // Another thread's extended-CQ session holds the provider's CQ lock: hand out what
+        // the stash has and leave the provider to that session (see poll_into_stash).
+        let provider_busy = inner.ex.provider_open();
         let crate::engine::CqInner { stash, last_qp, .. } = &mut *inner;
         let mut count = 0usize;
         while count < want {
@@ -168,7 +171,7 @@ pub(crate) unsafe extern "C" fn wrapped_poll_cq(
             unsafe { wc.add(count).write(w) };
             count += 1;
         }
-        while count < want {
+        while count < want && !provider_busy {
             let ask = want - count;
             // SAFETY: the tail of the application's array, `ask` entries.
             let k = unsafe { (cqc.orig_poll)(cq, ask as c_int, wc.add(count)) };

@@ -726,10 +726,21 @@ fn new_post_send_api_batches_abort_restart_interleave_and_change_threads() {
     assert_eq!(&dst[500..514], b"finished there");
 }
 
-#[test]
-fn extended_cq_shows_stashed_then_provider_completions_with_the_applications_wr_ids() {
+/// Two hosts with the library, an RC QP pair, `a`'s CQ an extended one (created without
+/// `IBV_WC_EX_WITH_QP_NUM`), a filled source region on `a` and a target on `b`.
+struct CqExPair {
+    a: Host,
+    b: Host,
+    cqx: *mut ibv_cq_ex,
+    qa: *mut ibv_qp,
+    src: Buf,
+    dst: Buf,
+    sl: u32,
+    dr: u32,
+}
+
+fn cq_ex_pair(seed: u64) -> CqExPair {
     let mut a = Host::with_library(1 << 20, 16 * 1024);
-    // The application does not ask for QP numbers: the library needs them and asks itself.
     let cqx = a.use_cq_ex(0);
     let b = Host::with_library(1 << 20, 16 * 1024);
     let qa = a.create_qp(false);
@@ -737,11 +748,34 @@ fn extended_cq_shows_stashed_then_provider_completions_with_the_applications_wr_
     connect(&a, qa, &b, qb);
     let mut src = Buf::new(64 * 1024);
     let mut dst = Buf::new(64 * 1024);
-    fill(&mut src, 5);
-    let smr = a.reg(&mut src, IBV_ACCESS_LOCAL_WRITE);
-    let dmr = b.reg(&mut dst, ALL_ACCESS);
-    let (sl, _) = keys(smr);
-    let (_, dr) = keys(dmr);
+    fill(&mut src, seed);
+    let (sl, _) = keys(a.reg(&mut src, IBV_ACCESS_LOCAL_WRITE));
+    let (_, dr) = keys(b.reg(&mut dst, ALL_ACCESS));
+    CqExPair {
+        a,
+        b,
+        cqx,
+        qa,
+        src,
+        dst,
+        sl,
+        dr,
+    }
+}
+
+#[test]
+fn extended_cq_shows_stashed_then_provider_completions_with_the_applications_wr_ids() {
+    // The application does not ask for QP numbers: the library needs them and asks itself.
+    let CqExPair {
+        a,
+        b: _b,
+        cqx,
+        qa,
+        src,
+        dst,
+        sl,
+        dr,
+    } = cq_ex_pair(5);
     let base = dst.as_ptr() as u64;
     // Every remote window is touched for the first time: the library reads the peer's
     // directory and asks for a lease on this QP, waiting for those completions on this CQ,
@@ -797,6 +831,69 @@ fn extended_cq_shows_stashed_then_provider_completions_with_the_applications_wr_
         let off = window * 16 * 1024 + 100;
         assert_eq!(&dst[off..off + 1000], &src[off..off + 1000]);
     }
+}
+
+#[test]
+fn a_first_touch_waits_out_another_threads_extended_cq_session() {
+    // Both hosts stay alive to the end of the test (bound, not dropped).
+    let CqExPair {
+        a: _a,
+        b: _b,
+        cqx,
+        qa,
+        src,
+        dst,
+        sl,
+        dr,
+    } = cq_ex_pair(9);
+    let base = dst.as_ptr() as u64;
+    let mut s = [sge(&src, 100, 1000, sl)];
+    let mut wr = rdma(IBV_WR_RDMA_WRITE, 1, &mut s, base + 100, dr, true);
+    assert_eq!(post_send(qa, &mut wr).0, 0);
+    let blocked_before = nprdma::fake::poll_cq_blocked();
+    // This thread opens a poll session (which holds the provider's CQ lock) and keeps it
+    // while another thread's WR touches a new remote window: the library must wait for its
+    // own completions without polling the provider under the session.
+    // SAFETY: the CQ's own functions, as the inline ibv_start_poll calls them.
+    let first = unsafe {
+        let mut attr = ibv_poll_cq_attr::default();
+        assert_eq!(((*cqx).start_poll.unwrap())(cqx, &mut attr), 0);
+        (*cqx).wr_id
+    };
+    assert_eq!(first, 1);
+    let (qa_addr, src_addr) = (qa as usize, src.as_ptr() as u64);
+    let poster = std::thread::spawn(move || {
+        let mut s = [ibv_sge {
+            addr: src_addr + 20_000,
+            length: 1000,
+            lkey: sl,
+        }];
+        let mut wr = rdma(IBV_WR_RDMA_WRITE, 2, &mut s, base + 20_000, dr, true);
+        post_send(qa_addr as *mut ibv_qp, &mut wr).0
+    });
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    // SAFETY: as above; the session is still open.
+    let mut seen = unsafe {
+        let mut seen = Vec::new();
+        while ((*cqx).next_poll.unwrap())(cqx) == 0 {
+            seen.push((*cqx).wr_id);
+        }
+        ((*cqx).end_poll.unwrap())(cqx);
+        seen
+    };
+    assert_eq!(poster.join().unwrap(), 0, "the WR was posted");
+    seen.extend(poll_ex(cqx).iter().map(|e| e.wr_id));
+    assert_eq!(
+        seen,
+        vec![2],
+        "the second WR's completion, none of the library's"
+    );
+    assert_eq!(
+        nprdma::fake::poll_cq_blocked(),
+        blocked_before,
+        "nobody polled the provider during the session"
+    );
+    assert_eq!(&dst[20_000..21_000], &src[20_000..21_000]);
 }
 
 #[test]

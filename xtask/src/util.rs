@@ -66,17 +66,12 @@ impl Options {
 
     /// Removes `name <n>` and returns `n`.
     pub fn value_u64(&mut self, name: &str) -> Result<Option<u64>, XtaskError> {
-        let Some(i) = self.args.iter().position(|a| a == name) else {
-            return Ok(None);
-        };
-        let value = self
-            .args
-            .get(i + 1)
-            .ok_or_else(|| XtaskError::Usage(format!("{name} needs a value")))?
-            .parse::<u64>()
-            .map_err(|_| XtaskError::Usage(format!("{name} takes a whole number")))?;
-        self.args.drain(i..i + 2);
-        Ok(Some(value))
+        self.value_str(name)?
+            .map(|v| {
+                v.parse::<u64>()
+                    .map_err(|_| XtaskError::Usage(format!("{name} takes a whole number")))
+            })
+            .transpose()
     }
 
     /// Removes `name <text>` and returns `text`.
