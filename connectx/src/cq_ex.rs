@@ -43,14 +43,25 @@ pub(crate) struct CqExFns {
     read_completion_wallclock_ns: Option<CqExReadU64>,
 }
 
+/// A completion held by the library rather than the provider: everything its readers return.
+#[derive(Clone, Copy, Default)]
+pub(crate) struct Held {
+    wc: ibv_wc,
+    ts: u64,
+    wallclock_ns: u64,
+    cvlan: u16,
+    flow_tag: u32,
+}
+
 /// Which completion the application is looking at.
 #[derive(Clone, Copy, Default)]
 pub(crate) enum Current {
     /// No session, or the session ran out.
     #[default]
     Idle,
-    /// One the library stashed earlier.
-    Stashed(ibv_wc),
+    /// One the library holds: stashed earlier, or the provider's that the library had to move
+    /// past while the application was looking at it.
+    Held(Held),
     /// The provider's current one.
     Provider,
 }
@@ -61,8 +72,21 @@ pub(crate) struct Session {
     current: Current,
     /// Whether the provider's own session is open (its `end_poll` is owed).
     provider_open: bool,
+    /// The thread that started the session.
+    owner: usize,
     /// The application's `start_poll` attributes, for a provider session started later.
     attr: ibv_poll_cq_attr,
+}
+
+thread_local! {
+    static THREAD_TOKEN: u8 = const { 0 };
+}
+
+/// A token of the calling thread (the address of a thread-local).
+fn this_thread() -> usize {
+    THREAD_TOKEN
+        .try_with(|t| t as *const u8 as usize)
+        .unwrap_or(usize::MAX)
 }
 
 impl Session {
@@ -70,6 +94,11 @@ impl Session {
     /// `end_poll`, so nobody else may poll the provider meanwhile while holding the stash).
     pub(crate) fn provider_open(&self) -> bool {
         self.provider_open
+    }
+
+    /// Whether the calling thread opened the session.
+    pub(crate) fn owned_here(&self) -> bool {
+        self.owner == this_thread()
     }
 }
 
@@ -194,15 +223,102 @@ unsafe fn wrap(rec: &crate::engine::CtxRec, cq: *mut ibv_cq_ex) {
     );
 }
 
-/// Shows stashed completion `w` as the current one.
-fn show_stashed(cq: *mut ibv_cq_ex, s: &mut Session, w: ibv_wc) {
+/// Shows a completion the library holds as the current one.
+fn show_held(cq: *mut ibv_cq_ex, s: &mut Session, h: Held) {
     // SAFETY: the application's live CQ; these public fields are what the inline readers of
     // wr_id and status return.
     unsafe {
-        (*cq).wr_id = w.wr_id;
-        (*cq).status = w.status;
+        (*cq).wr_id = h.wc.wr_id;
+        (*cq).status = h.wc.status;
     }
-    s.current = Current::Stashed(w);
+    s.current = Current::Held(h);
+}
+
+/// Shows stashed completion `w` as the current one (a stashed `ibv_wc` has no timestamps).
+fn show_stashed(cq: *mut ibv_cq_ex, s: &mut Session, w: ibv_wc) {
+    show_held(
+        cq,
+        s,
+        Held {
+            wc: w,
+            ..Held::default()
+        },
+    );
+}
+
+/// Everything the provider can say of its current completion.
+///
+/// # Safety
+/// A provider session is open on `cq` and has a current completion.
+unsafe fn provider_full(cq: *mut ibv_cq_ex, fns: &CqExFns) -> Held {
+    // SAFETY: per the contract: the provider's own readers on its current completion.
+    unsafe {
+        let u32_of = |f: Option<CqExReadU32>| f.map_or(0, |g| g(cq));
+        Held {
+            wc: ibv_wc {
+                wr_id: (*cq).wr_id,
+                status: (*cq).status,
+                opcode: u32_of(fns.read_opcode),
+                vendor_err: u32_of(fns.read_vendor_err),
+                byte_len: u32_of(fns.read_byte_len),
+                imm_data: u32_of(fns.read_imm_data),
+                qp_num: u32_of(fns.read_qp_num),
+                src_qp: u32_of(fns.read_src_qp),
+                wc_flags: u32_of(fns.read_wc_flags),
+                pkey_index: 0,
+                slid: u32_of(fns.read_slid) as u16,
+                sl: fns.read_sl.map_or(0, |g| g(cq)),
+                dlid_path_bits: fns.read_dlid_path_bits.map_or(0, |g| g(cq)),
+            },
+            ts: fns.read_completion_ts.map_or(0, |g| g(cq)),
+            wallclock_ns: fns.read_completion_wallclock_ns.map_or(0, |g| g(cq)),
+            cvlan: fns.read_cvlan.map_or(0, |g| g(cq)),
+            flow_tag: u32_of(fns.read_flow_tag),
+        }
+    }
+}
+
+/// The library needs completions while the calling thread itself holds the provider's
+/// session (it posts from inside its poll loop, and a first touch waits for the library's own
+/// WRs): moves the provider's session forward through the session interface, stashing the
+/// application's completions and handing over the library's. What the application was looking
+/// at is kept, field by field, and stays what its readers return. Returns how many provider
+/// completions it took.
+///
+/// # Safety
+/// `inner` is `cqc`'s, locked; the calling thread owns the open provider session.
+pub(crate) unsafe fn advance_own_session(cqc: &CqCtl, inner: &mut CqInner) -> c_int {
+    let Some(fns) = cqc.ex else {
+        return 0;
+    };
+    let cq = cqc.cq as *mut ibv_cq_ex;
+    let shown = match inner.ex.current {
+        // SAFETY: the provider's session is open on its current completion (whose wr_id
+        // was already turned into the application's).
+        Current::Provider => unsafe { provider_full(cq, &fns) },
+        Current::Held(h) => h,
+        Current::Idle => Held::default(),
+    };
+    let was_idle = matches!(inner.ex.current, Current::Idle);
+    let mut taken = 0;
+    while taken < 16 {
+        // SAFETY: the provider's session is open (owned by this thread).
+        if unsafe { (fns.next_poll)(cq) } != 0 {
+            break;
+        }
+        taken += 1;
+        // SAFETY: the session has a current completion.
+        let mut h = unsafe { provider_full(cq, &fns) };
+        if process_wc(cqc.ctx, &mut h.wc, &mut inner.last_qp) {
+            inner.stash.push_back(h.wc);
+        }
+    }
+    if !was_idle {
+        // Even a next_poll that found nothing moved the provider past what the application
+        // is looking at (and may have rewritten the CQ's public wr_id and status).
+        show_held(cq, &mut inner.ex, shown);
+    }
+    taken
 }
 
 /// The provider's current completion as an `ibv_wc` with what the completion rules need.
@@ -295,6 +411,7 @@ unsafe extern "C" fn start_poll_w(cq: *mut ibv_cq_ex, attr: *mut ibv_poll_cq_att
         inner.ex = Session {
             current: Current::Idle,
             provider_open: false,
+            owner: this_thread(),
             attr,
         };
         if let Some(w) = inner.stash.pop_front() {
@@ -324,11 +441,12 @@ unsafe extern "C" fn next_poll_w(cq: *mut ibv_cq_ex) -> c_int {
         };
         let mut guard = cqc.stash.lock();
         let inner = &mut *guard;
+        // Stashed completions are older than anything the provider still has.
+        if let Some(w) = inner.stash.pop_front() {
+            show_stashed(cq, &mut inner.ex, w);
+            return 0;
+        }
         if !inner.ex.provider_open {
-            if let Some(w) = inner.stash.pop_front() {
-                show_stashed(cq, &mut inner.ex, w);
-                return 0;
-            }
             // SAFETY: the live CQ of this record, no provider session open.
             return unsafe { open_provider(cq, &cqc, &fns, inner) };
         }
@@ -360,10 +478,10 @@ unsafe extern "C" fn end_poll_w(cq: *mut ibv_cq_ex) {
     })
 }
 
-/// Answers a reader: from the stashed completion being shown, or from the provider.
+/// Answers a reader: from the completion the library holds, or from the provider.
 fn read<T: Default>(
     cq: *mut ibv_cq_ex,
-    stashed: impl FnOnce(&ibv_wc) -> T,
+    held: impl FnOnce(&Held) -> T,
     provider: impl FnOnce(&CqExFns) -> Option<T>,
 ) -> T {
     crate::ops::guarded(T::default(), || {
@@ -375,7 +493,7 @@ fn read<T: Default>(
         };
         let current = cqc.stash.lock().ex.current;
         match current {
-            Current::Stashed(w) => stashed(&w),
+            Current::Held(h) => held(&h),
             Current::Provider | Current::Idle => provider(&fns).unwrap_or_default(),
         }
     })
@@ -394,25 +512,26 @@ macro_rules! reader {
     };
 }
 
-reader!(read_opcode_w, read_opcode, u32, |w| w.opcode);
-reader!(read_vendor_err_w, read_vendor_err, u32, |w| w.vendor_err);
-reader!(read_byte_len_w, read_byte_len, u32, |w| w.byte_len);
-reader!(read_imm_data_w, read_imm_data, u32, |w| w.imm_data);
-reader!(read_qp_num_w, read_qp_num, u32, |w| w.qp_num);
-reader!(read_src_qp_w, read_src_qp, u32, |w| w.src_qp);
-reader!(read_wc_flags_w, read_wc_flags, u32, |w| w.wc_flags);
-reader!(read_slid_w, read_slid, u32, |w| u32::from(w.slid));
-reader!(read_sl_w, read_sl, u8, |w| w.sl);
-reader!(read_dlid_path_bits_w, read_dlid_path_bits, u8, |w| w
+reader!(read_opcode_w, read_opcode, u32, |h| h.wc.opcode);
+reader!(read_vendor_err_w, read_vendor_err, u32, |h| h.wc.vendor_err);
+reader!(read_byte_len_w, read_byte_len, u32, |h| h.wc.byte_len);
+reader!(read_imm_data_w, read_imm_data, u32, |h| h.wc.imm_data);
+reader!(read_qp_num_w, read_qp_num, u32, |h| h.wc.qp_num);
+reader!(read_src_qp_w, read_src_qp, u32, |h| h.wc.src_qp);
+reader!(read_wc_flags_w, read_wc_flags, u32, |h| h.wc.wc_flags);
+reader!(read_slid_w, read_slid, u32, |h| u32::from(h.wc.slid));
+reader!(read_sl_w, read_sl, u8, |h| h.wc.sl);
+reader!(read_dlid_path_bits_w, read_dlid_path_bits, u8, |h| h
+    .wc
     .dlid_path_bits);
-reader!(read_completion_ts_w, read_completion_ts, u64, |_w| 0);
-reader!(read_cvlan_w, read_cvlan, u16, |_w| 0);
-reader!(read_flow_tag_w, read_flow_tag, u32, |_w| 0);
+reader!(read_completion_ts_w, read_completion_ts, u64, |h| h.ts);
+reader!(read_cvlan_w, read_cvlan, u16, |h| h.cvlan);
+reader!(read_flow_tag_w, read_flow_tag, u32, |h| h.flow_tag);
 reader!(
     read_completion_wallclock_ns_w,
     read_completion_wallclock_ns,
     u64,
-    |_w| 0
+    |h| h.wallclock_ns
 );
 
 /// `struct ibv_wc_tm_info` (verbs.h): a 64-bit tag and a 32-bit private word.

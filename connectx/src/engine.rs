@@ -1290,8 +1290,13 @@ pub(crate) fn poll_into_stash(cqc: &CqCtl) -> c_int {
     let mut inner = cqc.stash.lock();
     if inner.ex.provider_open() {
         // An extended-CQ poll session holds the provider's CQ lock until its end_poll:
-        // polling now would wait for it while holding the stash, which that session needs.
-        // The session itself hands the library's completions over (process_wc).
+        // ibv_poll_cq now would wait for that lock. This thread's own session is moved on
+        // through the session interface; another thread's session hands the library's
+        // completions over itself (process_wc), and the waiter waits for it.
+        if inner.ex.owned_here() {
+            // SAFETY: locked record; this thread owns the open provider session.
+            return unsafe { crate::cq_ex::advance_own_session(cqc, &mut inner) };
+        }
         return 0;
     }
     let CqInner { stash, last_qp, .. } = &mut *inner;

@@ -897,6 +897,67 @@ fn a_first_touch_waits_out_another_threads_extended_cq_session() {
 }
 
 #[test]
+fn posting_from_inside_an_extended_cq_session_keeps_the_current_completion() {
+    let CqExPair {
+        a: _a,
+        b: _b,
+        cqx,
+        qa,
+        src,
+        dst,
+        sl,
+        dr,
+    } = cq_ex_pair(13);
+    let blocked_before = nprdma::fake::poll_cq_blocked();
+    let base = dst.as_ptr() as u64;
+    let write = |wr_id: u64, off: u64| {
+        let mut s = [ibv_sge {
+            addr: src.as_ptr() as u64 + off,
+            length: 1000,
+            lkey: sl,
+        }];
+        let mut wr = rdma(IBV_WR_RDMA_WRITE, wr_id, &mut s, base + off, dr, true);
+        post_send(qa, &mut wr).0
+    };
+    assert_eq!(write(1, 100), 0);
+    assert_eq!(write(2, 200), 0);
+    // SAFETY: the CQ's own functions, as the inline functions call them; this thread holds
+    // the session (and, in a real provider, the CQ's lock) while it posts.
+    unsafe {
+        let mut attr = ibv_poll_cq_attr::default();
+        assert_eq!(((*cqx).start_poll.unwrap())(cqx, &mut attr), 0);
+        let first = ((*cqx).wr_id, ((*cqx).read_completion_ts.unwrap())(cqx));
+        assert_eq!(first.0, 1);
+        // A first touch of another remote window from inside the poll loop: the library
+        // needs its own completions from this very session.
+        let t = std::time::Instant::now();
+        assert_eq!(write(3, 40_000), 0);
+        assert!(
+            t.elapsed() < std::time::Duration::from_secs(1),
+            "no timeout-bound wait"
+        );
+        // What the application was looking at has not changed.
+        assert_eq!((*cqx).wr_id, 1);
+        assert_eq!((*cqx).status, IBV_WC_SUCCESS);
+        assert_eq!(((*cqx).read_completion_ts.unwrap())(cqx), first.1);
+        assert_eq!(((*cqx).read_opcode.unwrap())(cqx), IBV_WC_RDMA_WRITE);
+        let mut rest = Vec::new();
+        while ((*cqx).next_poll.unwrap())(cqx) == 0 {
+            rest.push((*cqx).wr_id);
+        }
+        ((*cqx).end_poll.unwrap())(cqx);
+        rest.extend(poll_ex(cqx).iter().map(|e| e.wr_id));
+        assert_eq!(
+            rest,
+            vec![2, 3],
+            "the rest, in order, none of the library's"
+        );
+    }
+    assert_eq!(nprdma::fake::poll_cq_blocked(), blocked_before);
+    assert_eq!(&dst[40_000..41_000], &src[40_000..41_000]);
+}
+
+#[test]
 fn srq_receives_are_translated() {
     let a = Host::with_library(1 << 20, 16 * 1024);
     let b = Host::with_library(1 << 20, 16 * 1024);
