@@ -169,12 +169,14 @@ impl SendTracker {
     }
 
     /// A new application WR number (for [`Origin::App::group`]).
+    #[inline]
     pub fn next_group(&mut self) -> u64 {
         self.next_group += 1;
         self.next_group
     }
 
     /// Records a provider WR about to be posted; returns its sequence number (its `wr_id`).
+    #[inline]
     pub fn record(&mut self, origin: Origin, windows: WinList) -> u64 {
         self.next_seq += 1;
         let seq = self.next_seq;
@@ -211,6 +213,7 @@ impl SendTracker {
     /// Whether the next provider WR must be signaled: the application (or the library) wants
     /// it, or `threshold` unsignaled WRs in a row are outstanding (their windows are released
     /// only by a later completion, so an endless unsignaled run would hold the budget).
+    #[inline]
     pub fn must_signal(&mut self, wanted: bool, threshold: u32) -> bool {
         if wanted || self.unsignaled_run + 1 >= threshold.max(1) {
             self.unsignaled_run = 0;

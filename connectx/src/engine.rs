@@ -292,10 +292,14 @@ impl Engine {
     }
 
     /// Ends in-flight uses of windows.
+    #[inline]
     pub(crate) fn release(&self, windows: &WinList) {
-        if windows.is_empty() {
-            return;
+        if !windows.is_empty() {
+            self.release_windows(windows);
         }
+    }
+
+    fn release_windows(&self, windows: &WinList) {
         let mut st = lock(&self.state);
         for w in windows.iter() {
             st.cache.release(w);
@@ -1020,7 +1024,7 @@ impl Engine {
             if ctl.builder.is_open() {
                 // Destroyed between ibv_wr_start and ibv_wr_complete (the application's
                 // error): end the batch so that its lock is not held forever.
-                crate::ops::close_batch(ctl.qp as *mut ibv_qp_ex, &ctl);
+                crate::ops::close_batch(&ctl);
             }
             let scratch = ctl.send.lock().scratch.take();
             if let Some(s) = scratch {
@@ -1221,6 +1225,7 @@ pub(crate) struct SrqCtl {
 }
 
 /// The CQ record of `cq`, created on first use.
+#[inline]
 pub(crate) fn cq_ctl(cq: usize) -> Option<registry::Hot<CqCtl>> {
     registry::cq_or_insert(cq, || {
         // SAFETY: a live CQ the application or a QP refers to.
@@ -1238,6 +1243,7 @@ pub(crate) fn cq_ctl(cq: usize) -> Option<registry::Hot<CqCtl>> {
 
 /// Decides what the application sees of one provider completion; rewrites its `wr_id`.
 /// Returns whether to deliver it.
+#[inline]
 pub(crate) fn process_wc(
     ctx: usize,
     wc: &mut ibv_wc,
@@ -1958,6 +1964,7 @@ impl QpCtl {
     ///
     /// # Safety
     /// `app_wr` is the application's WR `fast` was built from; `bad` is writable.
+    #[inline]
     unsafe fn post_one(
         &self,
         fast: &mut FastWr,
@@ -1995,6 +2002,7 @@ impl QpCtl {
     /// Builds the provider WR of the warm-cache path and records it (see
     /// [`fast_send`](Self::fast_send)); `None`, having changed nothing, when the WR needs the
     /// general path.
+    #[inline]
     fn fast_build(&self, side: &mut SendSide, app: &ibv_send_wr, out: &mut FastWr) -> bool {
         let op = app.opcode;
         let (has_remote, atomic) = match op {

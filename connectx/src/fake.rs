@@ -1086,10 +1086,12 @@ unsafe extern "C" fn fake_post_srq_recv(
 
 unsafe extern "C" fn fake_poll_cq(cq: *mut ibv_cq, n: c_int, wc: *mut ibv_wc) -> c_int {
     // Wait for another thread's poll session to end, as the provider's CQ lock makes it.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
     let mut f = fake();
+    let mut deadline = None;
     while f.in_session.contains_key(&(cq as usize)) {
-        if std::time::Instant::now() > deadline {
+        let limit = *deadline
+            .get_or_insert_with(|| std::time::Instant::now() + std::time::Duration::from_secs(2));
+        if std::time::Instant::now() > limit {
             f.poll_blocked += 1;
             return -1;
         }

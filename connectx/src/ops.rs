@@ -7,10 +7,10 @@
 //! Every function catches panics (a panic must not cross `extern "C"`) and returns the
 //! provider's error convention instead.
 
-use core::cell::{Cell, UnsafeCell};
+use core::cell::UnsafeCell;
 use core::ffi::{c_int, c_void};
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use crate::engine::{Engine, QpCtl, SrqCtl, cq_ctl, process_wc};
 use crate::registry;
@@ -311,6 +311,7 @@ impl ExBuilder {
         }
     }
 
+    #[inline]
     fn set_inline(&mut self, bufs: &[&[u8]]) {
         let start = self.pieces.len();
         for b in bufs {
@@ -392,13 +393,15 @@ pub(crate) unsafe fn wrap_qp_ex(qpx: *mut ibv_qp_ex) {
 /// Like the providers (mlx5 takes the QP's lock in `wr_start` and drops it in `wr_complete`),
 /// a batch holds its QP's send lock from `ibv_wr_start` to `ibv_wr_complete`/`ibv_wr_abort`:
 /// the calls in between use the builder without locking (verbs requires the application to
-/// serialize a batch's calls) and find it through the thread's open batch: one thread-local
-/// read, no map lookup, no lock. `complete` posts with the lock it already holds.
+/// serialize a batch's calls, whichever threads make them) and find it through the registry's
+/// shared cache. `complete` posts with the lock it already holds.
 #[derive(Default)]
 pub(crate) struct BatchCell {
-    /// Set while a batch holds the send lock (read by a thread that continues a batch another
-    /// thread opened).
+    /// Set while a batch holds the send lock.
     open: AtomicBool,
+    /// The thread that opened the batch (`pthread_self`), to tell a second `ibv_wr_start` on
+    /// the same thread (which restarts the batch) from another thread's (which waits).
+    owner: AtomicUsize,
     builder: UnsafeCell<ExBuilder>,
 }
 
@@ -425,27 +428,32 @@ impl BatchCell {
     }
 }
 
-/// Opens a batch on `ctl`'s QP: takes its send lock (held until [`close_batch`]).
-pub(crate) fn open_batch_lock(ctl: &QpCtl) {
-    ctl.send.raw_lock();
-    ctl.builder.open.store(true, Ordering::Relaxed);
-}
-
-thread_local! {
-    /// This thread's open batch: (registry generation, `ibv_qp_ex` address, its QP record).
-    static OPEN_BATCH: Cell<(u64, usize, *const QpCtl)> =
-        const { Cell::new((u64::MAX, 0, core::ptr::null())) };
-}
-
-/// The QP record of the batch open on `qpx`, if one is.
-fn open_batch(qpx: *mut ibv_qp_ex) -> Option<registry::Hot<QpCtl>> {
-    let (generation, key, rec) = OPEN_BATCH.try_with(|c| c.get()).ok()?;
-    if key == qpx as usize && generation == registry::generation() && !rec.is_null() {
-        // SAFETY: a live record (the generation has not moved since the batch opened).
-        return Some(unsafe { registry::Hot::from_ptr(rec) });
+/// The calling thread, as `pthread_self` names it. On x86_64 Linux that is the thread
+/// pointer's self-reference at `%fs:0` (the TCB starts with a pointer to itself, x86-64 psABI
+/// TLS layout, which glibc's `pthread_self` returns), read without a call.
+#[inline]
+fn this_thread() -> usize {
+    #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+    {
+        let tp: usize;
+        // SAFETY: reads the word at %fs:0, which the x86-64 TLS ABI defines as the thread
+        // control block's pointer to itself; no memory is written.
+        unsafe {
+            core::arch::asm!("mov {}, qword ptr fs:[0]", out(reg) tp, options(nostack, readonly, preserves_flags));
+        }
+        tp
     }
-    // Opened on another thread (the application hands batches over under its own lock), or
-    // after this thread's cache went stale.
+    #[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
+    {
+        // SAFETY: pthread_self has no preconditions.
+        unsafe { libc::pthread_self() as usize }
+    }
+}
+
+/// The QP record of the batch open on `qpx`, if one is. (`ibv_qp_ex` begins with its
+/// `ibv_qp`, so both have the same address.)
+#[inline]
+fn open_batch(qpx: *mut ibv_qp_ex) -> Option<registry::Hot<QpCtl>> {
     let ctl = registry::qp(qpx as usize)?;
     ctl.builder.is_open().then_some(ctl)
 }
@@ -463,6 +471,7 @@ fn with_builder(qpx: *mut ibv_qp_ex, f: impl FnOnce(&mut ExBuilder)) {
 }
 
 /// Starts a new WR with the QP's current `wr_id` and `wr_flags`.
+#[inline]
 fn begin(qpx: *mut ibv_qp_ex, opcode: u32, setup: impl FnOnce(&mut ibv_send_wr)) {
     // SAFETY: the application's live ibv_qp_ex.
     let (wr_id, flags) = unsafe { ((*qpx).wr_id, (*qpx).wr_flags) };
@@ -487,30 +496,25 @@ unsafe extern "C" fn ex_start(qpx: *mut ibv_qp_ex) {
         let Some(ctl) = registry::qp(qpx as usize) else {
             return;
         };
-        let ptr: *const QpCtl = &*ctl;
-        let already = OPEN_BATCH
-            .try_with(|c| c.get())
-            .is_ok_and(|(g, k, r)| k == qpx as usize && r == ptr && g == registry::generation());
-        // A second start on this thread without complete/abort restarts the batch.
-        if !already {
-            open_batch_lock(&ctl);
+        // A second start on this thread without complete/abort restarts the batch; another
+        // thread's batch is waited for (at the lock).
+        let restart =
+            ctl.builder.is_open() && ctl.builder.owner.load(Ordering::Relaxed) == this_thread();
+        if !restart {
+            ctl.send.raw_lock();
+            ctl.builder.owner.store(this_thread(), Ordering::Relaxed);
+            ctl.builder.open.store(true, Ordering::Release);
         }
-        // SAFETY: this batch holds the flag now.
+        // SAFETY: this batch holds the send lock now.
         unsafe { ctl.builder.get() }.clear();
-        let _ = OPEN_BATCH.try_with(|c| c.set((registry::generation(), qpx as usize, ptr)));
     })
 }
 
-/// Ends the open batch on `qpx`: clears the builder, lowers the flag, forgets the thread's
-/// reference, releases the send lock.
-pub(crate) fn close_batch(qpx: *mut ibv_qp_ex, ctl: &QpCtl) {
-    // SAFETY: the batch is still open (its flag is held).
+/// Ends the open batch of `ctl`'s QP: clears the builder, lowers the flag, releases the send
+/// lock.
+pub(crate) fn close_batch(ctl: &QpCtl) {
+    // SAFETY: the batch is still open (it holds the send lock).
     unsafe { ctl.builder.get() }.clear();
-    let _ = OPEN_BATCH.try_with(|c| {
-        if c.get().1 == qpx as usize {
-            c.set((u64::MAX, 0, core::ptr::null()));
-        }
-    });
     ctl.builder.open.store(false, Ordering::Relaxed);
     // SAFETY: the batch took the lock in `ex_start` (open_batch_lock) and ends here.
     unsafe { ctl.send.raw_unlock() };
@@ -519,7 +523,7 @@ pub(crate) fn close_batch(qpx: *mut ibv_qp_ex, ctl: &QpCtl) {
 unsafe extern "C" fn ex_abort(qpx: *mut ibv_qp_ex) {
     guarded((), || {
         if let Some(ctl) = open_batch(qpx) {
-            close_batch(qpx, &ctl);
+            close_batch(&ctl);
         }
     })
 }
@@ -683,7 +687,7 @@ unsafe extern "C" fn ex_complete(qpx: *mut ibv_qp_ex) -> c_int {
         };
         // The batch ends (and its lock is released) even if posting fails inside.
         let rc = guarded(libc::EIO, || post_batch(&ctl));
-        close_batch(qpx, &ctl);
+        close_batch(&ctl);
         rc
     })
 }
@@ -698,6 +702,34 @@ fn post_batch(ctl: &QpCtl) -> c_int {
     }
     if b.wrs.is_empty() {
         return 0;
+    }
+    if b.wrs.len() == 1 && b.spans[0].len <= 1 {
+        // The usual batch: one WR with at most one SGE or inline piece, posted from the stack.
+        let span = b.spans[0];
+        let mut sge = if span.len == 0 {
+            None
+        } else if span.inline {
+            let (off, len) = b.pieces[span.start];
+            Some(ibv_sge {
+                addr: b.data.as_ptr() as u64 + off as u64,
+                length: len as u32,
+                lkey: 0,
+            })
+        } else {
+            Some(b.sges[span.start])
+        };
+        let w = &mut b.wrs[0];
+        (w.sg_list, w.num_sge) = match sge.as_mut() {
+            Some(s) => (s as *mut ibv_sge, 1),
+            None => (core::ptr::null_mut(), 0),
+        };
+        w.next = core::ptr::null_mut();
+        let wr: *mut ibv_send_wr = w;
+        let mut bad = core::ptr::null_mut();
+        // SAFETY: the open batch holds the send lock (taken in ex_start).
+        let side = unsafe { ctl.send.data() };
+        // SAFETY: one well-formed WR whose SGE (on this stack) and inline copy outlive the call.
+        return unsafe { ctl.post_send_list(side, wr, &mut bad) };
     }
     // Lay the SGEs out per WR; inline SGEs point at our copies of the data.
     b.out_sges.clear();
@@ -744,4 +776,29 @@ fn post_batch(ctl: &QpCtl) -> c_int {
     let side = unsafe { ctl.send.data() };
     // SAFETY: a well-formed list in the builder's buffers, which outlive the call.
     unsafe { ctl.post_send_list(side, base, &mut bad) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn this_thread_is_pthread_self_and_differs_between_threads() {
+        // SAFETY: no preconditions.
+        assert_eq!(this_thread(), unsafe { libc::pthread_self() } as usize);
+        let here = this_thread();
+        let there = std::thread::spawn(this_thread).join().unwrap();
+        assert_ne!(here, there);
+    }
+
+    #[test]
+    fn append_bytes_copies_every_length() {
+        for len in 0..300usize {
+            let src: Vec<u8> = (0..len).map(|i| (i * 7 + len) as u8).collect();
+            let mut dst = vec![0xeeu8; 3];
+            append_bytes(&mut dst, &src);
+            assert_eq!(&dst[..3], &[0xee; 3]);
+            assert_eq!(&dst[3..], &src[..]);
+        }
+    }
 }

@@ -4,13 +4,11 @@
 //! engine and state here. Keys are the objects' addresses; records are removed when the
 //! application destroys the object, before the provider frees it.
 
-use std::cell::Cell;
 use std::marker::PhantomData;
 use std::ops::Deref;
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, LazyLock, RwLock};
-use std::thread::LocalKey;
 
 use crate::engine::{CqCtl, CtxRec, QpCtl, SrqCtl};
 
@@ -25,27 +23,103 @@ struct Maps {
 
 static MAPS: LazyLock<RwLock<Maps>> = LazyLock::new(|| RwLock::new(Maps::default()));
 
-/// Moves on whenever a record is removed: the per-thread caches below are valid only for the
-/// generation they were filled in (a destroyed object's address may be reused).
+/// Moves on whenever a record is removed: the caches below are valid only for the generation
+/// they were filled in (a destroyed object's address may be reused).
 static GENERATION: AtomicU64 = AtomicU64::new(0);
 
-/// A thread's last lookup: (generation, key, record). Plain `Copy` data, so a hit is one
-/// thread-local read (in a shared library every thread-local access is a call to
-/// `__tls_get_addr`, and emulators make calls expensive).
-type Cached<T> = Cell<(u64, usize, *const T)>;
-
-thread_local! {
-    // The data path looks up the same QP and CQ again and again: remember the last ones.
-    static LAST_QP: Cached<QpCtl> = const { Cell::new((u64::MAX, 0, std::ptr::null())) };
-    static LAST_CQ: Cached<CqCtl> = const { Cell::new((u64::MAX, 0, std::ptr::null())) };
+/// A small direct-mapped cache in front of a map, shared by all threads: the data path looks
+/// up the same few QPs and CQs again and again. A hit is a handful of plain loads: no lock, no
+/// atomic read-modify-write, no thread-local (in a shared library every thread-local access
+/// is a call to `__tls_get_addr`, and emulators make calls expensive).
+///
+/// Each slot is a sequence lock: a writer makes `seq` odd, writes, makes it even again; a
+/// reader that sees the same even `seq` before and after its loads got a consistent entry. An
+/// entry holds the registry generation it was filled in and is only used while that
+/// generation is current, so it never hands out a removed record.
+pub(crate) struct HotCache<T> {
+    slots: [Slot; HOT_SLOTS],
+    _records: PhantomData<*const T>,
 }
 
-/// A record found through a thread's cache, borrowed without touching its reference count.
+// SAFETY: the slots are atomics; the pointers they hold are only turned into references under
+// the generation rule above.
+unsafe impl<T> Sync for HotCache<T> {}
+
+const HOT_SLOTS: usize = 64;
+
+struct Slot {
+    seq: AtomicU64,
+    key: AtomicUsize,
+    generation: AtomicU64,
+    rec: AtomicPtr<()>,
+}
+
+impl Slot {
+    const fn empty() -> Slot {
+        Slot {
+            seq: AtomicU64::new(0),
+            key: AtomicUsize::new(0),
+            generation: AtomicU64::new(u64::MAX),
+            rec: AtomicPtr::new(std::ptr::null_mut()),
+        }
+    }
+}
+
+impl<T> HotCache<T> {
+    const fn new() -> Self {
+        Self {
+            slots: [const { Slot::empty() }; HOT_SLOTS],
+            _records: PhantomData,
+        }
+    }
+
+    #[inline]
+    fn slot(&self, key: usize) -> &Slot {
+        // Objects are at least 16-byte aligned and usually a few hundred bytes apart.
+        &self.slots[((key >> 4) ^ (key >> 10)) % HOT_SLOTS]
+    }
+
+    /// The record cached for `key` in generation `generation`, if any.
+    #[inline]
+    fn get(&self, key: usize, generation: u64) -> Option<*const T> {
+        let s = self.slot(key);
+        let before = s.seq.load(Ordering::Acquire);
+        let k = s.key.load(Ordering::Relaxed);
+        let g = s.generation.load(Ordering::Relaxed);
+        let p = s.rec.load(Ordering::Relaxed);
+        std::sync::atomic::fence(Ordering::Acquire);
+        let after = s.seq.load(Ordering::Relaxed);
+        (before & 1 == 0 && before == after && k == key && g == generation && !p.is_null())
+            .then_some(p.cast::<T>().cast_const())
+    }
+
+    /// Caches `rec` for `key` (skipped if another thread is writing the slot).
+    fn put(&self, key: usize, generation: u64, rec: *const T) {
+        let s = self.slot(key);
+        let seq = s.seq.load(Ordering::Relaxed);
+        if seq & 1 != 0
+            || s.seq
+                .compare_exchange(seq, seq + 1, Ordering::Acquire, Ordering::Relaxed)
+                .is_err()
+        {
+            return;
+        }
+        s.key.store(key, Ordering::Relaxed);
+        s.generation.store(generation, Ordering::Relaxed);
+        s.rec.store(rec.cast_mut().cast(), Ordering::Relaxed);
+        s.seq.store(seq + 2, Ordering::Release);
+    }
+}
+
+static HOT_QPS: HotCache<QpCtl> = HotCache::new();
+static HOT_CQS: HotCache<CqCtl> = HotCache::new();
+
+/// A record found through a [`HotCache`], borrowed without touching its reference count.
 ///
 /// The maps own the records; a record leaves them only when the application destroys its
 /// object (or closes its device), which verbs forbids while the object is in use, so a
 /// record stays alive while a call on its object runs. A removal moves [`GENERATION`] on,
-/// which empties every thread's cache before the record could be freed and its address reused.
+/// which invalidates every cache entry before the record could be freed and its address reused.
 pub(crate) struct Hot<T: 'static> {
     rec: NonNull<T>,
     // Not Send: a borrow for the duration of one call on this thread.
@@ -77,31 +151,22 @@ impl<T> Hot<T> {
     }
 }
 
-/// The current generation of the maps (moves on at every removal).
-#[inline]
-pub(crate) fn generation() -> u64 {
-    GENERATION.load(Ordering::Acquire)
-}
-
 #[inline]
 fn cached<T>(
-    cache: &'static LocalKey<Cached<T>>,
+    cache: &'static HotCache<T>,
     key: usize,
     fetch: impl FnOnce() -> Option<Arc<T>>,
 ) -> Option<Hot<T>> {
     let generation = GENERATION.load(Ordering::Acquire);
-    let (g, k, p) = cache.try_with(|c| c.get()).ok()?;
-    if g == generation && k == key && !p.is_null() {
-        return Some(Hot {
-            rec: NonNull::new(p.cast_mut())?,
-            _call: PhantomData,
-        });
+    if let Some(p) = cache.get(key, generation) {
+        // SAFETY: a record of the current generation (see `HotCache`).
+        return Some(unsafe { Hot::from_ptr(p) });
     }
     let rec = fetch()?;
     let ptr = Arc::as_ptr(&rec);
     // The maps keep `rec` alive; this Arc is only the fetch's own reference.
     drop(rec);
-    let _ = cache.try_with(|c| c.set((generation, key, ptr)));
+    cache.put(key, generation, ptr);
     Some(Hot {
         rec: NonNull::new(ptr.cast_mut())?,
         _call: PhantomData,
@@ -154,7 +219,7 @@ pub(crate) fn remove_ctx(ctx: usize) -> Option<Arc<CtxRec>> {
 /// The record of a QP.
 #[inline]
 pub(crate) fn qp(qp: usize) -> Option<Hot<QpCtl>> {
-    cached(&LAST_QP, qp, || read(|m| m.qps.get(&qp).cloned()))
+    cached(&HOT_QPS, qp, || read(|m| m.qps.get(&qp).cloned()))
 }
 
 /// The record of the QP with number `qp_num` on context `ctx`.
@@ -187,7 +252,7 @@ pub(crate) fn cq(cq: usize) -> Option<Arc<CqCtl>> {
 
 /// The record of a CQ, created with `make` if missing.
 pub(crate) fn cq_or_insert(cq: usize, make: impl FnOnce() -> Option<CqCtl>) -> Option<Hot<CqCtl>> {
-    cached(&LAST_CQ, cq, || {
+    cached(&HOT_CQS, cq, || {
         if let Some(c) = read(|m| m.cqs.get(&cq).cloned()) {
             return Some(c);
         }
@@ -225,4 +290,37 @@ pub(crate) fn remove_srq(srq: usize) -> Option<Arc<SrqCtl>> {
     let r = write(|m| m.srqs.remove(&srq));
     invalidate();
     r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hot_cache_never_returns_a_torn_or_stale_entry() {
+        static CACHE: HotCache<u8> = HotCache::new();
+        // Keys that share slots, each with its own fake record address (never dereferenced).
+        let keys: Vec<usize> = (1..=256).map(|i| i * 4096).collect();
+        let rec_of = |k: usize| (k * 2) as *const u8;
+        std::thread::scope(|s| {
+            for t in 0..3 {
+                let keys = &keys;
+                s.spawn(move || {
+                    for round in 0..20_000usize {
+                        let k = keys[(round * 7 + t * 13) % keys.len()];
+                        if round % 3 == 0 {
+                            CACHE.put(k, 5, rec_of(k));
+                        } else if let Some(p) = CACHE.get(k, 5) {
+                            assert_eq!(p, rec_of(k), "a hit returns its own key's record");
+                        }
+                    }
+                });
+            }
+        });
+        let k = keys[0];
+        CACHE.put(k, 5, rec_of(k));
+        assert_eq!(CACHE.get(k, 5), Some(rec_of(k)));
+        assert_eq!(CACHE.get(k, 6), None, "another generation misses");
+        assert_eq!(CACHE.get(k + 1, 5), None, "another key misses");
+    }
 }
