@@ -177,21 +177,32 @@ if [ "$(arg pin)" = 1 ] && [ "$(nproc)" -ge 4 ]; then
 fi
 # Same boot, with and without the library, alternating (the compare suite adds the library
 # switched off, NPRDMA=off, which separates the cost of being loaded from the data path's).
+# lat_run KIND MODE / bw_run KIND MODE: one comparison run and its metric.
+lat_run() {
+  run cmp_write_lat_$1 $2 $L ib_write_lat -d rxe0 -x $GIDX -n $CMP_ITERS -F -C $XF
+  metric write_lat_$1 $(lat)
+}
+bw_run() {
+  run cmp_write_bw_$1 $2 $L ib_write_bw -d rxe0 -x $GIDX -n $CMP_ITERS -F --report_gbits
+  metric write_bw_$1 $(bw)
+}
 r=0
 while [ $r -lt $ROUNDS ]; do
   r=$((r + 1))
-  run cmp_write_lat_plain none $L ib_write_lat -d rxe0 -x $GIDX -n $CMP_ITERS -F -C $XF
-  metric write_lat_plain $(lat)
-  run cmp_write_lat_lib lib $L ib_write_lat -d rxe0 -x $GIDX -n $CMP_ITERS -F -C $XF
-  metric write_lat_lib $(lat)
-  if [ "$SUITE" = compare ]; then
-    run cmp_write_lat_off off $L ib_write_lat -d rxe0 -x $GIDX -n $CMP_ITERS -F -C $XF
-    metric write_lat_off $(lat)
+  # Odd rounds run plain first, even rounds the library first: no kind always goes first.
+  if [ $((r % 2)) = 1 ]; then
+    lat_run plain none; lat_run lib lib
+  else
+    lat_run lib lib; lat_run plain none
   fi
-  run cmp_write_bw_plain none $L ib_write_bw -d rxe0 -x $GIDX -n $CMP_ITERS -F --report_gbits
-  metric write_bw_plain $(bw)
-  run cmp_write_bw_lib lib $L ib_write_bw -d rxe0 -x $GIDX -n $CMP_ITERS -F --report_gbits
-  metric write_bw_lib $(bw)
+  if [ "$SUITE" = compare ]; then
+    lat_run off off
+  fi
+  if [ $((r % 2)) = 1 ]; then
+    bw_run plain none; bw_run lib lib
+  else
+    bw_run lib lib; bw_run plain none
+  fi
 done
 say DONE
 sync
