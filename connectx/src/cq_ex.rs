@@ -69,6 +69,8 @@ pub(crate) enum Current {
 /// An extended CQ's poll session (under the CQ's lock).
 #[derive(Default)]
 pub(crate) struct Session {
+    /// Between a successful `start_poll` and `end_poll`.
+    active: bool,
     current: Current,
     /// Whether the provider's own session is open (its `end_poll` is owed).
     provider_open: bool,
@@ -409,6 +411,7 @@ unsafe extern "C" fn start_poll_w(cq: *mut ibv_cq_ex, attr: *mut ibv_poll_cq_att
         let mut guard = cqc.stash.lock();
         let inner = &mut *guard;
         inner.ex = Session {
+            active: true,
             current: Current::Idle,
             provider_open: false,
             owner: this_thread(),
@@ -420,6 +423,7 @@ unsafe extern "C" fn start_poll_w(cq: *mut ibv_cq_ex, attr: *mut ibv_poll_cq_att
         }
         // SAFETY: the live CQ of this record, no session open.
         let rc = unsafe { open_provider(cq, &cqc, &fns, inner) };
+        inner.ex.active = rc == 0;
         if rc != 0 && inner.ex.provider_open {
             // Everything the provider had was the library's: the session ends here, and the
             // application (told ENOENT) will not call end_poll.
@@ -441,6 +445,12 @@ unsafe extern "C" fn next_poll_w(cq: *mut ibv_cq_ex) -> c_int {
         };
         let mut guard = cqc.stash.lock();
         let inner = &mut *guard;
+        if !inner.ex.active {
+            // next_poll outside a session (after ENOENT from start_poll, or after end_poll):
+            // the application's error; refused without touching the provider's lock.
+            crate::log::once("ibv_next_poll outside a poll session: refused with EINVAL");
+            return libc::EINVAL;
+        }
         // Stashed completions are older than anything the provider still has.
         if let Some(w) = inner.stash.pop_front() {
             show_stashed(cq, &mut inner.ex, w);

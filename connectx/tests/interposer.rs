@@ -958,6 +958,48 @@ fn posting_from_inside_an_extended_cq_session_keeps_the_current_completion() {
 }
 
 #[test]
+fn next_poll_outside_a_session_is_refused_without_touching_the_provider() {
+    let CqExPair {
+        a: _a,
+        b: _b,
+        cqx,
+        qa,
+        src,
+        dst,
+        sl,
+        dr,
+    } = cq_ex_pair(17);
+    // SAFETY: the CQ's own functions, as the inline functions call them.
+    unsafe {
+        assert_eq!(
+            ((*cqx).next_poll.unwrap())(cqx),
+            libc::EINVAL,
+            "before any session"
+        );
+        let mut attr = ibv_poll_cq_attr::default();
+        assert_eq!(((*cqx).start_poll.unwrap())(cqx, &mut attr), libc::ENOENT);
+        assert_eq!(
+            ((*cqx).next_poll.unwrap())(cqx),
+            libc::EINVAL,
+            "after ENOENT"
+        );
+    }
+    let mut s = [sge(&src, 0, 64, sl)];
+    let mut wr = rdma(IBV_WR_RDMA_WRITE, 7, &mut s, dst.as_ptr() as u64, dr, true);
+    assert_eq!(post_send(qa, &mut wr).0, 0);
+    let got = poll_ex(cqx);
+    assert_eq!(got.iter().map(|e| e.wr_id).collect::<Vec<_>>(), vec![7]);
+    // SAFETY: as above; the session ended in poll_ex.
+    unsafe {
+        assert_eq!(
+            ((*cqx).next_poll.unwrap())(cqx),
+            libc::EINVAL,
+            "after end_poll"
+        );
+    }
+}
+
+#[test]
 fn srq_receives_are_translated() {
     let a = Host::with_library(1 << 20, 16 * 1024);
     let b = Host::with_library(1 << 20, 16 * 1024);
