@@ -410,6 +410,13 @@ unsafe extern "C" fn start_poll_w(cq: *mut ibv_cq_ex, attr: *mut ibv_poll_cq_att
         };
         let mut guard = cqc.stash.lock();
         let inner = &mut *guard;
+        if inner.ex.provider_open {
+            // start_poll again without end_poll (the application's error, which would hang a
+            // provider on its own CQ lock): end the open session first.
+            crate::log::once("ibv_start_poll inside an open poll session: the old one was ended");
+            // SAFETY: the provider's session is open.
+            unsafe { (fns.end_poll)(cq) };
+        }
         inner.ex = Session {
             active: true,
             current: Current::Idle,

@@ -958,7 +958,7 @@ fn posting_from_inside_an_extended_cq_session_keeps_the_current_completion() {
 }
 
 #[test]
-fn next_poll_outside_a_session_is_refused_without_touching_the_provider() {
+fn poll_session_misuse_is_refused_or_repaired_without_hanging_the_provider() {
     let CqExPair {
         a: _a,
         b: _b,
@@ -997,6 +997,19 @@ fn next_poll_outside_a_session_is_refused_without_touching_the_provider() {
             "after end_poll"
         );
     }
+    // A second start_poll without end_poll ends the first session instead of hanging.
+    for id in [8, 9] {
+        let mut wr = rdma(IBV_WR_RDMA_WRITE, id, &mut s, dst.as_ptr() as u64, dr, true);
+        assert_eq!(post_send(qa, &mut wr).0, 0);
+    }
+    // SAFETY: as above.
+    unsafe {
+        let mut attr = ibv_poll_cq_attr::default();
+        assert_eq!(((*cqx).start_poll.unwrap())(cqx, &mut attr), 0);
+        assert_eq!((*cqx).wr_id, 8);
+    }
+    let got = poll_ex(cqx);
+    assert_eq!(got.iter().map(|e| e.wr_id).collect::<Vec<_>>(), vec![9]);
 }
 
 #[test]
