@@ -123,9 +123,18 @@ run() {
   esac
   $pre $SRV_PIN timeout 90 "$@" > /tmp/srv.out 2>&1 &
   spid=$!
-  sleep 0.4
+  sleep ${SRV_WAIT:-0.4}
   $pre $CLI_PIN timeout 90 "$@" $target > /tmp/cli.out 2>&1
   crc=$?
+  # perftest -R connects a second time after exchanging parameters; a server slow to listen
+  # again under emulation rejects it (REJECTED, reason 8: no listener). Retry the client once.
+  if [ $crc != 0 ] && grep -q RDMA_CM_EVENT_REJECTED /tmp/cli.out && kill -0 $spid 2>/dev/null; then
+    say "NOTE $name: the client was rejected (the server was not listening yet); retrying once"
+    sed 's/^/  cli| /' /tmp/cli.out | tail -n 8
+    sleep 1
+    $pre $CLI_PIN timeout 90 "$@" $target > /tmp/cli.out 2>&1
+    crc=$?
+  fi
   wait $spid; src=$?
   if [ $src = 0 ] && [ $crc = 0 ]; then say "PASS $name"; else
     say "FAIL $name server=$src client=$crc"
@@ -153,7 +162,9 @@ run ib_write_lat lib $L ib_write_lat -d rxe0 -x $GIDX -n $ITERS -F
 run ib_write_bw lib $L ib_write_bw -d rxe0 -x $GIDX -n $ITERS -F --report_gbits
 run ib_read_lat lib $L ib_read_lat -d rxe0 -x $GIDX -n $ITERS -F
 run ib_send_lat lib $L ib_send_lat -d rxe0 -x $GIDX -n $ITERS -F
+SRV_WAIT=1.5
 run ib_write_lat_rdma_cm lib 192.0.2.1 ib_write_lat -d rxe0 -x $GIDX -n $ITERS -F -R
+SRV_WAIT=0.4
 run ib_write_lat_nprdma_off off $L ib_write_lat -d rxe0 -x $GIDX -n $ITERS -F
 
 # The stress program: 1 GiB registered on each side, 16 MiB budget.
