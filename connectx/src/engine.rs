@@ -1614,14 +1614,7 @@ impl QpCtl {
         batch: &mut Batch,
         patient: bool,
     ) -> Result<(Vec<ibv_sge>, WinList), PostFail> {
-        let mut wanted: Vec<WindowId> = Vec::new();
-        for p in planned {
-            if let PlannedSge::Window { window, .. } = p
-                && !wanted.contains(window)
-            {
-                wanted.push(*window);
-            }
-        }
+        let wanted = distinct_windows(planned);
         let deadline = Instant::now() + Duration::from_secs(if patient { 10 } else { 0 });
         loop {
             let eng = &self.engine;
@@ -1650,43 +1643,13 @@ impl QpCtl {
                         st.cache.add_inflight(*id);
                     }
                     eng.publish(&st);
-                    let sges = planned
-                        .iter()
-                        .map(|p| match *p {
-                            PlannedSge::Keep(s) => s,
-                            PlannedSge::Window { addr, len, window } => {
-                                let k = wanted
-                                    .iter()
-                                    .position(|w| *w == window)
-                                    .and_then(|i| keys.get(i))
-                                    .map_or(0, |k| k.lkey);
-                                ibv_sge {
-                                    addr,
-                                    length: len,
-                                    lkey: k,
-                                }
-                            }
-                        })
-                        .collect();
+                    let sges = provider_sges(planned, &wanted, Some(&keys), &st.regions);
                     return Ok((sges, wanted.into()));
                 }
                 Err(CacheError::Provider(_)) => {
                     // The region cannot be registered (unmapped since, or gone): let the NIC
                     // report the protection error, as for an invalid lkey.
-                    let sges = planned
-                        .iter()
-                        .map(|p| match *p {
-                            PlannedSge::Keep(s) => s,
-                            PlannedSge::Window { len, window, .. } => ibv_sge {
-                                addr: st
-                                    .regions
-                                    .get(&window.region)
-                                    .map_or(0, Region::poison_addr),
-                                length: len,
-                                lkey: 0,
-                            },
-                        })
-                        .collect();
+                    let sges = provider_sges(planned, &wanted, None, &st.regions);
                     return Ok((sges, WinList::new()));
                 }
                 Err(CacheError::NoRoom { .. }) => {}
@@ -2254,14 +2217,7 @@ fn acquire_recv_windows(
     engine: &Engine,
     planned: &[PlannedSge],
 ) -> Option<(Vec<ibv_sge>, WinList)> {
-    let mut wanted: Vec<WindowId> = Vec::new();
-    for p in planned {
-        if let PlannedSge::Window { window, .. } = p
-            && !wanted.contains(window)
-        {
-            wanted.push(*window);
-        }
-    }
+    let wanted = distinct_windows(planned);
     let mut st = lock(&engine.state);
     let specs: Vec<(WindowId, WindowSpec)> = wanted
         .iter()
@@ -2291,16 +2247,43 @@ fn acquire_recv_windows(
         }
     }
     engine.publish(&st);
-    let sges = planned
+    let sges = provider_sges(planned, &wanted, ok.then_some(&keys[..]), &st.regions);
+    Some((sges, if ok { wanted.into() } else { WinList::new() }))
+}
+
+/// The distinct windows that `planned` uses, in order of first use.
+fn distinct_windows(planned: &[PlannedSge]) -> Vec<WindowId> {
+    let mut wanted: Vec<WindowId> = Vec::new();
+    for p in planned {
+        if let PlannedSge::Window { window, .. } = p
+            && !wanted.contains(window)
+        {
+            wanted.push(*window);
+        }
+    }
+    wanted
+}
+
+/// Provider SGEs for `planned`: a window piece gets its window's lkey from `keys` (one per
+/// entry of `wanted`); without keys it points past its region's directory, so that the NIC
+/// reports the protection error plain verbs would for an unusable lkey.
+fn provider_sges(
+    planned: &[PlannedSge],
+    wanted: &[WindowId],
+    keys: Option<&[crate::window::Keys]>,
+    regions: &FastMap<RegionId, Region>,
+) -> Vec<ibv_sge> {
+    planned
         .iter()
         .map(|p| match *p {
             PlannedSge::Keep(s) => s,
             PlannedSge::Window { addr, len, window } => {
-                let key = wanted
-                    .iter()
-                    .position(|w| *w == window)
-                    .and_then(|i| keys.get(i))
-                    .filter(|_| ok);
+                let key = keys.and_then(|k| {
+                    wanted
+                        .iter()
+                        .position(|w| *w == window)
+                        .and_then(|i| k.get(i))
+                });
                 match key {
                     Some(k) => ibv_sge {
                         addr,
@@ -2308,18 +2291,14 @@ fn acquire_recv_windows(
                         lkey: k.lkey,
                     },
                     None => ibv_sge {
-                        addr: st
-                            .regions
-                            .get(&window.region)
-                            .map_or(0, Region::poison_addr),
+                        addr: regions.get(&window.region).map_or(0, Region::poison_addr),
                         length: len,
                         lkey: 0,
                     },
                 }
             }
         })
-        .collect();
-    Some((sges, if ok { wanted.into() } else { WinList::new() }))
+        .collect()
 }
 
 /// Whether `[va, va + len)` is mapped readable (and writable if `write`), per /proc/self/maps
