@@ -210,12 +210,7 @@ impl<'a, B: RegisterBus + ?Sized> CadenceUart<'a, B> {
 
 impl<B: RegisterBus + ?Sized> fmt::Write for CadenceUart<'_, B> {
     fn write_str(&mut self, s: &str) -> fmt::Result {
-        for byte in s.bytes() {
-            if byte == b'\n' {
-                self.write_byte(b'\r');
-            }
-            self.write_byte(byte);
-        }
+        crate::console::write_crlf(s, |b| self.write_byte(b));
         Ok(())
     }
 }

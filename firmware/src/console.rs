@@ -2,6 +2,17 @@
 //! the platform's UART (bare-metal builds only; there is one CPU and no interrupts, so no
 //! locking). Output is best effort: a stuck UART drops characters rather than hanging.
 
+/// Sends `text` through `put_byte`, turning each LF into CR LF (what a serial terminal
+/// expects); shared by the UART drivers' `fmt::Write`. Bytes `put_byte` drops are dropped.
+pub fn write_crlf(text: &str, mut put_byte: impl FnMut(u8) -> bool) {
+    for byte in text.bytes() {
+        if byte == b'\n' {
+            put_byte(b'\r');
+        }
+        put_byte(byte);
+    }
+}
+
 /// Writes formatted text to the console; used by the print macros.
 #[cfg(all(target_arch = "aarch64", target_os = "none"))]
 pub fn _print(args: core::fmt::Arguments<'_>) {

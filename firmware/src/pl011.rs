@@ -153,12 +153,7 @@ impl<'a, B: RegisterBus + ?Sized> Pl011<'a, B> {
 
 impl<B: RegisterBus + ?Sized> fmt::Write for Pl011<'_, B> {
     fn write_str(&mut self, s: &str) -> fmt::Result {
-        for byte in s.bytes() {
-            if byte == b'\n' {
-                self.write_byte(b'\r');
-            }
-            self.write_byte(byte);
-        }
+        crate::console::write_crlf(s, |b| self.write_byte(b));
         Ok(())
     }
 }
