@@ -791,334 +791,262 @@ pub const IBV_REREG_MR_ERR_CMD: c_int = -4;
 
 // ---- layout checks against the generated header numbers ----
 
-macro_rules! check_size {
-    ($t:ty, $c:path) => {
-        const _: () = assert!(size_of::<$t>() == $c);
-    };
-}
-macro_rules! check_off {
-    ($t:ty, $f:ident, $c:path) => {
-        const _: () = assert!(offset_of!($t, $f) == $c);
+/// Compile-time checks of a struct against the C headers' numbers (src/sys/layout.rs): its
+/// size, then each listed field's offset.
+macro_rules! check_layout {
+    ($t:ty $(= $size:path)? { $($f:ident: $c:path),* $(,)? }) => {
+        $(const _: () = assert!(size_of::<$t>() == $size);)?
+        $(const _: () = assert!(offset_of!($t, $f) == $c);)*
     };
 }
 
 use layout as l;
-check_size!(ibv_context_ops, l::SIZE_IBV_CONTEXT_OPS);
-check_off!(ibv_context_ops, poll_cq, l::OFF_IBV_CONTEXT_OPS_POLL_CQ);
-check_off!(
-    ibv_context_ops,
-    req_notify_cq,
-    l::OFF_IBV_CONTEXT_OPS_REQ_NOTIFY_CQ
+
+check_layout!(
+    ibv_context_ops = l::SIZE_IBV_CONTEXT_OPS {
+        poll_cq: l::OFF_IBV_CONTEXT_OPS_POLL_CQ,
+        req_notify_cq: l::OFF_IBV_CONTEXT_OPS_REQ_NOTIFY_CQ,
+        post_srq_recv: l::OFF_IBV_CONTEXT_OPS_POST_SRQ_RECV,
+        post_send: l::OFF_IBV_CONTEXT_OPS_POST_SEND,
+        post_recv: l::OFF_IBV_CONTEXT_OPS_POST_RECV,
+        bind_mw: l::OFF_IBV_CONTEXT_OPS_BIND_MW,
+    }
 );
-check_off!(
-    ibv_context_ops,
-    post_srq_recv,
-    l::OFF_IBV_CONTEXT_OPS_POST_SRQ_RECV
+check_layout!(
+    ibv_context = l::SIZE_IBV_CONTEXT {
+        device: l::OFF_IBV_CONTEXT_DEVICE,
+        ops: l::OFF_IBV_CONTEXT_OPS,
+        cmd_fd: l::OFF_IBV_CONTEXT_CMD_FD,
+        async_fd: l::OFF_IBV_CONTEXT_ASYNC_FD,
+        num_comp_vectors: l::OFF_IBV_CONTEXT_NUM_COMP_VECTORS,
+        mutex: l::OFF_IBV_CONTEXT_MUTEX,
+        abi_compat: l::OFF_IBV_CONTEXT_ABI_COMPAT,
+    }
 );
-check_off!(ibv_context_ops, post_send, l::OFF_IBV_CONTEXT_OPS_POST_SEND);
-check_off!(ibv_context_ops, post_recv, l::OFF_IBV_CONTEXT_OPS_POST_RECV);
-check_off!(ibv_context_ops, bind_mw, l::OFF_IBV_CONTEXT_OPS_BIND_MW);
-check_size!(ibv_context, l::SIZE_IBV_CONTEXT);
-check_off!(ibv_context, device, l::OFF_IBV_CONTEXT_DEVICE);
-check_off!(ibv_context, ops, l::OFF_IBV_CONTEXT_OPS);
-check_off!(ibv_context, cmd_fd, l::OFF_IBV_CONTEXT_CMD_FD);
-check_off!(ibv_context, async_fd, l::OFF_IBV_CONTEXT_ASYNC_FD);
-check_off!(
-    ibv_context,
-    num_comp_vectors,
-    l::OFF_IBV_CONTEXT_NUM_COMP_VECTORS
+check_layout!(
+    verbs_context = l::SIZE_VERBS_CONTEXT {
+        create_cq_ex: l::OFF_VERBS_CONTEXT_CREATE_CQ_EX,
+        create_qp_ex: l::OFF_VERBS_CONTEXT_CREATE_QP_EX,
+        sz: l::OFF_VERBS_CONTEXT_SZ,
+        context: l::OFF_VERBS_CONTEXT_CONTEXT,
+    }
 );
-check_off!(ibv_context, mutex, l::OFF_IBV_CONTEXT_MUTEX);
-check_off!(ibv_context, abi_compat, l::OFF_IBV_CONTEXT_ABI_COMPAT);
-check_size!(verbs_context, l::SIZE_VERBS_CONTEXT);
-check_off!(
-    verbs_context,
-    create_cq_ex,
-    l::OFF_VERBS_CONTEXT_CREATE_CQ_EX
+check_layout!(
+    ibv_cq_ex = l::SIZE_IBV_CQ_EX {
+        context: l::OFF_IBV_CQ_EX_CONTEXT,
+        cqe: l::OFF_IBV_CQ_EX_CQE,
+        comp_mask: l::OFF_IBV_CQ_EX_COMP_MASK,
+        status: l::OFF_IBV_CQ_EX_STATUS,
+        wr_id: l::OFF_IBV_CQ_EX_WR_ID,
+        start_poll: l::OFF_IBV_CQ_EX_START_POLL,
+        read_opcode: l::OFF_IBV_CQ_EX_READ_OPCODE,
+        read_qp_num: l::OFF_IBV_CQ_EX_READ_QP_NUM,
+        read_completion_ts: l::OFF_IBV_CQ_EX_READ_COMPLETION_TS,
+        read_completion_wallclock_ns: l::OFF_IBV_CQ_EX_READ_COMPLETION_WALLCLOCK_NS,
+    }
 );
-check_off!(
-    verbs_context,
-    create_qp_ex,
-    l::OFF_VERBS_CONTEXT_CREATE_QP_EX
+check_layout!(
+    ibv_cq_init_attr_ex = l::SIZE_IBV_CQ_INIT_ATTR_EX {
+        wc_flags: l::OFF_IBV_CQ_INIT_ATTR_EX_WC_FLAGS,
+        parent_domain: l::OFF_IBV_CQ_INIT_ATTR_EX_PARENT_DOMAIN,
+    }
 );
-check_off!(verbs_context, sz, l::OFF_VERBS_CONTEXT_SZ);
-check_off!(verbs_context, context, l::OFF_VERBS_CONTEXT_CONTEXT);
-check_size!(ibv_cq_ex, l::SIZE_IBV_CQ_EX);
-check_off!(ibv_cq_ex, context, l::OFF_IBV_CQ_EX_CONTEXT);
-check_off!(ibv_cq_ex, cqe, l::OFF_IBV_CQ_EX_CQE);
-check_off!(ibv_cq_ex, comp_mask, l::OFF_IBV_CQ_EX_COMP_MASK);
-check_off!(ibv_cq_ex, status, l::OFF_IBV_CQ_EX_STATUS);
-check_off!(ibv_cq_ex, wr_id, l::OFF_IBV_CQ_EX_WR_ID);
-check_off!(ibv_cq_ex, start_poll, l::OFF_IBV_CQ_EX_START_POLL);
-check_off!(ibv_cq_ex, read_opcode, l::OFF_IBV_CQ_EX_READ_OPCODE);
-check_off!(ibv_cq_ex, read_qp_num, l::OFF_IBV_CQ_EX_READ_QP_NUM);
-check_off!(
-    ibv_cq_ex,
-    read_completion_ts,
-    l::OFF_IBV_CQ_EX_READ_COMPLETION_TS
+check_layout!(
+    ibv_pd = l::SIZE_IBV_PD {
+        context: l::OFF_IBV_PD_CONTEXT,
+        handle: l::OFF_IBV_PD_HANDLE,
+    }
 );
-check_off!(
-    ibv_cq_ex,
-    read_completion_wallclock_ns,
-    l::OFF_IBV_CQ_EX_READ_COMPLETION_WALLCLOCK_NS
+check_layout!(
+    ibv_mr = l::SIZE_IBV_MR {
+        context: l::OFF_IBV_MR_CONTEXT,
+        pd: l::OFF_IBV_MR_PD,
+        addr: l::OFF_IBV_MR_ADDR,
+        length: l::OFF_IBV_MR_LENGTH,
+        handle: l::OFF_IBV_MR_HANDLE,
+        lkey: l::OFF_IBV_MR_LKEY,
+        rkey: l::OFF_IBV_MR_RKEY,
+    }
 );
-check_size!(ibv_cq_init_attr_ex, l::SIZE_IBV_CQ_INIT_ATTR_EX);
-check_off!(
-    ibv_cq_init_attr_ex,
-    wc_flags,
-    l::OFF_IBV_CQ_INIT_ATTR_EX_WC_FLAGS
+check_layout!(
+    ibv_cq = l::SIZE_IBV_CQ {
+        context: l::OFF_IBV_CQ_CONTEXT,
+        channel: l::OFF_IBV_CQ_CHANNEL,
+        cq_context: l::OFF_IBV_CQ_CQ_CONTEXT,
+        handle: l::OFF_IBV_CQ_HANDLE,
+        cqe: l::OFF_IBV_CQ_CQE,
+        mutex: l::OFF_IBV_CQ_MUTEX,
+        cond: l::OFF_IBV_CQ_COND,
+        comp_events_completed: l::OFF_IBV_CQ_COMP_EVENTS_COMPLETED,
+        async_events_completed: l::OFF_IBV_CQ_ASYNC_EVENTS_COMPLETED,
+    }
 );
-check_off!(
-    ibv_cq_init_attr_ex,
-    parent_domain,
-    l::OFF_IBV_CQ_INIT_ATTR_EX_PARENT_DOMAIN
+check_layout!(
+    ibv_srq = l::SIZE_IBV_SRQ {
+        context: l::OFF_IBV_SRQ_CONTEXT,
+        pd: l::OFF_IBV_SRQ_PD,
+        handle: l::OFF_IBV_SRQ_HANDLE,
+    }
 );
-check_size!(ibv_pd, l::SIZE_IBV_PD);
-check_off!(ibv_pd, context, l::OFF_IBV_PD_CONTEXT);
-check_off!(ibv_pd, handle, l::OFF_IBV_PD_HANDLE);
-check_size!(ibv_mr, l::SIZE_IBV_MR);
-check_off!(ibv_mr, context, l::OFF_IBV_MR_CONTEXT);
-check_off!(ibv_mr, pd, l::OFF_IBV_MR_PD);
-check_off!(ibv_mr, addr, l::OFF_IBV_MR_ADDR);
-check_off!(ibv_mr, length, l::OFF_IBV_MR_LENGTH);
-check_off!(ibv_mr, handle, l::OFF_IBV_MR_HANDLE);
-check_off!(ibv_mr, lkey, l::OFF_IBV_MR_LKEY);
-check_off!(ibv_mr, rkey, l::OFF_IBV_MR_RKEY);
-check_size!(ibv_cq, l::SIZE_IBV_CQ);
-check_off!(ibv_cq, context, l::OFF_IBV_CQ_CONTEXT);
-check_off!(ibv_cq, channel, l::OFF_IBV_CQ_CHANNEL);
-check_off!(ibv_cq, cq_context, l::OFF_IBV_CQ_CQ_CONTEXT);
-check_off!(ibv_cq, handle, l::OFF_IBV_CQ_HANDLE);
-check_off!(ibv_cq, cqe, l::OFF_IBV_CQ_CQE);
-check_off!(ibv_cq, mutex, l::OFF_IBV_CQ_MUTEX);
-check_off!(ibv_cq, cond, l::OFF_IBV_CQ_COND);
-check_off!(
-    ibv_cq,
-    comp_events_completed,
-    l::OFF_IBV_CQ_COMP_EVENTS_COMPLETED
+check_layout!(
+    ibv_qp = l::SIZE_IBV_QP {
+        context: l::OFF_IBV_QP_CONTEXT,
+        qp_context: l::OFF_IBV_QP_QP_CONTEXT,
+        pd: l::OFF_IBV_QP_PD,
+        send_cq: l::OFF_IBV_QP_SEND_CQ,
+        recv_cq: l::OFF_IBV_QP_RECV_CQ,
+        srq: l::OFF_IBV_QP_SRQ,
+        handle: l::OFF_IBV_QP_HANDLE,
+        qp_num: l::OFF_IBV_QP_QP_NUM,
+        state: l::OFF_IBV_QP_STATE,
+        qp_type: l::OFF_IBV_QP_QP_TYPE,
+        mutex: l::OFF_IBV_QP_MUTEX,
+        cond: l::OFF_IBV_QP_COND,
+        events_completed: l::OFF_IBV_QP_EVENTS_COMPLETED,
+    }
 );
-check_off!(
-    ibv_cq,
-    async_events_completed,
-    l::OFF_IBV_CQ_ASYNC_EVENTS_COMPLETED
+check_layout!(
+    ibv_sge = l::SIZE_IBV_SGE {
+        addr: l::OFF_IBV_SGE_ADDR,
+        length: l::OFF_IBV_SGE_LENGTH,
+        lkey: l::OFF_IBV_SGE_LKEY,
+    }
 );
-check_size!(ibv_srq, l::SIZE_IBV_SRQ);
-check_off!(ibv_srq, context, l::OFF_IBV_SRQ_CONTEXT);
-check_off!(ibv_srq, pd, l::OFF_IBV_SRQ_PD);
-check_off!(ibv_srq, handle, l::OFF_IBV_SRQ_HANDLE);
-check_size!(ibv_qp, l::SIZE_IBV_QP);
-check_off!(ibv_qp, context, l::OFF_IBV_QP_CONTEXT);
-check_off!(ibv_qp, qp_context, l::OFF_IBV_QP_QP_CONTEXT);
-check_off!(ibv_qp, pd, l::OFF_IBV_QP_PD);
-check_off!(ibv_qp, send_cq, l::OFF_IBV_QP_SEND_CQ);
-check_off!(ibv_qp, recv_cq, l::OFF_IBV_QP_RECV_CQ);
-check_off!(ibv_qp, srq, l::OFF_IBV_QP_SRQ);
-check_off!(ibv_qp, handle, l::OFF_IBV_QP_HANDLE);
-check_off!(ibv_qp, qp_num, l::OFF_IBV_QP_QP_NUM);
-check_off!(ibv_qp, state, l::OFF_IBV_QP_STATE);
-check_off!(ibv_qp, qp_type, l::OFF_IBV_QP_QP_TYPE);
-check_off!(ibv_qp, mutex, l::OFF_IBV_QP_MUTEX);
-check_off!(ibv_qp, cond, l::OFF_IBV_QP_COND);
-check_off!(ibv_qp, events_completed, l::OFF_IBV_QP_EVENTS_COMPLETED);
-check_size!(ibv_sge, l::SIZE_IBV_SGE);
-check_off!(ibv_sge, addr, l::OFF_IBV_SGE_ADDR);
-check_off!(ibv_sge, length, l::OFF_IBV_SGE_LENGTH);
-check_off!(ibv_sge, lkey, l::OFF_IBV_SGE_LKEY);
-check_size!(ibv_send_wr, l::SIZE_IBV_SEND_WR);
-check_off!(ibv_send_wr, wr_id, l::OFF_IBV_SEND_WR_WR_ID);
-check_off!(ibv_send_wr, next, l::OFF_IBV_SEND_WR_NEXT);
-check_off!(ibv_send_wr, sg_list, l::OFF_IBV_SEND_WR_SG_LIST);
-check_off!(ibv_send_wr, num_sge, l::OFF_IBV_SEND_WR_NUM_SGE);
-check_off!(ibv_send_wr, opcode, l::OFF_IBV_SEND_WR_OPCODE);
-check_off!(ibv_send_wr, send_flags, l::OFF_IBV_SEND_WR_SEND_FLAGS);
-check_off!(ibv_send_wr, imm_data, l::OFF_IBV_SEND_WR_IMM_DATA);
-check_off!(ibv_send_wr, wr, l::OFF_IBV_SEND_WR_WR);
-check_off!(
-    ibv_send_wr,
-    qp_type_xrc_remote_srqn,
-    l::OFF_IBV_SEND_WR_QP_TYPE
+check_layout!(
+    ibv_send_wr = l::SIZE_IBV_SEND_WR {
+        wr_id: l::OFF_IBV_SEND_WR_WR_ID,
+        next: l::OFF_IBV_SEND_WR_NEXT,
+        sg_list: l::OFF_IBV_SEND_WR_SG_LIST,
+        num_sge: l::OFF_IBV_SEND_WR_NUM_SGE,
+        opcode: l::OFF_IBV_SEND_WR_OPCODE,
+        send_flags: l::OFF_IBV_SEND_WR_SEND_FLAGS,
+        imm_data: l::OFF_IBV_SEND_WR_IMM_DATA,
+        wr: l::OFF_IBV_SEND_WR_WR,
+        qp_type_xrc_remote_srqn: l::OFF_IBV_SEND_WR_QP_TYPE,
+        bind_mw_or_tso: l::OFF_IBV_SEND_WR_BIND_MW,
+    }
 );
-check_off!(ibv_send_wr, bind_mw_or_tso, l::OFF_IBV_SEND_WR_BIND_MW);
-// The word accessors of `wr` rely on these positions of the union members.
-const _: () = assert!(l::OFF_IBV_SEND_WR_WR_RDMA_REMOTE_ADDR == l::OFF_IBV_SEND_WR_WR);
-const _: () = assert!(l::OFF_IBV_SEND_WR_WR_RDMA_RKEY == l::OFF_IBV_SEND_WR_WR + 8);
-const _: () = assert!(l::OFF_IBV_SEND_WR_WR_ATOMIC_REMOTE_ADDR == l::OFF_IBV_SEND_WR_WR);
-const _: () = assert!(l::OFF_IBV_SEND_WR_WR_ATOMIC_COMPARE_ADD == l::OFF_IBV_SEND_WR_WR + 8);
-const _: () = assert!(l::OFF_IBV_SEND_WR_WR_ATOMIC_SWAP == l::OFF_IBV_SEND_WR_WR + 16);
-const _: () = assert!(l::OFF_IBV_SEND_WR_WR_ATOMIC_RKEY == l::OFF_IBV_SEND_WR_WR + 24);
-const _: () = assert!(l::OFF_IBV_SEND_WR_WR_UD_AH == l::OFF_IBV_SEND_WR_WR);
-const _: () = assert!(l::OFF_IBV_SEND_WR_TSO == l::OFF_IBV_SEND_WR_BIND_MW);
-const _: () = assert!(cfg!(target_endian = "little"));
-check_size!(ibv_recv_wr, l::SIZE_IBV_RECV_WR);
-check_off!(ibv_recv_wr, wr_id, l::OFF_IBV_RECV_WR_WR_ID);
-check_off!(ibv_recv_wr, next, l::OFF_IBV_RECV_WR_NEXT);
-check_off!(ibv_recv_wr, sg_list, l::OFF_IBV_RECV_WR_SG_LIST);
-check_off!(ibv_recv_wr, num_sge, l::OFF_IBV_RECV_WR_NUM_SGE);
-check_size!(ibv_wc, l::SIZE_IBV_WC);
-check_off!(ibv_wc, wr_id, l::OFF_IBV_WC_WR_ID);
-check_off!(ibv_wc, status, l::OFF_IBV_WC_STATUS);
-check_off!(ibv_wc, opcode, l::OFF_IBV_WC_OPCODE);
-check_off!(ibv_wc, vendor_err, l::OFF_IBV_WC_VENDOR_ERR);
-check_off!(ibv_wc, byte_len, l::OFF_IBV_WC_BYTE_LEN);
-check_off!(ibv_wc, imm_data, l::OFF_IBV_WC_IMM_DATA);
-check_off!(ibv_wc, qp_num, l::OFF_IBV_WC_QP_NUM);
-check_off!(ibv_wc, src_qp, l::OFF_IBV_WC_SRC_QP);
-check_off!(ibv_wc, wc_flags, l::OFF_IBV_WC_WC_FLAGS);
-check_off!(ibv_wc, pkey_index, l::OFF_IBV_WC_PKEY_INDEX);
-check_off!(ibv_wc, slid, l::OFF_IBV_WC_SLID);
-check_off!(ibv_wc, sl, l::OFF_IBV_WC_SL);
-check_off!(ibv_wc, dlid_path_bits, l::OFF_IBV_WC_DLID_PATH_BITS);
-check_size!(ibv_qp_cap, l::SIZE_IBV_QP_CAP);
-check_off!(ibv_qp_cap, max_send_wr, l::OFF_IBV_QP_CAP_MAX_SEND_WR);
-check_off!(ibv_qp_cap, max_recv_wr, l::OFF_IBV_QP_CAP_MAX_RECV_WR);
-check_off!(ibv_qp_cap, max_send_sge, l::OFF_IBV_QP_CAP_MAX_SEND_SGE);
-check_off!(ibv_qp_cap, max_recv_sge, l::OFF_IBV_QP_CAP_MAX_RECV_SGE);
-check_off!(
-    ibv_qp_cap,
-    max_inline_data,
-    l::OFF_IBV_QP_CAP_MAX_INLINE_DATA
+check_layout!(
+    ibv_recv_wr = l::SIZE_IBV_RECV_WR {
+        wr_id: l::OFF_IBV_RECV_WR_WR_ID,
+        next: l::OFF_IBV_RECV_WR_NEXT,
+        sg_list: l::OFF_IBV_RECV_WR_SG_LIST,
+        num_sge: l::OFF_IBV_RECV_WR_NUM_SGE,
+    }
 );
-check_size!(ibv_qp_init_attr, l::SIZE_IBV_QP_INIT_ATTR);
-check_off!(
-    ibv_qp_init_attr,
-    qp_context,
-    l::OFF_IBV_QP_INIT_ATTR_QP_CONTEXT
+check_layout!(
+    ibv_wc = l::SIZE_IBV_WC {
+        wr_id: l::OFF_IBV_WC_WR_ID,
+        status: l::OFF_IBV_WC_STATUS,
+        opcode: l::OFF_IBV_WC_OPCODE,
+        vendor_err: l::OFF_IBV_WC_VENDOR_ERR,
+        byte_len: l::OFF_IBV_WC_BYTE_LEN,
+        imm_data: l::OFF_IBV_WC_IMM_DATA,
+        qp_num: l::OFF_IBV_WC_QP_NUM,
+        src_qp: l::OFF_IBV_WC_SRC_QP,
+        wc_flags: l::OFF_IBV_WC_WC_FLAGS,
+        pkey_index: l::OFF_IBV_WC_PKEY_INDEX,
+        slid: l::OFF_IBV_WC_SLID,
+        sl: l::OFF_IBV_WC_SL,
+        dlid_path_bits: l::OFF_IBV_WC_DLID_PATH_BITS,
+    }
 );
-check_off!(ibv_qp_init_attr, send_cq, l::OFF_IBV_QP_INIT_ATTR_SEND_CQ);
-check_off!(ibv_qp_init_attr, recv_cq, l::OFF_IBV_QP_INIT_ATTR_RECV_CQ);
-check_off!(ibv_qp_init_attr, srq, l::OFF_IBV_QP_INIT_ATTR_SRQ);
-check_off!(ibv_qp_init_attr, cap, l::OFF_IBV_QP_INIT_ATTR_CAP);
-check_off!(ibv_qp_init_attr, qp_type, l::OFF_IBV_QP_INIT_ATTR_QP_TYPE);
-check_off!(
-    ibv_qp_init_attr,
-    sq_sig_all,
-    l::OFF_IBV_QP_INIT_ATTR_SQ_SIG_ALL
+check_layout!(
+    ibv_qp_cap = l::SIZE_IBV_QP_CAP {
+        max_send_wr: l::OFF_IBV_QP_CAP_MAX_SEND_WR,
+        max_recv_wr: l::OFF_IBV_QP_CAP_MAX_RECV_WR,
+        max_send_sge: l::OFF_IBV_QP_CAP_MAX_SEND_SGE,
+        max_recv_sge: l::OFF_IBV_QP_CAP_MAX_RECV_SGE,
+        max_inline_data: l::OFF_IBV_QP_CAP_MAX_INLINE_DATA,
+    }
 );
-check_size!(ibv_qp_init_attr_ex, l::SIZE_IBV_QP_INIT_ATTR_EX);
-check_off!(ibv_qp_init_attr_ex, cap, l::OFF_IBV_QP_INIT_ATTR_EX_CAP);
-check_off!(
-    ibv_qp_init_attr_ex,
-    qp_type,
-    l::OFF_IBV_QP_INIT_ATTR_EX_QP_TYPE
+check_layout!(
+    ibv_qp_init_attr = l::SIZE_IBV_QP_INIT_ATTR {
+        qp_context: l::OFF_IBV_QP_INIT_ATTR_QP_CONTEXT,
+        send_cq: l::OFF_IBV_QP_INIT_ATTR_SEND_CQ,
+        recv_cq: l::OFF_IBV_QP_INIT_ATTR_RECV_CQ,
+        srq: l::OFF_IBV_QP_INIT_ATTR_SRQ,
+        cap: l::OFF_IBV_QP_INIT_ATTR_CAP,
+        qp_type: l::OFF_IBV_QP_INIT_ATTR_QP_TYPE,
+        sq_sig_all: l::OFF_IBV_QP_INIT_ATTR_SQ_SIG_ALL,
+    }
 );
-check_off!(
-    ibv_qp_init_attr_ex,
-    sq_sig_all,
-    l::OFF_IBV_QP_INIT_ATTR_EX_SQ_SIG_ALL
+check_layout!(
+    ibv_qp_init_attr_ex = l::SIZE_IBV_QP_INIT_ATTR_EX {
+        cap: l::OFF_IBV_QP_INIT_ATTR_EX_CAP,
+        qp_type: l::OFF_IBV_QP_INIT_ATTR_EX_QP_TYPE,
+        sq_sig_all: l::OFF_IBV_QP_INIT_ATTR_EX_SQ_SIG_ALL,
+        comp_mask: l::OFF_IBV_QP_INIT_ATTR_EX_COMP_MASK,
+        pd: l::OFF_IBV_QP_INIT_ATTR_EX_PD,
+        xrcd: l::OFF_IBV_QP_INIT_ATTR_EX_XRCD,
+        create_flags: l::OFF_IBV_QP_INIT_ATTR_EX_CREATE_FLAGS,
+        max_tso_header: l::OFF_IBV_QP_INIT_ATTR_EX_MAX_TSO_HEADER,
+        rwq_ind_tbl: l::OFF_IBV_QP_INIT_ATTR_EX_RWQ_IND_TBL,
+        rx_hash_conf: l::OFF_IBV_QP_INIT_ATTR_EX_RX_HASH_CONF,
+        source_qpn: l::OFF_IBV_QP_INIT_ATTR_EX_SOURCE_QPN,
+        send_ops_flags: l::OFF_IBV_QP_INIT_ATTR_EX_SEND_OPS_FLAGS,
+    }
 );
-check_off!(
-    ibv_qp_init_attr_ex,
-    comp_mask,
-    l::OFF_IBV_QP_INIT_ATTR_EX_COMP_MASK
+check_layout!(ibv_rx_hash_conf = l::SIZE_IBV_RX_HASH_CONF {});
+check_layout!(ibv_ah_attr = l::SIZE_IBV_AH_ATTR {});
+check_layout!(ibv_global_route = l::SIZE_IBV_GLOBAL_ROUTE {});
+check_layout!(
+    ibv_qp_attr = l::SIZE_IBV_QP_ATTR {
+        qp_state: l::OFF_IBV_QP_ATTR_QP_STATE,
+        cur_qp_state: l::OFF_IBV_QP_ATTR_CUR_QP_STATE,
+        path_mtu: l::OFF_IBV_QP_ATTR_PATH_MTU,
+        qkey: l::OFF_IBV_QP_ATTR_QKEY,
+        rq_psn: l::OFF_IBV_QP_ATTR_RQ_PSN,
+        sq_psn: l::OFF_IBV_QP_ATTR_SQ_PSN,
+        dest_qp_num: l::OFF_IBV_QP_ATTR_DEST_QP_NUM,
+        qp_access_flags: l::OFF_IBV_QP_ATTR_QP_ACCESS_FLAGS,
+        cap: l::OFF_IBV_QP_ATTR_CAP,
+        ah_attr: l::OFF_IBV_QP_ATTR_AH_ATTR,
+        alt_ah_attr: l::OFF_IBV_QP_ATTR_ALT_AH_ATTR,
+        pkey_index: l::OFF_IBV_QP_ATTR_PKEY_INDEX,
+        max_rd_atomic: l::OFF_IBV_QP_ATTR_MAX_RD_ATOMIC,
+        max_dest_rd_atomic: l::OFF_IBV_QP_ATTR_MAX_DEST_RD_ATOMIC,
+        min_rnr_timer: l::OFF_IBV_QP_ATTR_MIN_RNR_TIMER,
+        port_num: l::OFF_IBV_QP_ATTR_PORT_NUM,
+        timeout: l::OFF_IBV_QP_ATTR_TIMEOUT,
+        retry_cnt: l::OFF_IBV_QP_ATTR_RETRY_CNT,
+        rnr_retry: l::OFF_IBV_QP_ATTR_RNR_RETRY,
+        alt_port_num: l::OFF_IBV_QP_ATTR_ALT_PORT_NUM,
+        alt_timeout: l::OFF_IBV_QP_ATTR_ALT_TIMEOUT,
+        rate_limit: l::OFF_IBV_QP_ATTR_RATE_LIMIT,
+    }
 );
-check_off!(ibv_qp_init_attr_ex, pd, l::OFF_IBV_QP_INIT_ATTR_EX_PD);
-check_off!(ibv_qp_init_attr_ex, xrcd, l::OFF_IBV_QP_INIT_ATTR_EX_XRCD);
-check_off!(
-    ibv_qp_init_attr_ex,
-    create_flags,
-    l::OFF_IBV_QP_INIT_ATTR_EX_CREATE_FLAGS
+check_layout!(
+    ibv_device_attr = l::SIZE_IBV_DEVICE_ATTR {
+        max_mr_size: l::OFF_IBV_DEVICE_ATTR_MAX_MR_SIZE,
+        max_qp_wr: l::OFF_IBV_DEVICE_ATTR_MAX_QP_WR,
+        max_sge: l::OFF_IBV_DEVICE_ATTR_MAX_SGE,
+        max_qp_rd_atom: l::OFF_IBV_DEVICE_ATTR_MAX_QP_RD_ATOM,
+        atomic_cap: l::OFF_IBV_DEVICE_ATTR_ATOMIC_CAP,
+        max_pkeys: l::OFF_IBV_DEVICE_ATTR_MAX_PKEYS,
+        phys_port_cnt: l::OFF_IBV_DEVICE_ATTR_PHYS_PORT_CNT,
+    }
 );
-check_off!(
-    ibv_qp_init_attr_ex,
-    max_tso_header,
-    l::OFF_IBV_QP_INIT_ATTR_EX_MAX_TSO_HEADER
+check_layout!(
+    ibv_qp_ex = l::SIZE_IBV_QP_EX {
+        comp_mask: l::OFF_IBV_QP_EX_COMP_MASK,
+        wr_id: l::OFF_IBV_QP_EX_WR_ID,
+        wr_flags: l::OFF_IBV_QP_EX_WR_FLAGS,
+        wr_atomic_cmp_swp: l::OFF_IBV_QP_EX_WR_ATOMIC_CMP_SWP,
+        wr_rdma_write: l::OFF_IBV_QP_EX_WR_RDMA_WRITE,
+        wr_send: l::OFF_IBV_QP_EX_WR_SEND,
+        wr_set_ud_addr: l::OFF_IBV_QP_EX_WR_SET_UD_ADDR,
+        wr_set_sge: l::OFF_IBV_QP_EX_WR_SET_SGE,
+        wr_set_sge_list: l::OFF_IBV_QP_EX_WR_SET_SGE_LIST,
+        wr_start: l::OFF_IBV_QP_EX_WR_START,
+        wr_complete: l::OFF_IBV_QP_EX_WR_COMPLETE,
+        wr_abort: l::OFF_IBV_QP_EX_WR_ABORT,
+        wr_atomic_write: l::OFF_IBV_QP_EX_WR_ATOMIC_WRITE,
+    }
 );
-check_off!(
-    ibv_qp_init_attr_ex,
-    rwq_ind_tbl,
-    l::OFF_IBV_QP_INIT_ATTR_EX_RWQ_IND_TBL
+check_layout!(ibv_data_buf = l::SIZE_IBV_DATA_BUF {});
+check_layout!(
+    ibv_comp_channel = l::SIZE_IBV_COMP_CHANNEL {
+        fd: l::OFF_IBV_COMP_CHANNEL_FD,
+    }
 );
-check_off!(
-    ibv_qp_init_attr_ex,
-    rx_hash_conf,
-    l::OFF_IBV_QP_INIT_ATTR_EX_RX_HASH_CONF
-);
-check_off!(
-    ibv_qp_init_attr_ex,
-    source_qpn,
-    l::OFF_IBV_QP_INIT_ATTR_EX_SOURCE_QPN
-);
-check_off!(
-    ibv_qp_init_attr_ex,
-    send_ops_flags,
-    l::OFF_IBV_QP_INIT_ATTR_EX_SEND_OPS_FLAGS
-);
-check_size!(ibv_rx_hash_conf, l::SIZE_IBV_RX_HASH_CONF);
-check_size!(ibv_ah_attr, l::SIZE_IBV_AH_ATTR);
-check_size!(ibv_global_route, l::SIZE_IBV_GLOBAL_ROUTE);
-check_size!(ibv_qp_attr, l::SIZE_IBV_QP_ATTR);
-check_off!(ibv_qp_attr, qp_state, l::OFF_IBV_QP_ATTR_QP_STATE);
-check_off!(ibv_qp_attr, cur_qp_state, l::OFF_IBV_QP_ATTR_CUR_QP_STATE);
-check_off!(ibv_qp_attr, path_mtu, l::OFF_IBV_QP_ATTR_PATH_MTU);
-check_off!(ibv_qp_attr, qkey, l::OFF_IBV_QP_ATTR_QKEY);
-check_off!(ibv_qp_attr, rq_psn, l::OFF_IBV_QP_ATTR_RQ_PSN);
-check_off!(ibv_qp_attr, sq_psn, l::OFF_IBV_QP_ATTR_SQ_PSN);
-check_off!(ibv_qp_attr, dest_qp_num, l::OFF_IBV_QP_ATTR_DEST_QP_NUM);
-check_off!(
-    ibv_qp_attr,
-    qp_access_flags,
-    l::OFF_IBV_QP_ATTR_QP_ACCESS_FLAGS
-);
-check_off!(ibv_qp_attr, cap, l::OFF_IBV_QP_ATTR_CAP);
-check_off!(ibv_qp_attr, ah_attr, l::OFF_IBV_QP_ATTR_AH_ATTR);
-check_off!(ibv_qp_attr, alt_ah_attr, l::OFF_IBV_QP_ATTR_ALT_AH_ATTR);
-check_off!(ibv_qp_attr, pkey_index, l::OFF_IBV_QP_ATTR_PKEY_INDEX);
-check_off!(ibv_qp_attr, max_rd_atomic, l::OFF_IBV_QP_ATTR_MAX_RD_ATOMIC);
-check_off!(
-    ibv_qp_attr,
-    max_dest_rd_atomic,
-    l::OFF_IBV_QP_ATTR_MAX_DEST_RD_ATOMIC
-);
-check_off!(ibv_qp_attr, min_rnr_timer, l::OFF_IBV_QP_ATTR_MIN_RNR_TIMER);
-check_off!(ibv_qp_attr, port_num, l::OFF_IBV_QP_ATTR_PORT_NUM);
-check_off!(ibv_qp_attr, timeout, l::OFF_IBV_QP_ATTR_TIMEOUT);
-check_off!(ibv_qp_attr, retry_cnt, l::OFF_IBV_QP_ATTR_RETRY_CNT);
-check_off!(ibv_qp_attr, rnr_retry, l::OFF_IBV_QP_ATTR_RNR_RETRY);
-check_off!(ibv_qp_attr, alt_port_num, l::OFF_IBV_QP_ATTR_ALT_PORT_NUM);
-check_off!(ibv_qp_attr, alt_timeout, l::OFF_IBV_QP_ATTR_ALT_TIMEOUT);
-check_off!(ibv_qp_attr, rate_limit, l::OFF_IBV_QP_ATTR_RATE_LIMIT);
-check_size!(ibv_device_attr, l::SIZE_IBV_DEVICE_ATTR);
-check_off!(
-    ibv_device_attr,
-    max_mr_size,
-    l::OFF_IBV_DEVICE_ATTR_MAX_MR_SIZE
-);
-check_off!(ibv_device_attr, max_qp_wr, l::OFF_IBV_DEVICE_ATTR_MAX_QP_WR);
-check_off!(ibv_device_attr, max_sge, l::OFF_IBV_DEVICE_ATTR_MAX_SGE);
-check_off!(
-    ibv_device_attr,
-    max_qp_rd_atom,
-    l::OFF_IBV_DEVICE_ATTR_MAX_QP_RD_ATOM
-);
-check_off!(
-    ibv_device_attr,
-    atomic_cap,
-    l::OFF_IBV_DEVICE_ATTR_ATOMIC_CAP
-);
-check_off!(ibv_device_attr, max_pkeys, l::OFF_IBV_DEVICE_ATTR_MAX_PKEYS);
-check_off!(
-    ibv_device_attr,
-    phys_port_cnt,
-    l::OFF_IBV_DEVICE_ATTR_PHYS_PORT_CNT
-);
-check_size!(ibv_qp_ex, l::SIZE_IBV_QP_EX);
-check_off!(ibv_qp_ex, comp_mask, l::OFF_IBV_QP_EX_COMP_MASK);
-check_off!(ibv_qp_ex, wr_id, l::OFF_IBV_QP_EX_WR_ID);
-check_off!(ibv_qp_ex, wr_flags, l::OFF_IBV_QP_EX_WR_FLAGS);
-check_off!(
-    ibv_qp_ex,
-    wr_atomic_cmp_swp,
-    l::OFF_IBV_QP_EX_WR_ATOMIC_CMP_SWP
-);
-check_off!(ibv_qp_ex, wr_rdma_write, l::OFF_IBV_QP_EX_WR_RDMA_WRITE);
-check_off!(ibv_qp_ex, wr_send, l::OFF_IBV_QP_EX_WR_SEND);
-check_off!(ibv_qp_ex, wr_set_ud_addr, l::OFF_IBV_QP_EX_WR_SET_UD_ADDR);
-check_off!(ibv_qp_ex, wr_set_sge, l::OFF_IBV_QP_EX_WR_SET_SGE);
-check_off!(ibv_qp_ex, wr_set_sge_list, l::OFF_IBV_QP_EX_WR_SET_SGE_LIST);
-check_off!(ibv_qp_ex, wr_start, l::OFF_IBV_QP_EX_WR_START);
-check_off!(ibv_qp_ex, wr_complete, l::OFF_IBV_QP_EX_WR_COMPLETE);
-check_off!(ibv_qp_ex, wr_abort, l::OFF_IBV_QP_EX_WR_ABORT);
-check_off!(ibv_qp_ex, wr_atomic_write, l::OFF_IBV_QP_EX_WR_ATOMIC_WRITE);
-check_size!(ibv_data_buf, l::SIZE_IBV_DATA_BUF);
-check_size!(ibv_comp_channel, l::SIZE_IBV_COMP_CHANNEL);
-check_off!(ibv_comp_channel, fd, l::OFF_IBV_COMP_CHANNEL_FD);
