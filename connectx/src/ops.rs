@@ -296,6 +296,22 @@ impl ExBuilder {
         self.unsupported = None;
     }
 
+    /// The provider SGE of entry `k` of `span`: the application's SGE, or one pointing at our
+    /// copy of an inline piece.
+    #[inline]
+    fn sge(&self, span: ExSpan, k: usize) -> ibv_sge {
+        if span.inline {
+            let (off, len) = self.pieces[span.start + k];
+            ibv_sge {
+                addr: self.data.as_ptr() as u64 + off as u64,
+                length: len as u32,
+                lkey: 0,
+            }
+        } else {
+            self.sges[span.start + k]
+        }
+    }
+
     fn set_sges(&mut self, list: &[ibv_sge]) {
         let start = self.sges.len();
         self.sges.extend_from_slice(list);
@@ -706,18 +722,7 @@ fn post_batch(ctl: &QpCtl) -> c_int {
     if b.wrs.len() == 1 && b.spans[0].len <= 1 {
         // The usual batch: one WR with at most one SGE or inline piece, posted from the stack.
         let span = b.spans[0];
-        let mut sge = if span.len == 0 {
-            None
-        } else if span.inline {
-            let (off, len) = b.pieces[span.start];
-            Some(ibv_sge {
-                addr: b.data.as_ptr() as u64 + off as u64,
-                length: len as u32,
-                lkey: 0,
-            })
-        } else {
-            Some(b.sges[span.start])
-        };
+        let mut sge = (span.len == 1).then(|| b.sge(span, 0));
         let w = &mut b.wrs[0];
         (w.sg_list, w.num_sge) = match sge.as_mut() {
             Some(s) => (s as *mut ibv_sge, 1),
@@ -736,20 +741,11 @@ fn post_batch(ctl: &QpCtl) -> c_int {
     b.out_spans.clear();
     for span in &b.spans {
         let start = b.out_sges.len();
-        if span.inline {
-            for &(off, len) in &b.pieces[span.start..span.start + span.len] {
-                b.out_sges.push(ibv_sge {
-                    addr: b.data.as_ptr() as u64 + off as u64,
-                    length: len as u32,
-                    lkey: 0,
-                });
-            }
-        } else {
-            for &sge in &b.sges[span.start..span.start + span.len] {
-                b.out_sges.push(sge);
-            }
+        for k in 0..span.len {
+            let sge = b.sge(*span, k);
+            b.out_sges.push(sge);
         }
-        b.out_spans.push((start, b.out_sges.len() - start));
+        b.out_spans.push((start, span.len));
     }
     let n = b.wrs.len();
     let base = b.wrs.as_mut_ptr();
