@@ -14,6 +14,21 @@ use std::time::Instant;
 use common::*;
 use nprdma::sys::*;
 
+/// Polls `a`'s CQ (the inline ibv_poll_cq) until one completion arrives; checks it is WR `i`'s
+/// success.
+fn await_completion(a: &Host, i: u64) {
+    let mut wc = ibv_wc::default();
+    loop {
+        // SAFETY: the inline ibv_poll_cq.
+        let k =
+            unsafe { ((*a.cq).context.as_ref().unwrap().ops.poll_cq.unwrap())(a.cq, 1, &mut wc) };
+        if k == 1 {
+            break;
+        }
+    }
+    assert_eq!((wc.wr_id, wc.status), (i, IBV_WC_SUCCESS));
+}
+
 fn measure(a: &Host, qa: *mut ibv_qp, src: &mut Buf, b: &Host, dst: &mut Buf, n: u64) -> f64 {
     let smr = a.reg(src, IBV_ACCESS_LOCAL_WRITE);
     let dmr = b.reg(dst, ALL_ACCESS);
@@ -35,17 +50,7 @@ fn measure(a: &Host, qa: *mut ibv_qp, src: &mut Buf, b: &Host, dst: &mut Buf, n:
             // SAFETY: the inline ibv_post_send.
             let rc = unsafe { ((*(*qa).context).ops.post_send.unwrap())(qa, &mut wr, &mut bad) };
             assert_eq!(rc, 0);
-            let mut wc = ibv_wc::default();
-            loop {
-                // SAFETY: the inline ibv_poll_cq.
-                let k = unsafe {
-                    ((*a.cq).context.as_ref().unwrap().ops.poll_cq.unwrap())(a.cq, 1, &mut wc)
-                };
-                if k == 1 {
-                    break;
-                }
-            }
-            assert_eq!((wc.wr_id, wc.status), (i, IBV_WC_SUCCESS));
+            await_completion(a, i);
         }
         t.elapsed().as_nanos() as f64 / count as f64
     };
@@ -74,17 +79,7 @@ fn measure_wr_api(a: &Host, qa: *mut ibv_qp, src: &Buf, b: &Host, dst: &mut Buf,
                 (q.wr_complete.unwrap())(qpx)
             };
             assert_eq!(rc, 0);
-            let mut wc = ibv_wc::default();
-            loop {
-                // SAFETY: the inline ibv_poll_cq.
-                let k = unsafe {
-                    ((*a.cq).context.as_ref().unwrap().ops.poll_cq.unwrap())(a.cq, 1, &mut wc)
-                };
-                if k == 1 {
-                    break;
-                }
-            }
-            assert_eq!((wc.wr_id, wc.status), (i, IBV_WC_SUCCESS));
+            await_completion(a, i);
         }
         t.elapsed().as_nanos() as f64 / count as f64
     };
