@@ -633,7 +633,14 @@ proptest! {
 
     #[test]
     fn decoding_arbitrary_bytes_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..300)) {
-        let _ = Envelope::decode(&bytes);
+        // No panic, and whatever decodes consumed bytes that were there and re-encodes to
+        // exactly them.
+        if let Ok((envelope, used)) = Envelope::decode(&bytes) {
+            prop_assert!(used <= bytes.len());
+            let mut out = vec![0u8; used];
+            prop_assert_eq!(envelope.encode(&mut out), Ok(used));
+            prop_assert_eq!(&out[..], &bytes[..used]);
+        }
     }
 
     /// Arbitrary bodies behind a valid header and CRC reach the field checks: they must
