@@ -196,6 +196,30 @@ pub enum ProtocolError {
 }
 
 impl ProtocolError {
+    /// The configuration checks the sender and the receiver share: room for at least one
+    /// transfer and one block, and blocks of at least one byte.
+    pub(crate) const fn check_shape(
+        transfers: usize,
+        blocks: usize,
+        block_size: u32,
+    ) -> Result<()> {
+        if transfers == 0 {
+            Err(Self::InvalidConfig {
+                field: "transfer capacity",
+            })
+        } else if blocks == 0 {
+            Err(Self::InvalidConfig {
+                field: "block capacity",
+            })
+        } else if block_size == 0 {
+            Err(Self::InvalidConfig {
+                field: "block_size",
+            })
+        } else {
+            Ok(())
+        }
+    }
+
     /// A stable numeric code for logs, the wire and ABI boundaries (0 is never used).
     pub const fn code(&self) -> u32 {
         match self {

@@ -185,20 +185,8 @@ impl<const T: usize, const B: usize> Receiver<T, B> {
     /// A receiver expecting `cfg.first_tid` next. `const` so that a bare-metal driver can
     /// build it in a `static`.
     pub const fn new(cfg: ReceiverConfig) -> Result<Self> {
-        if T == 0 {
-            return Err(ProtocolError::InvalidConfig {
-                field: "transfer capacity",
-            });
-        }
-        if B == 0 {
-            return Err(ProtocolError::InvalidConfig {
-                field: "block capacity",
-            });
-        }
-        if cfg.block_size == 0 {
-            return Err(ProtocolError::InvalidConfig {
-                field: "block_size",
-            });
+        if let Err(e) = ProtocolError::check_shape(T, B, cfg.block_size) {
+            return Err(e);
         }
         Ok(Self {
             cfg,

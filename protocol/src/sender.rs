@@ -417,20 +417,8 @@ impl<const T: usize, const B: usize> Sender<T, B> {
     /// A sender with no transfers. `const` so that a bare-metal driver can build it in a
     /// `static` instead of on a small stack.
     pub const fn new(mut cfg: SenderConfig) -> Result<Self> {
-        if T == 0 {
-            return Err(ProtocolError::InvalidConfig {
-                field: "transfer capacity",
-            });
-        }
-        if B == 0 {
-            return Err(ProtocolError::InvalidConfig {
-                field: "block capacity",
-            });
-        }
-        if cfg.block_size == 0 {
-            return Err(ProtocolError::InvalidConfig {
-                field: "block_size",
-            });
+        if let Err(e) = ProtocolError::check_shape(T, B, cfg.block_size) {
+            return Err(e);
         }
         if cfg.max_attempts == 0 {
             return Err(ProtocolError::InvalidConfig {
