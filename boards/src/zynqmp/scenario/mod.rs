@@ -650,19 +650,7 @@ where
                 // A source outside every region: aborted, never mapped, nothing written.
                 let outside = self.outside();
                 self.expect_abort(phase, space, spec(0, outside, dst, PAGE as u32))?;
-                if let Some((offset, expected, found)) =
-                    space
-                        .pager
-                        .first_difference_from(Iova::new(dst), PAGE, Fill::Byte(SENTINEL))?
-                {
-                    return Err(BoardError::DataMismatch {
-                        phase,
-                        transfer: space.transfers,
-                        offset: offset as u32,
-                        expected,
-                        found,
-                    });
-                }
+                Self::expect_untouched(phase, space, dst)?;
                 if space.table.translate(Iova::new(outside))?.is_some() {
                     return Err(BoardError::ForbiddenMapping {
                         phase,
@@ -672,19 +660,7 @@ where
                 // A write into a read-only region: aborted, nothing written (the CPU filled it
                 // with the sentinel before the transfer).
                 self.expect_abort(phase, space, spec(0, src, ro, PAGE as u32))?;
-                if let Some((offset, expected, found)) =
-                    space
-                        .pager
-                        .first_difference_from(Iova::new(ro), PAGE, Fill::Byte(SENTINEL))?
-                {
-                    return Err(BoardError::DataMismatch {
-                        phase,
-                        transfer: space.transfers,
-                        offset: offset as u32,
-                        expected,
-                        found,
-                    });
-                }
+                Self::expect_untouched(phase, space, ro)?;
             }
             Phase::Eviction => {
                 let (src, dst) = self.regions(space, 0, 2, 1)?;
@@ -722,6 +698,24 @@ where
             }
         }
         Ok(())
+    }
+
+    /// Checks that the page at `iova` still holds the sentinel the CPU filled it with (an
+    /// aborted transfer wrote nothing there).
+    fn expect_untouched(phase: Phase, space: &Space<'m, M>, iova: u64) -> Result<()> {
+        match space
+            .pager
+            .first_difference_from(Iova::new(iova), PAGE, Fill::Byte(SENTINEL))?
+        {
+            Some((offset, expected, found)) => Err(BoardError::DataMismatch {
+                phase,
+                transfer: space.transfers,
+                offset: offset as u32,
+                expected,
+                found,
+            }),
+            None => Ok(()),
+        }
     }
 
     /// Runs a transfer that the fault path must abort.
