@@ -80,17 +80,6 @@ pub(crate) struct Session {
     attr: ibv_poll_cq_attr,
 }
 
-thread_local! {
-    static THREAD_TOKEN: u8 = const { 0 };
-}
-
-/// A token of the calling thread (the address of a thread-local).
-fn this_thread() -> usize {
-    THREAD_TOKEN
-        .try_with(|t| t as *const u8 as usize)
-        .unwrap_or(usize::MAX)
-}
-
 impl Session {
     /// Whether the provider's own session is open (it holds the provider's CQ lock until its
     /// `end_poll`, so nobody else may poll the provider meanwhile while holding the stash).
@@ -100,7 +89,7 @@ impl Session {
 
     /// Whether the calling thread opened the session.
     pub(crate) fn owned_here(&self) -> bool {
-        self.owner == this_thread()
+        self.owner == crate::ops::this_thread()
     }
 }
 
@@ -421,7 +410,7 @@ unsafe extern "C" fn start_poll_w(cq: *mut ibv_cq_ex, attr: *mut ibv_poll_cq_att
             active: true,
             current: Current::Idle,
             provider_open: false,
-            owner: this_thread(),
+            owner: crate::ops::this_thread(),
             attr,
         };
         if let Some(w) = inner.stash.pop_front() {

@@ -448,7 +448,7 @@ impl BatchCell {
 /// pointer's self-reference at `%fs:0` (the TCB starts with a pointer to itself, x86-64 psABI
 /// TLS layout, which glibc's `pthread_self` returns), read without a call.
 #[inline]
-fn this_thread() -> usize {
+pub(crate) fn this_thread() -> usize {
     #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
     {
         let tp: usize;
