@@ -1,9 +1,9 @@
 //! Per-work-request cost of the library on the fake provider: the same ping (a signaled
 //! 8-byte RDMA WRITE, then polling for its completion) through the fake alone and through the
 //! library at a warm cache. The difference is the library's CPU cost per WR (the fake's own
-//! cost is in both). A third line times the library through the `ibv_wr_*` builder API with an
-//! inline payload, the way perftest 4.5's `ib_write_lat` posts (the fake has no builder API of
-//! its own, so there is no plain counterpart). Printed, not asserted:
+//! cost is in both), three ways: `ibv_post_send` with an SGE, `ibv_post_send` with an inline
+//! payload (`ib_write_lat --use_old_post_send`), and the `ibv_wr_*` builder API with an inline
+//! payload (how perftest 4.5's `ib_write_lat` posts by default). Printed, not asserted:
 //! `cargo bench -p connectx --bench overhead`.
 
 #[path = "../tests/common/mod.rs"]
@@ -29,7 +29,15 @@ fn await_completion(a: &Host, i: u64) {
     assert_eq!((wc.wr_id, wc.status), (i, IBV_WC_SUCCESS));
 }
 
-fn measure(a: &Host, qa: *mut ibv_qp, src: &mut Buf, b: &Host, dst: &mut Buf, n: u64) -> f64 {
+fn measure(
+    a: &Host,
+    qa: *mut ibv_qp,
+    src: &mut Buf,
+    b: &Host,
+    dst: &mut Buf,
+    n: u64,
+    inline: bool,
+) -> f64 {
     let smr = a.reg(src, IBV_ACCESS_LOCAL_WRITE);
     let dmr = b.reg(dst, ALL_ACCESS);
     let (sl, _) = keys(smr);
@@ -46,6 +54,9 @@ fn measure(a: &Host, qa: *mut ibv_qp, src: &mut Buf, b: &Host, dst: &mut Buf, n:
                 dr,
                 true,
             );
+            if inline {
+                wr.send_flags |= IBV_SEND_INLINE;
+            }
             let mut bad = core::ptr::null_mut();
             // SAFETY: the inline ibv_post_send.
             let rc = unsafe { ((*(*qa).context).ops.post_send.unwrap())(qa, &mut wr, &mut bad) };
@@ -92,51 +103,77 @@ fn main() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(200_000);
-    // NPRDMA_BENCH_ONLY=plain|lib|wr runs one configuration (for instruction counts under
-    // callgrind, where the others would only add to the profile).
+    // NPRDMA_BENCH_ONLY=plain|lib|plain-inline|lib-inline|plain-wr|wr runs one configuration (for
+    // instruction counts under callgrind, where the others would only add to the profile).
     let only = std::env::var("NPRDMA_BENCH_ONLY").unwrap_or_default();
     let want = |k: &str| only.is_empty() || only == k;
-    let plain = want("plain").then(|| {
-        let (pa, pb) = (Host::plain(), Host::plain());
-        let (qa, qb) = (pa.create_qp(false), pb.create_qp(false));
-        connect(&pa, qa, &pb, qb);
-        let (mut s1, mut d1) = (Buf::new(1 << 20), Buf::new(1 << 20));
-        measure(&pa, qa, &mut s1, &pb, &mut d1, n)
-    });
-    let lib = want("lib").then(|| {
-        let (la, lb) = (
-            Host::with_library(64 << 20, 1 << 20),
-            Host::with_library(64 << 20, 1 << 20),
-        );
-        let (qa, qb) = (la.create_qp(false), lb.create_qp(false));
-        connect(&la, qa, &lb, qb);
-        let (mut s2, mut d2) = (Buf::new(1 << 20), Buf::new(1 << 20));
-        measure(&la, qa, &mut s2, &lb, &mut d2, n)
-    });
-    let wr_api = want("wr").then(|| {
-        let (xa, xb) = (
-            Host::with_library(64 << 20, 1 << 20),
-            Host::with_library(64 << 20, 1 << 20),
-        );
+    let legacy = |library: bool, inline: bool| {
+        let (a, b) = if library {
+            (
+                Host::with_library(64 << 20, 1 << 20),
+                Host::with_library(64 << 20, 1 << 20),
+            )
+        } else {
+            (Host::plain(), Host::plain())
+        };
+        let (qa, qb) = (a.create_qp(false), b.create_qp(false));
+        connect(&a, qa, &b, qb);
+        let (mut s, mut d) = (Buf::new(1 << 20), Buf::new(1 << 20));
+        measure(&a, qa, &mut s, &b, &mut d, n, inline)
+    };
+    let pairs = [
+        ("an SGE", "plain", "lib", false),
+        ("an inline payload", "plain-inline", "lib-inline", true),
+    ];
+    for (what, plain_key, lib_key, inline) in pairs {
+        let plain = want(plain_key).then(|| legacy(false, inline));
+        let lib = want(lib_key).then(|| legacy(true, inline));
+        if let Some(p) = plain {
+            println!(
+                "ibv_post_send, {what:17}: fake provider alone {p:6.0} ns per WRITE + completion"
+            );
+        }
+        if let Some(l) = lib {
+            println!(
+                "ibv_post_send, {what:17}: through the library  {l:6.0} ns per WRITE + completion"
+            );
+        }
+        if let (Some(p), Some(l)) = (plain, lib) {
+            println!(
+                "ibv_post_send, {what:17}: library cost         {:6.0} ns per work request ({:.2}x)",
+                l - p,
+                l / p
+            );
+        }
+    }
+    let builder = |library: bool| {
+        let (xa, xb) = if library {
+            (
+                Host::with_library(64 << 20, 1 << 20),
+                Host::with_library(64 << 20, 1 << 20),
+            )
+        } else {
+            (Host::plain(), Host::plain())
+        };
         let (qa, qb) = (xa.create_qp_ex(), xb.create_qp(false));
         connect(&xa, qa, &xb, qb);
         let (s3, mut d3) = (Buf::new(1 << 20), Buf::new(1 << 20));
         measure_wr_api(&xa, qa, &s3, &xb, &mut d3, n)
-    });
+    };
+    let plain = want("plain-wr").then(|| builder(false));
+    let lib = want("wr").then(|| builder(true));
+    let what = "ibv_wr_*, an inline payload";
     if let Some(p) = plain {
-        println!("fake provider alone : {p:8.0} ns per WRITE + completion");
+        println!("{what:32}: fake provider alone {p:6.0} ns per WRITE + completion");
     }
     if let Some(l) = lib {
-        println!("through the library : {l:8.0} ns per WRITE + completion");
+        println!("{what:32}: through the library  {l:6.0} ns per WRITE + completion");
     }
     if let (Some(p), Some(l)) = (plain, lib) {
         println!(
-            "library cost        : {:8.0} ns per work request ({:.2}x)",
+            "{what:32}: library cost         {:6.0} ns per work request ({:.2}x)",
             l - p,
             l / p
         );
-    }
-    if let Some(w) = wr_api {
-        println!("library, ibv_wr_* API with an inline payload: {w:8.0} ns per WRITE + completion");
     }
 }

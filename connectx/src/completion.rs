@@ -1,8 +1,14 @@
 //! Which provider work request belongs to which application work request, and what the
 //! application sees when a provider completion arrives.
 //!
-//! Every provider WR the library posts carries a sequence number of its queue pair as its
-//! `wr_id`. The send queue completes in posting order (InfiniBand Architecture Specification
+//! Every provider WR the library records carries a sequence number of its queue, mixed with
+//! the queue's random 64-bit tag, as its `wr_id`. WRs the library does not record (warm WRs
+//! that hold no local window, see `docs/connectx.md` §3) keep the application's own `wr_id`
+//! and their completions pass through unchanged: a completion whose `wr_id` does not decode to
+//! an outstanding record is not the library's. (An application `wr_id` that happens to equal
+//! the tagged number of a record outstanding at that moment would be taken for it; with a
+//! random tag the chance is about one in 2^64 per outstanding record.) The send queue
+//! completes in posting order (InfiniBand Architecture Specification
 //! vol. 1, §10.8.6 "work requests ... complete in the order they were submitted" for a send
 //! queue), so a completion for sequence `n` also retires every earlier, unsignaled entry: their
 //! windows are released. The rules that give the application exactly one completion per
@@ -155,17 +161,32 @@ struct SendEntry {
 /// The send queue side of a QP.
 #[derive(Debug, Default)]
 pub struct SendTracker {
+    /// Mixed into every sequence number to make the provider `wr_id` (0 in unit tests).
+    tag: u64,
     next_seq: u64,
     next_group: u64,
     entries: VecDeque<SendEntry>,
     last_reported_group: Option<u64>,
-    unsignaled_run: u32,
 }
 
 impl SendTracker {
-    /// An empty tracker.
+    /// An empty tracker whose `wr_id`s are the plain sequence numbers.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// An empty tracker that mixes `tag` into its `wr_id`s.
+    pub fn with_tag(tag: u64) -> Self {
+        Self {
+            tag,
+            ..Self::default()
+        }
+    }
+
+    /// The provider `wr_id` of record `seq`.
+    #[inline]
+    pub fn wr_id_of(&self, seq: u64) -> u64 {
+        seq ^ self.tag
     }
 
     /// A new application WR number (for [`Origin::App::group`]).
@@ -175,7 +196,8 @@ impl SendTracker {
         self.next_group
     }
 
-    /// Records a provider WR about to be posted; returns its sequence number (its `wr_id`).
+    /// Records a provider WR about to be posted; returns its sequence number (post it with
+    /// [`wr_id_of`](Self::wr_id_of) of it).
     #[inline]
     pub fn record(&mut self, origin: Origin, windows: WinList) -> u64 {
         self.next_seq += 1;
@@ -210,27 +232,23 @@ impl SendTracker {
         self.entries.len()
     }
 
-    /// Whether the next provider WR must be signaled: the application (or the library) wants
-    /// it, or `threshold` unsignaled WRs in a row are outstanding (their windows are released
-    /// only by a later completion, so an endless unsignaled run would hold the budget).
+    /// Handles a provider completion carrying `wr_id` with `status`; returns the windows
+    /// released (its record's and every earlier one's) and what to do
+    /// ([`Outcome::Unknown`] when `wr_id` is not an outstanding record's).
     #[inline]
-    pub fn must_signal(&mut self, wanted: bool, threshold: u32) -> bool {
-        if wanted || self.unsignaled_run + 1 >= threshold.max(1) {
-            self.unsignaled_run = 0;
-            true
-        } else {
-            self.unsignaled_run += 1;
-            false
+    pub fn complete(&mut self, wr_id: u64, status: u32) -> (WinList, Outcome) {
+        let seq = wr_id ^ self.tag;
+        // Most completions are either the oldest record's or not the library's at all (an
+        // unrecorded WR's): both are decided here without a search.
+        let Some(front) = self.entries.front() else {
+            return (WinList::new(), Outcome::Unknown);
+        };
+        if seq < front.seq || seq > self.next_seq {
+            return (WinList::new(), Outcome::Unknown);
         }
-    }
-
-    /// Handles the provider completion of sequence `seq` with `status`; returns the windows
-    /// released (this entry's and every earlier one's) and what to do.
-    #[inline]
-    pub fn complete(&mut self, seq: u64, status: u32) -> (WinList, Outcome) {
         // The usual case: the oldest entry completes (every WR signaled, or the signaled one
         // at the end of an unsignaled run already retired the others).
-        if self.entries.front().is_some_and(|f| f.seq == seq)
+        if front.seq == seq
             && let Some(e) = self.entries.pop_front()
         {
             let outcome = self.outcome(e.origin, status);
@@ -327,25 +345,78 @@ impl SendTracker {
     }
 }
 
+/// The run of unsignaled WRs a QP's library has recorded since its last signaled one. Kept
+/// with the posting side (not the tracker) so that posting can tell, without the tracker's
+/// lock, whether a WR may go unrecorded: only when no recorded unsignaled WR waits for a later
+/// recorded completion to release its windows.
+#[derive(Debug, Default)]
+pub struct SignalRun {
+    unsignaled: u32,
+}
+
+impl SignalRun {
+    /// Whether the next recorded WR must be signaled: the application (or the library) wants
+    /// it, or `threshold` unsignaled WRs in a row are outstanding (their windows are released
+    /// only by a later completion, so an endless unsignaled run would hold the budget).
+    #[inline]
+    pub fn must_signal(&mut self, wanted: bool, threshold: u32) -> bool {
+        if wanted || self.unsignaled + 1 >= threshold.max(1) {
+            self.unsignaled = 0;
+            true
+        } else {
+            self.unsignaled += 1;
+            false
+        }
+    }
+
+    /// Whether every recorded WR so far was signaled (or followed by a signaled one).
+    #[inline]
+    pub fn is_idle(&self) -> bool {
+        self.unsignaled == 0
+    }
+}
+
 /// A receive queue (a QP's or a shared one): receives complete in any order with an SRQ, so
 /// this is a map.
 #[derive(Debug, Default)]
 pub struct RecvTracker {
+    /// Mixed into every sequence number to make the provider `wr_id` (0 in unit tests).
+    tag: u64,
     next_seq: u64,
     entries: FastMap<u64, (u64, WinList)>,
 }
 
 impl RecvTracker {
-    /// An empty tracker.
+    /// An empty tracker whose `wr_id`s are the plain sequence numbers.
     pub fn new() -> Self {
         Self::default()
     }
 
-    /// Records a posted receive; returns its sequence number (its `wr_id`).
+    /// An empty tracker that mixes `tag` into its `wr_id`s.
+    pub fn with_tag(tag: u64) -> Self {
+        Self {
+            tag,
+            ..Self::default()
+        }
+    }
+
+    /// The provider `wr_id` of record `seq`.
+    #[inline]
+    pub fn wr_id_of(&self, seq: u64) -> u64 {
+        seq ^ self.tag
+    }
+
+    /// Records a posted receive; returns its sequence number (post it with
+    /// [`wr_id_of`](Self::wr_id_of) of it).
     pub fn record(&mut self, wr_id: u64, windows: WinList) -> u64 {
         self.next_seq += 1;
         self.entries.insert(self.next_seq, (wr_id, windows));
         self.next_seq
+    }
+
+    /// Whether a completion carrying `wr_id` is an outstanding receive's.
+    pub fn contains(&self, wr_id: u64) -> bool {
+        self.entries.contains_key(&(wr_id ^ self.tag))
     }
 
     /// Forgets a record (the provider refused it); returns its windows.
@@ -356,10 +427,10 @@ impl RecvTracker {
             .unwrap_or_default()
     }
 
-    /// Handles the completion of receive `seq`: the application's `wr_id` and the windows
-    /// released; `None` if the sequence number is not ours.
-    pub fn complete(&mut self, seq: u64) -> Option<(u64, WinList)> {
-        self.entries.remove(&seq)
+    /// Handles a receive completion carrying `wr_id`: the application's `wr_id` and the windows
+    /// released; `None` if it is not an outstanding record's.
+    pub fn complete(&mut self, wr_id: u64) -> Option<(u64, WinList)> {
+        self.entries.remove(&(wr_id ^ self.tag))
     }
 
     /// Receives posted and not completed.
@@ -459,13 +530,41 @@ mod tests {
 
     #[test]
     fn forced_signal_every_threshold() {
-        let mut t = SendTracker::new();
+        let mut t = SignalRun::default();
+        assert!(t.is_idle());
         let pattern: Vec<bool> = (0..8).map(|_| t.must_signal(false, 4)).collect();
         assert_eq!(
             pattern,
             vec![false, false, false, true, false, false, false, true]
         );
+        assert!(t.is_idle());
+        assert!(!t.must_signal(false, 4));
+        assert!(!t.is_idle());
         assert!(t.must_signal(true, 4));
+        assert!(t.is_idle());
+    }
+
+    #[test]
+    fn tagged_wr_ids_are_recognised_and_foreign_ones_pass_through() {
+        let tag = 0x9e37_79b9_7f4a_7c15;
+        let mut t = SendTracker::with_tag(tag);
+        let g = t.next_group();
+        let a = t.record(app(7, g, true, true), vec![w(0)].into());
+        let id = t.wr_id_of(a);
+        assert_ne!(id, a);
+        // The application's own wr_ids (unrecorded WRs), small or large, are not ours.
+        for foreign in [0, 1, a, 7, u64::MAX, 1 << 63] {
+            assert_eq!(t.complete(foreign, IBV_WC_SUCCESS).1, Outcome::Unknown);
+        }
+        assert_eq!(t.outstanding(), 1, "a foreign completion retires nothing");
+        let (rel, out) = t.complete(id, IBV_WC_SUCCESS);
+        assert_eq!(out, Outcome::Deliver { wr_id: 7 });
+        assert_eq!(rel.iter().collect::<Vec<_>>(), vec![w(0)]);
+        let mut r = RecvTracker::with_tag(!tag);
+        let s = r.record(70, vec![w(1)].into());
+        assert_eq!(r.complete(s), None);
+        assert_eq!(r.complete(t.wr_id_of(s)), None);
+        assert_eq!(r.complete(r.wr_id_of(s)).map(|(id, _)| id), Some(70));
     }
 
     #[test]

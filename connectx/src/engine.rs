@@ -8,11 +8,11 @@
 use core::ffi::{c_int, c_void};
 use std::cell::Cell;
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use crate::completion::{Origin, Outcome, RecvTracker, SendTracker, WinList};
+use crate::completion::{Origin, Outcome, RecvTracker, SendTracker, SignalRun, WinList};
 use crate::config::{Config, Mode};
 use crate::directory::{DirHeader, DmaBuf, LeaseBook};
 use crate::fasthash::FastMap;
@@ -25,9 +25,6 @@ use crate::sys::*;
 use crate::translate::{Geometry, PlanError, PlannedRemote, PlannedSge, RemoteClass, SgeClass};
 use crate::window::{CacheError, Keys, RegionId, Registrar, WindowCache, WindowId, WindowSpec};
 
-/// Bit 63 of a provider `wr_id` marks a receive (an error completion has no valid opcode, so
-/// the queue must be told from the id).
-pub(crate) const RECV_TAG: u64 = 1 << 63;
 /// Extra send queue entries per QP for the library's own work requests and for splits.
 const SQ_RESERVE: u32 = 16;
 /// Directory entries a region may have (its directory stays ≤ 1 MiB + 8 KiB).
@@ -890,6 +887,19 @@ impl Engine {
     ) {
         // SAFETY: live QP.
         let q = unsafe { &*qp };
+        let qpx = if with_ex {
+            // SAFETY: live QP created with send ops flags.
+            unsafe { (self.real.qp_to_qp_ex)(qp) }
+        } else {
+            core::ptr::null_mut()
+        };
+        // The provider's own builder, saved before wrap_qp_ex replaces it in `qpx`.
+        let provider = if qpx.is_null() {
+            None
+        } else {
+            // SAFETY: the provider's ibv_qp_ex of this live QP.
+            unsafe { crate::ops::ProviderBuilder::of(qpx) }
+        };
         let ctl = Arc::new(QpCtl {
             engine: self.clone(),
             ctx: rec.clone(),
@@ -906,19 +916,18 @@ impl Engine {
             signal_every: (real_cap.max_send_wr / 2).clamp(1, 64),
             dest_qpn: AtomicU32::new(0),
             send: SpinLock::new(SendSide::default()),
-            builder: crate::ops::BatchCell::default(),
-            track: SpinLock::new(Trackers::default()),
+            builder: crate::ops::BatchCell::new(provider),
+            track: TrackLock::new(Trackers {
+                send: SendTracker::with_tag(random_u64()),
+                recv: RecvTracker::with_tag(random_u64()),
+            }),
             internal_done: Mutex::new(FastMap::default()),
             next_token: AtomicU64::new(1),
         });
         registry::add_qp(ctl);
-        if with_ex {
-            // SAFETY: live QP created with send ops flags.
-            let qpx = unsafe { (self.real.qp_to_qp_ex)(qp) };
-            if !qpx.is_null() {
-                // SAFETY: the provider's ibv_qp_ex of this QP; the application has not used it.
-                unsafe { crate::ops::wrap_qp_ex(qpx) };
-            }
+        if !qpx.is_null() {
+            // SAFETY: the provider's ibv_qp_ex of this QP; the application has not used it.
+            unsafe { crate::ops::wrap_qp_ex(qpx) };
         }
     }
 
@@ -1096,7 +1105,6 @@ impl Engine {
 }
 
 /// Send and receive trackers of a QP.
-#[derive(Default)]
 pub(crate) struct Trackers {
     pub send: SendTracker,
     pub recv: RecvTracker,
@@ -1107,6 +1115,72 @@ impl Trackers {
         let mut w = self.send.drain();
         w.extend(self.recv.drain());
         w
+    }
+}
+
+/// A QP's trackers behind their lock, with a hint readable without it: how many send records
+/// were outstanding when the lock was last released.
+///
+/// Completions of WRs the library did not record pass through unchanged, and a QP used only
+/// that way has no send records: its completions then need no lock. A hint of zero is exact
+/// for any completion the poller holds: a recorded WR's record (and a nonzero hint) is made
+/// before the WR is posted and is removed only by that WR's own completion (or by a refused
+/// post, when there is no completion), and the completion cannot be read before the provider
+/// has it, which happens after the post.
+pub(crate) struct TrackLock {
+    lock: SpinLock<Trackers>,
+    recorded_sends: AtomicUsize,
+}
+
+impl TrackLock {
+    pub(crate) fn new(trackers: Trackers) -> Self {
+        Self {
+            recorded_sends: AtomicUsize::new(trackers.send.outstanding()),
+            lock: SpinLock::new(trackers),
+        }
+    }
+
+    /// Locks the trackers; the guard updates the hint and unlocks.
+    #[inline]
+    pub(crate) fn lock(&self) -> TrackGuard<'_> {
+        TrackGuard {
+            guard: self.lock.lock(),
+            hint: &self.recorded_sends,
+        }
+    }
+
+    /// Whether any send record may be outstanding (see the type's documentation).
+    #[inline]
+    pub(crate) fn has_recorded_sends(&self) -> bool {
+        self.recorded_sends.load(Ordering::Acquire) != 0
+    }
+}
+
+/// The lock of a [`TrackLock`].
+pub(crate) struct TrackGuard<'a> {
+    guard: crate::spin::SpinGuard<'a, Trackers>,
+    hint: &'a AtomicUsize,
+}
+
+impl core::ops::Deref for TrackGuard<'_> {
+    type Target = Trackers;
+    fn deref(&self) -> &Trackers {
+        &self.guard
+    }
+}
+
+impl core::ops::DerefMut for TrackGuard<'_> {
+    fn deref_mut(&mut self) -> &mut Trackers {
+        &mut self.guard
+    }
+}
+
+impl Drop for TrackGuard<'_> {
+    #[inline]
+    fn drop(&mut self) {
+        // Still under the lock (the inner guard unlocks after this).
+        self.hint
+            .store(self.guard.send.outstanding(), Ordering::Release);
     }
 }
 
@@ -1130,6 +1204,8 @@ pub(crate) struct SendSide {
     /// same peer window as the previous one).
     pub hot_remote: Option<HotRemote>,
     pub scratch: Option<Scratch>,
+    /// Unsignaled recorded WRs since the last signaled one.
+    pub signals: SignalRun,
 }
 
 // SAFETY: the batch's WRs hold pointers only into its own SGE vector; SendSide is only used
@@ -1188,7 +1264,7 @@ pub(crate) struct QpCtl {
     pub send: SpinLock<SendSide>,
     /// The `ibv_wr_*` batch between `ibv_wr_start` and `ibv_wr_complete`/`abort`.
     pub builder: crate::ops::BatchCell,
-    pub track: SpinLock<Trackers>,
+    pub track: TrackLock,
     pub internal_done: Mutex<FastMap<u64, u32>>,
     pub next_token: AtomicU64,
 }
@@ -1260,12 +1336,19 @@ pub(crate) fn process_wc(
     let Some((_, qpc)) = last.as_ref() else {
         return true;
     };
-    if wc.wr_id & RECV_TAG != 0 {
-        let seq = wc.wr_id & !RECV_TAG;
+    // A successful completion's opcode tells a receive from a send; an error completion's
+    // opcode is undefined, so its wr_id decides: a receive record's, else the send side's
+    // (a send the library did not record passes through unchanged).
+    let receive = if wc.status == IBV_WC_SUCCESS {
+        wc.opcode & IBV_WC_RECV != 0
+    } else {
+        qpc.owns_receive(wc.wr_id)
+    };
+    if receive {
         let found = if qpc.srq != 0 {
-            registry::srq(qpc.srq).and_then(|s| s.track.lock().complete(seq))
+            registry::srq(qpc.srq).and_then(|s| s.track.lock().complete(wc.wr_id))
         } else {
-            qpc.track.lock().recv.complete(seq)
+            qpc.track.lock().recv.complete(wc.wr_id)
         };
         if let Some((wr_id, windows)) = found {
             qpc.engine.release(&windows);
@@ -1273,7 +1356,12 @@ pub(crate) fn process_wc(
         }
         return true;
     }
+    if !qpc.track.has_recorded_sends() {
+        // A WR the library did not record (see TrackLock).
+        return true;
+    }
     let (released, outcome) = qpc.track.lock().send.complete(wc.wr_id, wc.status);
+
     qpc.engine.release(&released);
     match outcome {
         Outcome::Deliver { wr_id } => {
@@ -1362,13 +1450,39 @@ impl Batch {
     }
 }
 
-/// A provider WR built and recorded by the warm-cache path, not yet posted. Built in place
-/// by [`QpCtl::fast_build`] (moving a 128-byte WR around costs a `memcpy` call, which
-/// emulators run slowly).
+/// What the warm path found for a WR: the peer window's key for its remote range and the
+/// local window's key (and id) for its SGE.
+#[derive(Clone, Copy)]
+pub(crate) struct WarmKeys {
+    remote: Option<u32>,
+    local: Option<(u32, WindowId)>,
+}
+
+impl WarmKeys {
+    /// Whether the WR may be posted without a record, keeping the application's `wr_id` and
+    /// flags (its completion then passes through unchanged): it holds no local window (inline
+    /// data, no SGE, or an SGE outside the library's regions), so nothing waits for its
+    /// completion, and no recorded unsignaled WR before it waits for a later recorded
+    /// completion. Its peer window needs no record either: leases end only at a later lease
+    /// grant on this QP, which RC executes after it (docs/connectx.md §5).
+    #[inline]
+    fn unrecorded(&self, side: &SendSide) -> bool {
+        self.local.is_none() && side.signals.is_idle()
+    }
+}
+
+fn is_atomic(op: u32) -> bool {
+    matches!(op, IBV_WR_ATOMIC_CMP_AND_SWP | IBV_WR_ATOMIC_FETCH_AND_ADD)
+}
+
+/// A provider WR built (and recorded, if it needs a record) by the warm-cache path, not yet
+/// posted. Built in place by [`QpCtl::fast_build`] (moving a 128-byte WR around costs a
+/// `memcpy` call, which emulators run slowly).
 pub(crate) struct FastWr {
     pub(crate) wr: ibv_send_wr,
     pub(crate) sge: ibv_sge,
     pub(crate) has_sge: bool,
+    /// Its record's sequence number; 0 when it has none.
     pub(crate) seq: u64,
 }
 
@@ -1499,20 +1613,34 @@ impl QpCtl {
     }
 
     /// Posts one of the library's own WRs (signaled) and waits for it.
-    pub(crate) fn internal(&self, mut wr: ibv_send_wr, mut sge: ibv_sge) -> Result<u32, PostFail> {
+    pub(crate) fn internal(&self, wr: ibv_send_wr, sge: ibv_sge) -> Result<u32, PostFail> {
+        let deadline =
+            Instant::now() + Duration::from_millis(self.engine.cfg.remote_timeout_ms.max(1000) * 6);
+        self.internal_until(wr, Some(sge), deadline)
+    }
+
+    /// [`internal`](Self::internal) with at most one SGE and a deadline.
+    fn internal_until(
+        &self,
+        mut wr: ibv_send_wr,
+        mut sge: Option<ibv_sge>,
+        deadline: Instant,
+    ) -> Result<u32, PostFail> {
         let Some(post) = self.orig_post_send() else {
             return Err(PostFail::Errno(libc::EOPNOTSUPP, 0));
         };
         let token = self.next_token.fetch_add(1, Ordering::Relaxed);
-        let seq = self
-            .track
-            .lock()
-            .send
-            .record(Origin::Internal { token }, WinList::new());
-        wr.wr_id = seq;
+        let (seq, wr_id) = {
+            let mut t = self.track.lock();
+            let seq = t.send.record(Origin::Internal { token }, WinList::new());
+            (seq, t.send.wr_id_of(seq))
+        };
+        wr.wr_id = wr_id;
         wr.next = core::ptr::null_mut();
-        wr.sg_list = &mut sge;
-        wr.num_sge = 1;
+        (wr.sg_list, wr.num_sge) = match sge.as_mut() {
+            Some(s) => (s as *mut ibv_sge, 1),
+            None => (core::ptr::null_mut(), 0),
+        };
         wr.send_flags = IBV_SEND_SIGNALED;
         let mut bad = core::ptr::null_mut();
         // SAFETY: live QP; `wr` and `sge` outlive the call.
@@ -1521,11 +1649,18 @@ impl QpCtl {
             self.track.lock().send.unrecord_after(seq - 1);
             return Err(PostFail::Errno(rc, 0));
         }
-        let deadline =
-            Instant::now() + Duration::from_millis(self.engine.cfg.remote_timeout_ms.max(1000) * 6);
         match self.wait_internal(token, deadline) {
             Some(status) => Ok(status),
             None => Err(PostFail::Status(IBV_WC_RETRY_EXC_ERR)),
+        }
+    }
+
+    /// Whether `wr_id` is that of a receive this QP (or its SRQ) has outstanding.
+    fn owns_receive(&self, wr_id: u64) -> bool {
+        if self.srq != 0 {
+            registry::srq(self.srq).is_some_and(|s| s.track.lock().contains(wr_id))
+        } else {
+            self.track.lock().recv.contains(wr_id)
         }
     }
 
@@ -1547,7 +1682,28 @@ impl QpCtl {
         self.drain_send_queue(Duration::from_secs(2));
     }
 
-    /// Waits (bounded) until every provider WR posted on the send queue has completed.
+    /// Waits (bounded by `limit`) until everything posted on the send queue so far has
+    /// completed, recorded or not (warm WRs that hold no window are not recorded, §3 of
+    /// docs/connectx.md): posts a signaled zero-length RDMA WRITE of the library's own behind
+    /// them and waits for it (the send queue completes in order). A zero-length RDMA operation
+    /// checks no key or address (IBA vol. 1, C9-88), so it does nothing on a working RC QP; on
+    /// a QP in error it is flushed like everything before it. Other QP types, which have no
+    /// RDMA WRITE, or a failed post, wait for the recorded WRs only.
+    pub(crate) fn settle_send_queue(&self, limit: Duration) {
+        if self.qp_type == IBV_QPT_RC {
+            let mut wr = ibv_send_wr::zeroed();
+            wr.opcode = IBV_WR_RDMA_WRITE;
+            if self
+                .internal_until(wr, None, Instant::now() + limit)
+                .is_ok()
+            {
+                return;
+            }
+        }
+        self.drain_send_queue(limit);
+    }
+
+    /// Waits (bounded) until every recorded provider WR on the send queue has completed.
     pub(crate) fn drain_send_queue(&self, limit: Duration) {
         let deadline = Instant::now() + limit;
         while self.track.lock().send.outstanding() > 0 && Instant::now() < deadline {
@@ -1560,7 +1716,7 @@ impl QpCtl {
     /// Adds a completion the library made up (status `status`) for application WR `wr_id`
     /// after everything posted before it.
     pub(crate) fn synthesize(&self, wr_id: u64, opcode: u32, status: u32) {
-        self.drain_send_queue(Duration::from_secs(2));
+        self.settle_send_queue(Duration::from_secs(2));
         let wc = ibv_wc {
             wr_id,
             status,
@@ -1734,8 +1890,9 @@ impl QpCtl {
                         unsafe { *bad = at2 as *mut ibv_send_wr };
                         return e2;
                     }
-                    self.drain_send_queue(Duration::from_secs(2));
+                    self.settle_send_queue(Duration::from_secs(2));
                     self.force_error();
+
                     self.synthesize(app.wr_id, app.opcode, status);
                 }
             }
@@ -1861,11 +2018,7 @@ impl QpCtl {
             if last {
                 flags |= app.send_flags & IBV_SEND_SOLICITED;
             }
-            let signal = self
-                .track
-                .lock()
-                .send
-                .must_signal(last && wants, self.signal_every);
+            let signal = side.signals.must_signal(last && wants, self.signal_every);
             if signal {
                 flags |= IBV_SEND_SIGNALED;
             }
@@ -1877,17 +2030,21 @@ impl QpCtl {
                     w.set_rdma(addr, rkey);
                 }
             }
-            let seq = self.track.lock().send.record(
-                Origin::App {
-                    wr_id: app.wr_id,
-                    group,
-                    last,
-                    wants_completion: wants,
-                    app_opcode: op,
-                },
-                windows,
-            );
-            w.wr_id = seq;
+            let (seq, wr_id) = {
+                let mut t = self.track.lock();
+                let seq = t.send.record(
+                    Origin::App {
+                        wr_id: app.wr_id,
+                        group,
+                        last,
+                        wants_completion: wants,
+                        app_opcode: op,
+                    },
+                    windows,
+                );
+                (seq, t.send.wr_id_of(seq))
+            };
+            w.wr_id = wr_id;
             batch.push(w, &sges, app_ptr, seq);
         }
         self.engine
@@ -1922,8 +2079,6 @@ impl QpCtl {
     }
 
     /// Posts one fast-path WR built on the stack (the application posted a single WR).
-    /// On a provider error, forgets its record and releases its window, as
-    /// [`flush`](Self::flush) does, and points `*bad` at the application's WR.
     ///
     /// # Safety
     /// `app_wr` is the application's WR `fast` was built from; `bad` is writable.
@@ -1934,129 +2089,228 @@ impl QpCtl {
         app_wr: *mut ibv_send_wr,
         bad: *mut *mut ibv_send_wr,
     ) -> c_int {
+        (fast.wr.sg_list, fast.wr.num_sge) = if fast.has_sge {
+            (&mut fast.sge as *mut ibv_sge, 1)
+        } else {
+            (core::ptr::null_mut(), 0)
+        };
+        fast.wr.next = core::ptr::null_mut();
+        // SAFETY: one well-formed WR whose SGE outlives the call; forwarded contract.
+        unsafe { self.post_recorded(&mut fast.wr, fast.seq, app_wr, bad) }
+    }
+
+    /// Posts one warm WR, recorded as sequence `seq` (0: not recorded). On a provider error,
+    /// forgets its record and releases its window, as [`flush`](Self::flush) does, and points
+    /// `*bad` at `app_wr`.
+    ///
+    /// # Safety
+    /// `wr` is one well-formed provider WR (`next` null) whose SGEs outlive the call; `bad` is
+    /// writable.
+    #[inline]
+    unsafe fn post_recorded(
+        &self,
+        wr: *mut ibv_send_wr,
+        seq: u64,
+        app_wr: *mut ibv_send_wr,
+        bad: *mut *mut ibv_send_wr,
+    ) -> c_int {
         let rc = match self.orig_post_send() {
             Some(post) => {
-                (fast.wr.sg_list, fast.wr.num_sge) = if fast.has_sge {
-                    (&mut fast.sge as *mut ibv_sge, 1)
-                } else {
-                    (core::ptr::null_mut(), 0)
-                };
-                fast.wr.next = core::ptr::null_mut();
                 let mut provider_bad: *mut ibv_send_wr = core::ptr::null_mut();
-                // SAFETY: a live QP and one well-formed WR whose SGE outlives the call.
-                unsafe { post(self.qp as *mut ibv_qp, &mut fast.wr, &mut provider_bad) }
+                // SAFETY: a live QP and one well-formed WR (the caller's contract).
+                unsafe { post(self.qp as *mut ibv_qp, wr, &mut provider_bad) }
             }
             None => libc::EOPNOTSUPP,
         };
         if rc == 0 {
             return 0;
         }
-        let windows = self
-            .track
-            .lock()
-            .send
-            .unrecord_after(fast.seq.saturating_sub(1));
-        self.engine.release(&windows);
+        if seq != 0 {
+            let windows = self.track.lock().send.unrecord_after(seq - 1);
+            self.engine.release(&windows);
+        }
         // SAFETY: `bad` is writable.
         unsafe { *bad = app_wr };
         rc
     }
 
+    /// Posts `wr`, a single WR the library itself holds (the one WR of an `ibv_wr_*` batch,
+    /// with its SGE or inline copy): a warm one is translated in place and posted as it is,
+    /// anything else takes the general path. Returns 0 or an errno.
+    ///
+    /// # Safety
+    /// `wr` is well formed with `next` null; its SGE list is the library's own and outlives
+    /// the call.
+    pub(crate) unsafe fn post_owned(&self, side: &mut SendSide, wr: &mut ibv_send_wr) -> c_int {
+        let mut bad = core::ptr::null_mut();
+        if side.batch.is_empty()
+            && let Some(keys) = self.warm_keys(side, wr)
+        {
+            if let Some(wkey) = keys.remote {
+                if is_atomic(wr.opcode) {
+                    wr.set_atomic_rkey(wkey);
+                } else {
+                    wr.set_rdma_rkey(wkey);
+                }
+            }
+            if let Some((lkey, _)) = keys.local {
+                // SAFETY: the one SGE of `wr`, the library's own (the contract).
+                unsafe { (*wr.sg_list).lkey = lkey };
+            }
+            // An unrecorded WR keeps the application's wr_id and flags.
+            let mut seq = 0;
+            if !keys.unrecorded(side) {
+                let (s, wr_id, flags) = self.record_warm(side, wr, keys.local.map(|(_, w)| w));
+                (seq, wr.wr_id, wr.send_flags) = (s, wr_id, flags);
+            }
+            let wr: *mut ibv_send_wr = wr;
+            // SAFETY: the contract; `bad` is a local.
+            return unsafe { self.post_recorded(wr, seq, wr, &mut bad) };
+        }
+        let mut batch = std::mem::take(&mut side.batch);
+        batch.clear();
+        // SAFETY: a one-WR list (the contract); `bad` is a local.
+        let rc = unsafe { self.post_send_list_with(side, &mut batch, wr, &mut bad) };
+        batch.clear();
+        side.batch = batch;
+        rc
+    }
+
     /// Builds the provider WR of the warm-cache path and records it (see
-    /// [`fast_send`](Self::fast_send)); `None`, having changed nothing, when the WR needs the
+    /// [`fast_send`](Self::fast_send)); false, having changed nothing, when the WR needs the
     /// general path.
     #[inline]
     fn fast_build(&self, side: &mut SendSide, app: &ibv_send_wr, out: &mut FastWr) -> bool {
+        let Some(keys) = self.warm_keys(side, app) else {
+            return false;
+        };
+        let has_sge = app.num_sge == 1;
+        if has_sge {
+            // SAFETY: the application's one-entry SGE array (checked by warm_keys).
+            out.sge = unsafe { *app.sg_list };
+            if let Some((lkey, _)) = keys.local {
+                out.sge.lkey = lkey;
+            }
+        }
+        out.has_sge = has_sge;
+        // Only the fields these opcodes use (the rest of `out.wr` stays zero).
+        let w = &mut out.wr;
+        w.opcode = app.opcode;
+        w.imm_data = app.imm_data;
+        w.qp_type_xrc_remote_srqn = app.qp_type_xrc_remote_srqn;
+        w.wr = app.wr;
+        if let Some(wkey) = keys.remote {
+            if is_atomic(app.opcode) {
+                w.set_atomic_rkey(wkey);
+            } else {
+                w.set_rdma_rkey(wkey);
+            }
+        }
+        (out.seq, out.wr.wr_id, out.wr.send_flags) = if keys.unrecorded(side) {
+            (0, app.wr_id, app.send_flags)
+        } else {
+            self.record_warm(side, app, keys.local.map(|(_, w)| w))
+        };
+        true
+    }
+
+    /// The keys of a warm WR (at most one SGE, inside a registered window; a remote range
+    /// inside one peer window this QP holds a key for; an opcode the fast path knows): the
+    /// peer window's key and the local window's key, whose window is pinned in flight (the
+    /// last step). `None`, having changed nothing, when the WR needs the general path.
+    #[inline]
+    fn warm_keys(&self, side: &mut SendSide, app: &ibv_send_wr) -> Option<WarmKeys> {
         let op = app.opcode;
         let (has_remote, atomic) = match op {
             IBV_WR_RDMA_WRITE | IBV_WR_RDMA_WRITE_WITH_IMM | IBV_WR_RDMA_READ => (true, false),
             IBV_WR_ATOMIC_CMP_AND_SWP | IBV_WR_ATOMIC_FETCH_AND_ADD => (true, true),
             IBV_WR_SEND | IBV_WR_SEND_WITH_IMM => (false, false),
-            _ => return false,
+            _ => return None,
         };
         if app.num_sge < 0 || app.num_sge > 1 || (app.num_sge == 1 && app.sg_list.is_null()) {
-            return false;
+            return None;
         }
-        let has_sge = app.num_sge == 1;
-        if has_sge {
+        let sge = if app.num_sge == 1 {
             // SAFETY: the application's one-entry SGE array.
-            out.sge = unsafe { *app.sg_list };
-        }
-        let total = if has_sge {
-            u64::from(out.sge.length)
+            Some(unsafe { *app.sg_list })
         } else {
-            0
+            None
         };
-        // Only the fields these opcodes use (the rest of `out.wr` stays zero).
-        let w = &mut out.wr;
-        w.opcode = op;
-        w.imm_data = app.imm_data;
-        w.qp_type_xrc_remote_srqn = app.qp_type_xrc_remote_srqn;
-        w.wr = app.wr;
+        let mut keys = WarmKeys {
+            remote: None,
+            local: None,
+        };
         if has_remote {
-            let rlen = if atomic { 8 } else { total };
+            let rlen = if atomic {
+                8
+            } else {
+                sge.map_or(0, |s| u64::from(s.length))
+            };
             if rlen == 0 || self.qp_type != IBV_QPT_RC {
-                return false;
+                return None;
             }
             let (raddr, rkey) = if atomic {
                 (app.remote_addr(), app.atomic_rkey())
             } else {
                 (app.remote_addr(), app.rdma_rkey())
             };
-            let Some(wkey) = side.remote_window_key(rkey, raddr, rlen) else {
-                return false;
-            };
-            if atomic {
-                w.set_atomic(raddr, app.atomic_compare_add(), app.atomic_swap(), wkey);
-            } else {
-                w.set_rdma(raddr, wkey);
-            }
+            keys.remote = Some(side.remote_window_key(rkey, raddr, rlen)?);
         }
-        let mut windows = WinList::new();
-        if has_sge && out.sge.length > 0 && app.send_flags & IBV_SEND_INLINE == 0 {
-            let s = out.sge;
+        if let Some(s) = sge
+            && s.length > 0
+            && app.send_flags & IBV_SEND_INLINE == 0
+        {
             let mut st = lock(&self.engine.state);
             if let Some(id) = st.by_lkey.get(&(self.ctx.ctx, s.lkey)).copied() {
-                let Some(r) = st.regions.get(&id) else {
-                    return false;
-                };
+                let r = st.regions.get(&id)?;
                 if !r.geom.contains(s.addr, u64::from(s.length)) {
-                    return false;
+                    return None;
                 }
                 let index = r.geom.window_of(s.addr);
                 if r.geom.window_of(s.addr + u64::from(s.length) - 1) != index {
-                    return false;
+                    return None;
                 }
                 let wid = WindowId { region: id, index };
-                let Some(keys) = st.cache.lookup_and_pin(wid) else {
-                    return false;
-                };
-                out.sge.lkey = keys.lkey;
-                windows.push(wid);
+                let k = st.cache.lookup_and_pin(wid)?;
+                keys.local = Some((k.lkey, wid));
             }
         }
-        out.has_sge = has_sge;
+        Some(keys)
+    }
+
+    /// Records a warm WR (holding `window` in flight, if any); returns its sequence number, the
+    /// provider `wr_id` and the send flags to post it with.
+    #[inline]
+    fn record_warm(
+        &self,
+        side: &mut SendSide,
+        app: &ibv_send_wr,
+        window: Option<WindowId>,
+    ) -> (u64, u64, u32) {
+        let mut windows = WinList::new();
+        if let Some(w) = window {
+            windows.push(w);
+        }
         let wants = app.send_flags & IBV_SEND_SIGNALED != 0 || self.sq_sig_all;
+        let signal = side.signals.must_signal(wants, self.signal_every);
         let mut t = self.track.lock();
-        let signal = t.send.must_signal(wants, self.signal_every);
-        out.wr.send_flags = if signal {
+        let flags = if signal {
             app.send_flags | IBV_SEND_SIGNALED
         } else {
             app.send_flags & !IBV_SEND_SIGNALED
         };
         let group = t.send.next_group();
-        out.seq = t.send.record(
+        let seq = t.send.record(
             Origin::App {
                 wr_id: app.wr_id,
                 group,
                 last: true,
                 wants_completion: wants,
-                app_opcode: op,
+                app_opcode: app.opcode,
             },
             windows,
         );
-        out.wr.wr_id = out.seq;
-        true
+        (seq, t.send.wr_id_of(seq), flags)
     }
 
     /// Translates and posts a list of receive WRs (on this QP, or on `srq`'s tracker).
@@ -2080,7 +2334,11 @@ impl QpCtl {
                 &self.engine,
                 self.ctx.ctx,
                 self.max_recv_sge,
-                |wr_id, w| self.track.lock().recv.record(wr_id, w),
+                |wr_id, w| {
+                    let mut t = self.track.lock();
+                    let seq = t.recv.record(wr_id, w);
+                    (seq, t.recv.wr_id_of(seq))
+                },
                 |seq| self.track.lock().recv.unrecord(seq),
                 poster,
                 wr,
@@ -2099,7 +2357,7 @@ pub(crate) unsafe fn post_recv_common(
     engine: &Arc<Engine>,
     ctx: usize,
     max_sge: usize,
-    record: impl Fn(u64, WinList) -> u64,
+    record: impl Fn(u64, WinList) -> (u64, u64),
     unrecord: impl Fn(u64) -> WinList,
     post: impl Fn(*mut ibv_recv_wr, *mut *mut ibv_recv_wr) -> c_int,
     wr: *mut ibv_recv_wr,
@@ -2162,9 +2420,9 @@ pub(crate) unsafe fn post_recv_common(
             fail = Some((libc::ENOMEM, cur));
             break;
         };
-        let seq = record(app.wr_id, windows);
+        let (seq, wr_id) = record(app.wr_id, windows);
         let mut w = app;
-        w.wr_id = seq | RECV_TAG;
+        w.wr_id = wr_id;
         w.next = core::ptr::null_mut();
         wrs.push(w);
         sges.push(sg);
@@ -2329,7 +2587,7 @@ fn range_is_mapped(va: u64, len: u64, write: bool) -> bool {
 }
 
 /// A random u64 (directory instance numbers).
-fn random_u64() -> u64 {
+pub(crate) fn random_u64() -> u64 {
     let mut b = [0u8; 8];
     // SAFETY: writes at most 8 bytes into `b`.
     let n = unsafe { libc::getrandom(b.as_mut_ptr().cast(), 8, 0) };

@@ -49,7 +49,9 @@ struct Qp {
     sq_sig_all: bool,
     cap: ibv_qp_cap,
     rq: VecDeque<(u64, Vec<ibv_sge>)>,
-    builder: Vec<(ibv_send_wr, Vec<ibv_sge>)>,
+    builder: FakeBatch,
+    /// WRs posted through this QP's own builder.
+    built_posts: u64,
 }
 
 /// Posted receives: (wr_id, SGEs).
@@ -358,6 +360,16 @@ unsafe extern "C" fn fake_end_poll(cq: *mut ibv_cq_ex) {
     }
 }
 
+/// How many WRs were posted through `qp`'s own `ibv_wr_*` builder (the provider's, not the
+/// library's).
+pub fn builder_posts(qp: *mut ibv_qp) -> u64 {
+    let f = fake();
+    f.qpns
+        .get(&(qp as usize))
+        .and_then(|n| f.qps.get(n))
+        .map_or(0, |q| q.built_posts)
+}
+
 /// How many `ibv_poll_cq` calls gave up waiting for another thread's poll session (each would
 /// have been a deadlock with a real provider's CQ lock).
 pub fn poll_cq_blocked() -> u64 {
@@ -562,8 +574,11 @@ fn new_qp(
         q.wr_start = Some(fbuild_start);
         q.wr_rdma_write = Some(fbuild_rdma_write);
         q.wr_rdma_read = Some(fbuild_rdma_read);
+        q.wr_rdma_write_imm = Some(fbuild_rdma_write_imm);
         q.wr_send = Some(fbuild_send);
+        q.wr_send_imm = Some(fbuild_send_imm);
         q.wr_set_sge = Some(fbuild_set_sge);
+        q.wr_set_inline_data = Some(fbuild_set_inline_data);
         q.wr_complete = Some(fbuild_complete);
         q.wr_abort = Some(fbuild_start);
     }
@@ -580,7 +595,8 @@ fn new_qp(
             sq_sig_all,
             cap: *cap,
             rq: VecDeque::new(),
-            builder: Vec::new(),
+            builder: FakeBatch::default(),
+            built_posts: 0,
         },
     );
     f.qpns.insert(qpx as usize, qpn);
@@ -1124,75 +1140,136 @@ unsafe extern "C" fn fake_req_notify_cq(_cq: *mut ibv_cq, _solicited: c_int) -> 
     0
 }
 
-// A minimal builder (used only when the library leaves a QP alone).
+// The provider's own `ibv_wr_*` builder, as providers have it: the opcode call reads the
+// QP's `wr_id` and `wr_flags`; setters apply to the last WR; inline data is copied at the call
+// and longer than the QP's `max_inline_data` fails the batch; `wr_complete` posts the batch
+// (all of it or, on an error found before posting, nothing) and `wr_abort` discards it. The
+// library hands warm inline WRs to it and leaves QPs it does not manage to it.
 
-fn builder_push(qpx: *mut ibv_qp_ex, opcode: u32, rkey: u32, raddr: u64) {
+/// One WR of a fake builder batch.
+struct Built {
+    wr: ibv_send_wr,
+    sges: Vec<ibv_sge>,
+    inline: Option<Vec<u8>>,
+}
+
+/// A fake QP's open builder batch.
+#[derive(Default)]
+struct FakeBatch {
+    wrs: Vec<Built>,
+    /// The first error a call of the batch ran into (`wr_complete` returns it).
+    error: Option<c_int>,
+}
+
+/// Runs `f` on the fake QP of `qpx` (nothing if the QP is unknown).
+fn with_qp(qpx: *mut ibv_qp_ex, f: impl FnOnce(&mut Qp)) {
+    let mut g = fake();
+    if let Some(qpn) = g.qpns.get(&(qpx as usize)).copied()
+        && let Some(q) = g.qps.get_mut(&qpn)
+    {
+        f(q);
+    }
+}
+
+/// Runs `f` on the builder batch of `qpx` (nothing if the QP is unknown).
+fn with_batch(qpx: *mut ibv_qp_ex, f: impl FnOnce(&mut FakeBatch, &ibv_qp_cap)) {
+    with_qp(qpx, |q| f(&mut q.builder, &q.cap));
+}
+
+fn builder_push(qpx: *mut ibv_qp_ex, opcode: u32, rkey: u32, raddr: u64, imm: u32) {
     // SAFETY: a live fake QP.
     let (wr_id, flags) = unsafe { ((*qpx).wr_id, (*qpx).wr_flags) };
-    let mut f = fake();
-    if let Some(qpn) = f.qpns.get(&(qpx as usize)).copied()
-        && let Some(q) = f.qps.get_mut(&qpn)
-    {
+    with_batch(qpx, |b, _| {
         let mut wr = ibv_send_wr::zeroed();
         wr.wr_id = wr_id;
         wr.send_flags = flags;
         wr.opcode = opcode;
+        wr.imm_data = imm;
         wr.set_rdma(raddr, rkey);
-        q.builder.push((wr, Vec::new()));
-    }
+        b.wrs.push(Built {
+            wr,
+            sges: Vec::new(),
+            inline: None,
+        });
+    });
 }
 
 unsafe extern "C" fn fbuild_start(qpx: *mut ibv_qp_ex) {
-    let mut f = fake();
-    if let Some(qpn) = f.qpns.get(&(qpx as usize)).copied()
-        && let Some(q) = f.qps.get_mut(&qpn)
-    {
-        q.builder.clear();
-    }
+    with_batch(qpx, |b, _| *b = FakeBatch::default());
 }
 
 unsafe extern "C" fn fbuild_rdma_write(qpx: *mut ibv_qp_ex, rkey: u32, raddr: u64) {
-    builder_push(qpx, IBV_WR_RDMA_WRITE, rkey, raddr);
+    builder_push(qpx, IBV_WR_RDMA_WRITE, rkey, raddr, 0);
+}
+
+unsafe extern "C" fn fbuild_rdma_write_imm(qpx: *mut ibv_qp_ex, rkey: u32, raddr: u64, imm: u32) {
+    builder_push(qpx, IBV_WR_RDMA_WRITE_WITH_IMM, rkey, raddr, imm);
 }
 
 unsafe extern "C" fn fbuild_rdma_read(qpx: *mut ibv_qp_ex, rkey: u32, raddr: u64) {
-    builder_push(qpx, IBV_WR_RDMA_READ, rkey, raddr);
+    builder_push(qpx, IBV_WR_RDMA_READ, rkey, raddr, 0);
 }
 
 unsafe extern "C" fn fbuild_send(qpx: *mut ibv_qp_ex) {
-    builder_push(qpx, IBV_WR_SEND, 0, 0);
+    builder_push(qpx, IBV_WR_SEND, 0, 0, 0);
+}
+
+unsafe extern "C" fn fbuild_send_imm(qpx: *mut ibv_qp_ex, imm: u32) {
+    builder_push(qpx, IBV_WR_SEND_WITH_IMM, 0, 0, imm);
 }
 
 unsafe extern "C" fn fbuild_set_sge(qpx: *mut ibv_qp_ex, lkey: u32, addr: u64, length: u32) {
-    let mut f = fake();
-    if let Some(qpn) = f.qpns.get(&(qpx as usize)).copied()
-        && let Some(q) = f.qps.get_mut(&qpn)
-        && let Some(last) = q.builder.last_mut()
-    {
-        last.1 = vec![ibv_sge { addr, length, lkey }];
-    }
+    with_batch(qpx, |b, _| {
+        if let Some(last) = b.wrs.last_mut() {
+            last.sges = vec![ibv_sge { addr, length, lkey }];
+            last.inline = None;
+        }
+    });
+}
+
+unsafe extern "C" fn fbuild_set_inline_data(qpx: *mut ibv_qp_ex, addr: *mut c_void, len: usize) {
+    let data = if len == 0 || addr.is_null() {
+        Vec::new()
+    } else {
+        // SAFETY: the caller's buffer of `len` bytes, copied now (as the API requires).
+        unsafe { core::slice::from_raw_parts(addr.cast::<u8>(), len) }.to_vec()
+    };
+    with_batch(qpx, |b, cap| {
+        if data.len() > cap.max_inline_data as usize {
+            b.error.get_or_insert(libc::EINVAL);
+        }
+        if let Some(last) = b.wrs.last_mut() {
+            last.sges.clear();
+            last.inline = Some(data);
+        }
+    });
 }
 
 unsafe extern "C" fn fbuild_complete(qpx: *mut ibv_qp_ex) -> c_int {
-    let list = {
-        let mut f = fake();
-        let Some(qpn) = f.qpns.get(&(qpx as usize)).copied() else {
-            return libc::EINVAL;
-        };
-        match f.qps.get_mut(&qpn) {
-            Some(q) => std::mem::take(&mut q.builder),
-            None => return libc::EINVAL,
+    let mut batch = FakeBatch::default();
+    with_batch(qpx, |b, _| batch = std::mem::take(b));
+    if let Some(e) = batch.error {
+        return e;
+    }
+    for mut built in batch.wrs {
+        let wr = &mut built.wr;
+        if let Some(data) = built.inline.as_mut() {
+            wr.send_flags |= IBV_SEND_INLINE;
+            built.sges = vec![ibv_sge {
+                addr: data.as_mut_ptr() as u64,
+                length: data.len() as u32,
+                lkey: 0,
+            }];
         }
-    };
-    for (mut wr, mut sges) in list {
-        wr.sg_list = sges.as_mut_ptr();
-        wr.num_sge = sges.len() as c_int;
+        wr.sg_list = built.sges.as_mut_ptr();
+        wr.num_sge = built.sges.len() as c_int;
         let mut bad = core::ptr::null_mut();
-        // SAFETY: a live fake QP and a one-element list.
-        let rc = unsafe { fake_post_send(qpx.cast(), &mut wr, &mut bad) };
+        // SAFETY: a live fake QP and a one-element list whose SGEs and data outlive the call.
+        let rc = unsafe { fake_post_send(qpx.cast(), wr, &mut bad) };
         if rc != 0 {
             return rc;
         }
+        with_qp(qpx, |q| q.built_posts += 1);
     }
     0
 }

@@ -117,7 +117,9 @@ pub(crate) unsafe extern "C" fn wrapped_post_srq_recv(
                 ctx,
                 orig_post: orig,
                 max_sge: rec.caps.max_sge as usize,
-                track: crate::spin::SpinLock::new(crate::completion::RecvTracker::new()),
+                track: crate::spin::SpinLock::new(crate::completion::RecvTracker::with_tag(
+                    crate::engine::random_u64(),
+                )),
             })
         }) else {
             return libc::ENOMEM;
@@ -131,7 +133,11 @@ pub(crate) unsafe extern "C" fn wrapped_post_srq_recv(
                 &s.engine,
                 ctx,
                 s.max_sge,
-                |wr_id, w| s.track.lock().record(wr_id, w),
+                |wr_id, w| {
+                    let mut t = s.track.lock();
+                    let seq = t.record(wr_id, w);
+                    (seq, t.wr_id_of(seq))
+                },
                 |seq| s.track.lock().unrecord(seq),
                 poster,
                 wr,
@@ -270,10 +276,56 @@ struct ExSpan {
     len: usize,
 }
 
-/// The builder state of a QP between `wr_start` and `wr_complete`, in flat vectors that the QP
-/// keeps between batches (a warm builder path allocates nothing).
+/// Most batches hold one WR (perftest's always do), so the builder keeps a batch's first WR
+/// in a fixed place, with its SGE or a copy of its inline data, and posts it from there
+/// without building vectors; a second WR, or anything the one-WR form cannot hold, moves the
+/// batch to the general form (`spill`).
+const FIRST_INLINE_WORDS: usize = 32;
+
+/// Where the first WR's data is.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum FirstData {
+    None,
+    Sge,
+    Inline(usize),
+}
+
+/// The batch's first WR in its one-WR form.
+struct FirstWr {
+    /// Whether the batch is in the one-WR form with its WR begun.
+    active: bool,
+    /// Opcode, application `wr_id` and flags, immediate, remote fields; `sg_list`, `num_sge`
+    /// and `next` are set when it is posted.
+    wr: ibv_send_wr,
+    data: FirstData,
+    sge: ibv_sge,
+    /// Copy of the inline payload (the API copies at the call).
+    inline: [u64; FIRST_INLINE_WORDS],
+}
+
+impl Default for FirstWr {
+    fn default() -> Self {
+        Self {
+            active: false,
+            wr: ibv_send_wr::zeroed(),
+            data: FirstData::None,
+            sge: ibv_sge::default(),
+            inline: [0; FIRST_INLINE_WORDS],
+        }
+    }
+}
+
+/// The builder state of a QP between `wr_start` and `wr_complete`: the one-WR form, or flat
+/// vectors that the QP keeps between batches (a warm builder path allocates nothing).
 #[derive(Default)]
 pub(crate) struct ExBuilder {
+    first: FirstWr,
+    /// The provider's own batch is begun (`wr_start` called): WRs handed to it are in it.
+    provider_open: bool,
+    /// The last WR begun was handed to the provider (its data setter was the handover).
+    last_forwarded: bool,
+    /// The general form is in use (the vectors below hold the batch).
+    spilled: bool,
     wrs: Vec<ibv_send_wr>,
     spans: Vec<ExSpan>,
     sges: Vec<ibv_sge>,
@@ -288,12 +340,80 @@ pub(crate) struct ExBuilder {
 
 impl ExBuilder {
     fn clear(&mut self) {
-        self.wrs.clear();
-        self.spans.clear();
-        self.sges.clear();
-        self.pieces.clear();
-        self.data.clear();
+        self.first.active = false;
+        self.last_forwarded = false;
+        if self.spilled {
+            self.spilled = false;
+            self.wrs.clear();
+            self.spans.clear();
+            self.sges.clear();
+            self.pieces.clear();
+            self.data.clear();
+        }
         self.unsupported = None;
+    }
+
+    /// Starts a WR with `opcode`, the application's `wr_id` and `flags`; `setup` fills its
+    /// opcode-specific fields.
+    #[inline]
+    fn begin(&mut self, wr_id: u64, flags: u32, opcode: u32, setup: impl FnOnce(&mut ibv_send_wr)) {
+        self.last_forwarded = false;
+        if !self.spilled && !self.first.active {
+            let f = &mut self.first;
+            f.active = true;
+            f.data = FirstData::None;
+            let w = &mut f.wr;
+            w.wr_id = wr_id;
+            w.send_flags = flags;
+            w.opcode = opcode;
+            w.imm_data = 0;
+            w.qp_type_xrc_remote_srqn = 0;
+            w.wr = [0; 4];
+            setup(w);
+            return;
+        }
+        self.spill();
+        let mut wr = ibv_send_wr::zeroed();
+        wr.wr_id = wr_id;
+        wr.send_flags = flags;
+        wr.opcode = opcode;
+        setup(&mut wr);
+        self.wrs.push(wr);
+        self.spans.push(ExSpan::default());
+    }
+
+    /// Moves the batch to the general form (nothing if it is there already).
+    fn spill(&mut self) {
+        if self.spilled {
+            return;
+        }
+        self.spilled = true;
+        if !self.first.active {
+            return;
+        }
+        self.first.active = false;
+        self.wrs.push(self.first.wr);
+        self.spans.push(ExSpan::default());
+        match self.first.data {
+            FirstData::None => {}
+            FirstData::Sge => {
+                let sge = self.first.sge;
+                self.set_sges(&[sge]);
+            }
+            FirstData::Inline(len) => {
+                let words = self.first.inline;
+                // SAFETY: `len` bytes of the inline copy (at most its size, see set_inline).
+                let bytes =
+                    unsafe { core::slice::from_raw_parts(words.as_ptr().cast::<u8>(), len) };
+                self.set_inline(&[bytes]);
+            }
+        }
+    }
+
+    /// The WR being built (its fields for `set_ud_addr` and the like), in the general form.
+    fn last_wr(&mut self) -> Option<&mut ibv_send_wr> {
+        self.spill();
+        self.wrs.last_mut()
     }
 
     /// The provider SGE of entry `k` of `span`: the application's SGE, or one pointing at our
@@ -312,7 +432,38 @@ impl ExBuilder {
         }
     }
 
+    /// A data setter after the WR it belongs to went to the provider: the provider already
+    /// has that WR's data, so a second setter for it (the application's error) fails the
+    /// batch rather than being lost.
+    #[inline]
+    fn setter_after_handover(&mut self) -> bool {
+        if self.last_forwarded {
+            self.unsupported = Some(
+                "a second data setter for one ibv_wr_* work request: wr_complete fails with EOPNOTSUPP",
+            );
+            return true;
+        }
+        false
+    }
+
+    #[inline]
     fn set_sges(&mut self, list: &[ibv_sge]) {
+        if self.setter_after_handover() {
+            return;
+        }
+        if self.first.active && list.len() <= 1 {
+            let f = &mut self.first;
+            f.wr.send_flags &= !IBV_SEND_INLINE;
+            match list.first() {
+                Some(s) => {
+                    f.sge = *s;
+                    f.data = FirstData::Sge;
+                }
+                None => f.data = FirstData::None,
+            }
+            return;
+        }
+        self.spill();
         let start = self.sges.len();
         self.sges.extend_from_slice(list);
         if let Some(span) = self.spans.last_mut() {
@@ -327,8 +478,52 @@ impl ExBuilder {
         }
     }
 
+    /// [`set_inline`](Self::set_inline) of one buffer (`ibv_wr_set_inline_data`).
     #[inline]
+    fn set_inline_one(&mut self, data: &[u8]) {
+        if self.setter_after_handover() {
+            return;
+        }
+        if self.first.active && data.len() <= FIRST_INLINE_WORDS * 8 {
+            let f = &mut self.first;
+            // SAFETY: `data` fits the inline copy (checked above).
+            unsafe { copy_small(data, f.inline.as_mut_ptr().cast::<u8>()) };
+            f.data = if data.is_empty() {
+                FirstData::None
+            } else {
+                FirstData::Inline(data.len())
+            };
+            f.wr.send_flags |= IBV_SEND_INLINE;
+            return;
+        }
+        self.set_inline(&[data]);
+    }
+
     fn set_inline(&mut self, bufs: &[&[u8]]) {
+        if self.setter_after_handover() {
+            return;
+        }
+        if self.first.active {
+            let total: usize = bufs.iter().map(|b| b.len()).sum();
+            if total <= FIRST_INLINE_WORDS * 8 {
+                let f = &mut self.first;
+                let out = f.inline.as_mut_ptr().cast::<u8>();
+                let mut at = 0;
+                for b in bufs {
+                    // SAFETY: `at + b.len() <= total` fits the inline copy (checked above).
+                    unsafe { copy_small(b, out.add(at)) };
+                    at += b.len();
+                }
+                f.data = if total == 0 {
+                    FirstData::None
+                } else {
+                    FirstData::Inline(total)
+                };
+                f.wr.send_flags |= IBV_SEND_INLINE;
+                return;
+            }
+        }
+        self.spill();
         let start = self.pieces.len();
         for b in bufs {
             self.pieces.push((self.data.len(), b.len()));
@@ -347,6 +542,44 @@ impl ExBuilder {
     }
 }
 
+/// Copies a small `src` (an inline payload: a few to a few hundred bytes) to `dst` without a
+/// `memcpy` call (see [`append_bytes`]): up to 16 bytes as two overlapping moves, more as a
+/// word loop. The compiler fence in the loop keeps the compiler from turning the loop back
+/// into a `memcpy` call; it emits no instruction.
+///
+/// # Safety
+/// `dst` is valid for `src.len()` bytes of writes and does not overlap `src`.
+#[inline]
+unsafe fn copy_small(src: &[u8], dst: *mut u8) {
+    use core::ptr::{read_unaligned as rd, write_unaligned as wr};
+    let n = src.len();
+    let s = src.as_ptr();
+    // SAFETY: every read is inside `src` and every write inside `dst`'s `n` bytes (the
+    // offsets below are at most `n - 8`, `n - 4` or `n - 1` in their branches).
+    unsafe {
+        if n >= 8 {
+            if n <= 16 {
+                wr(dst.cast::<u64>(), rd(s.cast::<u64>()));
+                wr(dst.add(n - 8).cast::<u64>(), rd(s.add(n - 8).cast::<u64>()));
+                return;
+            }
+            let words = n / 8;
+            for i in 0..words {
+                wr(dst.add(i * 8).cast::<u64>(), rd(s.add(i * 8).cast::<u64>()));
+                core::sync::atomic::compiler_fence(core::sync::atomic::Ordering::SeqCst);
+            }
+            wr(dst.add(n - 8).cast::<u64>(), rd(s.add(n - 8).cast::<u64>()));
+        } else if n >= 4 {
+            wr(dst.cast::<u32>(), rd(s.cast::<u32>()));
+            wr(dst.add(n - 4).cast::<u32>(), rd(s.add(n - 4).cast::<u32>()));
+        } else if n > 0 {
+            *dst = *s;
+            *dst.add(n / 2) = *s.add(n / 2);
+            *dst.add(n - 1) = *s.add(n - 1);
+        }
+    }
+}
+
 /// Appends `src` to `dst`. Inline payloads are small (a few to a few hundred bytes); a plain
 /// word loop avoids a `memcpy` call per WR, which matters where the library runs under an
 /// emulator (glibc's vectorized `memcpy` is slow under QEMU's TCG).
@@ -358,18 +591,10 @@ fn append_bytes(dst: &mut Vec<u8>, src: &[u8]) {
     }
     dst.reserve(src.len());
     let start = dst.len();
-    let words = src.len() / 8;
-    // SAFETY: `reserve` made room for `src.len()` bytes after `start`; the reads stay inside
-    // `src` and the writes inside that room; `set_len` covers exactly the bytes written.
+    // SAFETY: `reserve` made room for `src.len()` bytes after `start`; `set_len` covers
+    // exactly the bytes written.
     unsafe {
-        let out = dst.as_mut_ptr().add(start);
-        for i in 0..words {
-            let w = core::ptr::read_unaligned(src.as_ptr().add(i * 8).cast::<u64>());
-            core::ptr::write_unaligned(out.add(i * 8).cast::<u64>(), w);
-        }
-        for i in words * 8..src.len() {
-            *out.add(i) = *src.get_unchecked(i);
-        }
+        copy_small(src, dst.as_mut_ptr().add(start));
         dst.set_len(start + src.len());
     }
 }
@@ -404,6 +629,43 @@ pub(crate) unsafe fn wrap_qp_ex(qpx: *mut ibv_qp_ex) {
     q.wr_atomic_write = Some(ex_atomic_write);
 }
 
+/// The provider's own `ibv_wr_*` functions, saved before the library puts its own into the
+/// QP's `ibv_qp_ex`: a WR that needs nothing of the library (see [`forward_inline`]) is built
+/// by the provider itself, as without the library.
+#[derive(Clone, Copy)]
+pub(crate) struct ProviderBuilder {
+    start: WrQpFn,
+    complete: WrCompleteFn,
+    abort: WrQpFn,
+    set_inline_data: WrSetInlineFn,
+    rdma_write: Option<WrRdmaFn>,
+    rdma_write_imm: Option<WrRdmaImmFn>,
+    send: Option<WrQpFn>,
+    send_imm: Option<WrImmFn>,
+}
+
+impl ProviderBuilder {
+    /// The provider's functions in `qpx` (before [`wrap_qp_ex`]), if it has the ones
+    /// forwarding needs.
+    ///
+    /// # Safety
+    /// `qpx` is the provider's `ibv_qp_ex` of a live QP.
+    pub(crate) unsafe fn of(qpx: *mut ibv_qp_ex) -> Option<Self> {
+        // SAFETY: per the contract.
+        let q = unsafe { &*qpx };
+        Some(Self {
+            start: q.wr_start?,
+            complete: q.wr_complete?,
+            abort: q.wr_abort?,
+            set_inline_data: q.wr_set_inline_data?,
+            rdma_write: q.wr_rdma_write,
+            rdma_write_imm: q.wr_rdma_write_imm,
+            send: q.wr_send,
+            send_imm: q.wr_send_imm,
+        })
+    }
+}
+
 /// A QP's builder and whether a batch is open.
 ///
 /// Like the providers (mlx5 takes the QP's lock in `wr_start` and drops it in `wr_complete`),
@@ -419,6 +681,8 @@ pub(crate) struct BatchCell {
     /// the same thread (which restarts the batch) from another thread's (which waits).
     owner: AtomicUsize,
     builder: UnsafeCell<ExBuilder>,
+    /// The provider's builder, when WRs may be handed to it.
+    provider: Option<ProviderBuilder>,
 }
 
 // SAFETY: `builder` is used only by the open batch, which holds its QP's send lock (see the
@@ -428,6 +692,31 @@ unsafe impl Sync for BatchCell {}
 unsafe impl Send for BatchCell {}
 
 impl BatchCell {
+    /// A closed batch; `provider` is the QP's own builder, if WRs may be handed to it.
+    pub(crate) fn new(provider: Option<ProviderBuilder>) -> Self {
+        Self {
+            provider,
+            ..Self::default()
+        }
+    }
+
+    /// Empties the builder; a provider batch the builder had begun is aborted.
+    ///
+    /// # Safety
+    /// The caller's batch is open; `qpx` is its QP.
+    unsafe fn reset(&self, qpx: *mut ibv_qp_ex) {
+        // SAFETY: per the contract.
+        let b = unsafe { self.get() };
+        if b.provider_open {
+            b.provider_open = false;
+            if let Some(p) = self.provider {
+                // SAFETY: the provider batch this batch began on its live QP.
+                unsafe { (p.abort)(qpx) };
+            }
+        }
+        b.clear();
+    }
+
     pub(crate) fn is_open(&self) -> bool {
         self.open.load(Ordering::Acquire)
     }
@@ -491,15 +780,7 @@ fn with_builder(qpx: *mut ibv_qp_ex, f: impl FnOnce(&mut ExBuilder)) {
 fn begin(qpx: *mut ibv_qp_ex, opcode: u32, setup: impl FnOnce(&mut ibv_send_wr)) {
     // SAFETY: the application's live ibv_qp_ex.
     let (wr_id, flags) = unsafe { ((*qpx).wr_id, (*qpx).wr_flags) };
-    with_builder(qpx, |b| {
-        let mut wr = ibv_send_wr::zeroed();
-        wr.wr_id = wr_id;
-        wr.send_flags = flags;
-        wr.opcode = opcode;
-        setup(&mut wr);
-        b.wrs.push(wr);
-        b.spans.push(ExSpan::default());
-    });
+    with_builder(qpx, |b| b.begin(wr_id, flags, opcode, setup));
 }
 
 fn unsupported(qpx: *mut ibv_qp_ex, what: &'static str) {
@@ -521,16 +802,17 @@ unsafe extern "C" fn ex_start(qpx: *mut ibv_qp_ex) {
             ctl.builder.owner.store(this_thread(), Ordering::Relaxed);
             ctl.builder.open.store(true, Ordering::Release);
         }
-        // SAFETY: this batch holds the send lock now.
-        unsafe { ctl.builder.get() }.clear();
+        // SAFETY: this batch holds the send lock now; `qpx` is its QP.
+        unsafe { ctl.builder.reset(qpx) };
     })
 }
 
 /// Ends the open batch of `ctl`'s QP: clears the builder, lowers the flag, releases the send
 /// lock.
 pub(crate) fn close_batch(ctl: &QpCtl) {
-    // SAFETY: the batch is still open (it holds the send lock).
-    unsafe { ctl.builder.get() }.clear();
+    // SAFETY: the batch is still open (it holds the send lock); an `ibv_qp_ex` starts with its
+    // `ibv_qp`, so the QP's address is its `ibv_qp_ex`'s.
+    unsafe { ctl.builder.reset(ctl.qp as *mut ibv_qp_ex) };
     ctl.builder.open.store(false, Ordering::Relaxed);
     // SAFETY: the batch took the lock in `ex_start` (open_batch_lock) and ends here.
     unsafe { ctl.send.raw_unlock() };
@@ -626,7 +908,7 @@ unsafe extern "C" fn ex_atomic_write(
 
 unsafe extern "C" fn ex_set_ud_addr(qpx: *mut ibv_qp_ex, ah: *mut ibv_ah, qpn: u32, qkey: u32) {
     with_builder(qpx, |b| {
-        if let Some(last) = b.wrs.last_mut() {
+        if let Some(last) = b.last_wr() {
             last.wr[0] = ah as u64;
             last.wr[1] = u64::from(qpn) | (u64::from(qkey) << 32);
         }
@@ -635,7 +917,7 @@ unsafe extern "C" fn ex_set_ud_addr(qpx: *mut ibv_qp_ex, ah: *mut ibv_ah, qpn: u
 
 unsafe extern "C" fn ex_set_xrc_srqn(qpx: *mut ibv_qp_ex, srqn: u32) {
     with_builder(qpx, |b| {
-        if let Some(last) = b.wrs.last_mut() {
+        if let Some(last) = b.last_wr() {
             last.qp_type_xrc_remote_srqn = srqn;
         }
     });
@@ -663,7 +945,93 @@ unsafe extern "C" fn ex_set_inline_data(qpx: *mut ibv_qp_ex, addr: *mut c_void, 
         // requires).
         unsafe { core::slice::from_raw_parts(addr.cast::<u8>(), len) }
     };
-    with_builder(qpx, |b| b.set_inline(&[data]));
+    guarded((), || {
+        let Some(ctl) = open_batch(qpx) else {
+            return;
+        };
+        // SAFETY: the batch is open and its calls are serialized.
+        let b = unsafe { ctl.builder.get() };
+        // SAFETY: as above; `qpx` is the batch's QP.
+        if !unsafe { forward_inline(&ctl, b, qpx, data) } {
+            b.set_inline_one(data);
+        }
+    })
+}
+
+/// Hands the batch's pending WR (begun, no data yet), with `data` inline, to the provider's
+/// own builder when it needs nothing of the library: an RC QP, the provider's builder at
+/// hand, nothing of the batch kept by the library before it, a SEND or an RDMA WRITE whose
+/// remote range lies in the peer window this QP used last (its key translated here), and no
+/// recorded unsignaled WR waiting for a later completion. Such a WR is not recorded (it holds
+/// no window; see `WarmKeys::unrecorded` in the engine): it keeps the application's `wr_id`
+/// and flags, and the provider copies the data. Returns whether it did.
+///
+/// # Safety
+/// The batch of `ctl` is open (its send lock held), `b` is its builder and `qpx` its QP.
+#[inline]
+unsafe fn forward_inline(ctl: &QpCtl, b: &mut ExBuilder, qpx: *mut ibv_qp_ex, data: &[u8]) -> bool {
+    let Some(p) = ctl.builder.provider else {
+        return false;
+    };
+    let f = &b.first;
+    if !f.active || b.spilled || f.data != FirstData::None || ctl.qp_type != IBV_QPT_RC {
+        return false;
+    }
+    // SAFETY: the open batch holds the send lock.
+    let side = unsafe { ctl.send.data() };
+    if !side.signals.is_idle() {
+        return false;
+    }
+    let w = &f.wr;
+    let op = w.opcode;
+    let wkey = match op {
+        IBV_WR_RDMA_WRITE | IBV_WR_RDMA_WRITE_WITH_IMM if !data.is_empty() => {
+            match side.remote_window_key(w.rdma_rkey(), w.remote_addr(), data.len() as u64) {
+                Some(k) => k,
+                None => return false,
+            }
+        }
+        IBV_WR_SEND | IBV_WR_SEND_WITH_IMM => 0,
+        _ => return false,
+    };
+    let have = match op {
+        IBV_WR_RDMA_WRITE => p.rdma_write.is_some(),
+        IBV_WR_RDMA_WRITE_WITH_IMM => p.rdma_write_imm.is_some(),
+        IBV_WR_SEND => p.send.is_some(),
+        _ => p.send_imm.is_some(),
+    };
+    if !have {
+        return false;
+    }
+    // SAFETY: the application's live ibv_qp_ex, serialized by the batch; the provider's
+    // functions of this QP, called in the order the API prescribes (start, opcode, setter).
+    unsafe {
+        let q = &mut *qpx;
+        if !b.provider_open {
+            (p.start)(qpx);
+            b.provider_open = true;
+        }
+        // The provider reads wr_id and wr_flags at the opcode call: give it the values the
+        // application had set at its own opcode call.
+        let (now_id, now_flags) = (q.wr_id, q.wr_flags);
+        q.wr_id = w.wr_id;
+        q.wr_flags = w.send_flags;
+        match (op, p.rdma_write, p.rdma_write_imm, p.send, p.send_imm) {
+            (IBV_WR_RDMA_WRITE, Some(f), ..) => f(qpx, wkey, w.remote_addr()),
+            (IBV_WR_RDMA_WRITE_WITH_IMM, _, Some(f), ..) => {
+                f(qpx, wkey, w.remote_addr(), w.imm_data)
+            }
+            (IBV_WR_SEND, _, _, Some(f), _) => f(qpx),
+            (_, _, _, _, Some(f)) => f(qpx, w.imm_data),
+            _ => {}
+        }
+        (p.set_inline_data)(qpx, data.as_ptr() as *mut c_void, data.len());
+        q.wr_id = now_id;
+        q.wr_flags = now_flags;
+    }
+    b.first.active = false;
+    b.last_forwarded = true;
+    true
 }
 
 unsafe extern "C" fn ex_set_inline_data_list(
@@ -716,25 +1084,43 @@ fn post_batch(ctl: &QpCtl) -> c_int {
         ctl.engine.note(what);
         return libc::EOPNOTSUPP;
     }
-    if b.wrs.is_empty() {
-        return 0;
+    if b.provider_open {
+        // The WRs handed to the provider come first; the library's own follow them.
+        b.provider_open = false;
+        if let Some(p) = ctl.builder.provider {
+            // SAFETY: the provider batch this batch began on its live QP.
+            let rc = unsafe { (p.complete)(ctl.qp as *mut ibv_qp_ex) };
+            if rc != 0 {
+                return rc;
+            }
+        }
     }
-    if b.wrs.len() == 1 && b.spans[0].len <= 1 {
-        // The usual batch: one WR with at most one SGE or inline piece, posted from the stack.
-        let span = b.spans[0];
-        let mut sge = (span.len == 1).then(|| b.sge(span, 0));
-        let w = &mut b.wrs[0];
-        (w.sg_list, w.num_sge) = match sge.as_mut() {
-            Some(s) => (s as *mut ibv_sge, 1),
-            None => (core::ptr::null_mut(), 0),
+
+    if b.first.active {
+        // The usual batch: one WR, posted from where it was built.
+        let f = &mut b.first;
+        let mut inline_sge;
+        (f.wr.sg_list, f.wr.num_sge) = match f.data {
+            FirstData::None => (core::ptr::null_mut(), 0),
+            FirstData::Sge => (&mut f.sge as *mut ibv_sge, 1),
+            FirstData::Inline(len) => {
+                inline_sge = ibv_sge {
+                    addr: f.inline.as_ptr() as u64,
+                    length: len as u32,
+                    lkey: 0,
+                };
+                (&mut inline_sge as *mut ibv_sge, 1)
+            }
         };
-        w.next = core::ptr::null_mut();
-        let wr: *mut ibv_send_wr = w;
-        let mut bad = core::ptr::null_mut();
+        f.wr.next = core::ptr::null_mut();
         // SAFETY: the open batch holds the send lock (taken in ex_start).
         let side = unsafe { ctl.send.data() };
-        // SAFETY: one well-formed WR whose SGE (on this stack) and inline copy outlive the call.
-        return unsafe { ctl.post_send_list(side, wr, &mut bad) };
+        // SAFETY: one well-formed WR whose SGE (here or in the builder) and inline copy are the
+        // library's own and outlive the call.
+        return unsafe { ctl.post_owned(side, &mut f.wr) };
+    }
+    if b.wrs.is_empty() {
+        return 0;
     }
     // Lay the SGEs out per WR; inline SGEs point at our copies of the data.
     b.out_sges.clear();

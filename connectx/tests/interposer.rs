@@ -1272,3 +1272,188 @@ fn a_refused_single_warm_wr_reports_the_provider_error_and_leaves_no_trace() {
     assert_eq!(&dst[128..192], &src[128..192]);
     assert!(dst[64..128].iter().all(|b| *b == 0));
 }
+
+/// The `ibv_wr_*` calls of `write_inline` for one WR: `wr_id`, signaled, an inline RDMA WRITE
+/// of `bytes` to `raddr` with `rkey`.
+///
+/// # Safety
+/// `qpx` is a live QP's `ibv_qp_ex` inside an open batch.
+unsafe fn wr_write_inline(qpx: *mut ibv_qp_ex, wr_id: u64, rkey: u32, raddr: u64, bytes: &[u8]) {
+    // SAFETY: per the contract.
+    unsafe {
+        let q = &mut *qpx;
+        q.wr_id = wr_id;
+        q.wr_flags = IBV_SEND_SIGNALED;
+        (q.wr_rdma_write.unwrap())(qpx, rkey, raddr);
+        (q.wr_set_inline_data.unwrap())(qpx, bytes.as_ptr() as *mut _, bytes.len());
+    }
+}
+
+#[test]
+fn warm_inline_builder_wrs_go_to_the_providers_builder_unrecorded_and_in_order() {
+    let a = Host::with_library(1 << 20, 16 * 1024);
+    let b = Host::with_library(1 << 20, 16 * 1024);
+    let qa = a.create_qp_ex();
+    let qb = b.create_qp(false);
+    connect(&a, qa, &b, qb);
+    let mut src = Buf::new(64 * 1024);
+    let mut dst = Buf::new(64 * 1024);
+    fill(&mut src, 5);
+    let (sl, _) = keys(a.reg(&mut src, IBV_ACCESS_LOCAL_WRITE));
+    let (_, dr) = keys(b.reg(&mut dst, ALL_ACCESS));
+    let base = dst.as_ptr() as u64;
+    let qpx = qa.cast::<ibv_qp_ex>();
+    // SAFETY: ibv_wr_start on the live QP's ibv_qp_ex.
+    let start = |q: *mut ibv_qp_ex| unsafe { ((*q).wr_start.unwrap())(q) };
+    // SAFETY: ibv_wr_complete on the live QP's ibv_qp_ex.
+    let complete = |q: *mut ibv_qp_ex| unsafe { ((*q).wr_complete.unwrap())(q) };
+    // Cold: the first touch of the peer's window needs the library (lease, key).
+    start(qpx);
+    // SAFETY: inside the open batch.
+    unsafe { wr_write_inline(qpx, 1, dr, base, b"cold") };
+    assert_eq!(complete(qpx), 0);
+    assert_eq!(fake::builder_posts(qa), 0, "a cold WR is the library's");
+    // Warm: the same window; the provider builds it, with the application's wr_id.
+    start(qpx);
+    // SAFETY: as above.
+    unsafe { wr_write_inline(qpx, 2, dr, base + 8, b"warm") };
+    assert_eq!(complete(qpx), 0);
+    assert_eq!(fake::builder_posts(qa), 1);
+    // A batch mixing kinds keeps its order: warm (provider), an SGE WRITE (library: it pins a
+    // local window), then a warm inline one that must stay behind it (library too).
+    start(qpx);
+    // SAFETY: as above.
+    unsafe {
+        wr_write_inline(qpx, 3, dr, base + 16, b"first");
+        let q = &mut *qpx;
+        q.wr_id = 4;
+        q.wr_flags = IBV_SEND_SIGNALED;
+        (q.wr_rdma_write.unwrap())(qpx, dr, base + 32);
+        (q.wr_set_sge.unwrap())(qpx, sl, src.as_ptr() as u64 + 100, 16);
+        wr_write_inline(qpx, 5, dr, base + 16, b"third");
+    }
+    assert_eq!(complete(qpx), 0);
+    assert_eq!(
+        fake::builder_posts(qa),
+        2,
+        "only the leading warm WR went to the provider"
+    );
+    let ids: Vec<(u64, u32)> = poll(a.cq, 5).iter().map(|w| (w.wr_id, w.status)).collect();
+    assert_eq!(ids, vec![(1, 0), (2, 0), (3, 0), (4, 0), (5, 0)]);
+    assert_eq!(&dst[0..4], b"cold");
+    assert_eq!(&dst[8..12], b"warm");
+    assert_eq!(&dst[16..21], b"third", "the later WRITE landed last");
+    assert_eq!(&dst[32..48], &src[100..116]);
+    // Aborted or restarted after a hand-over: the provider's batch is dropped too.
+    start(qpx);
+    // SAFETY: as above.
+    unsafe { wr_write_inline(qpx, 6, dr, base + 64, b"aborted") };
+    // SAFETY: the open batch.
+    unsafe { ((*qpx).wr_abort.unwrap())(qpx) };
+    start(qpx);
+    // SAFETY: as above.
+    unsafe { wr_write_inline(qpx, 7, dr, base + 80, b"dropped") };
+    start(qpx);
+    // SAFETY: as above.
+    unsafe { wr_write_inline(qpx, 8, dr, base + 96, b"restarted") };
+    assert_eq!(complete(qpx), 0);
+    assert_eq!(poll(a.cq, 1)[0].wr_id, 8);
+    assert_eq!(&dst[64..71], &[0u8; 7]);
+    assert_eq!(&dst[80..87], &[0u8; 7]);
+    assert_eq!(&dst[96..105], b"restarted");
+    // A second data setter for a handed-over WR is refused, and nothing of the batch posts.
+    let before = fake::builder_posts(qa);
+    start(qpx);
+    // SAFETY: as above.
+    unsafe {
+        wr_write_inline(qpx, 9, dr, base + 128, b"once");
+        let again = b"twice";
+        ((*qpx).wr_set_inline_data.unwrap())(qpx, again.as_ptr() as *mut _, again.len());
+    }
+    assert_eq!(complete(qpx), libc::EOPNOTSUPP);
+    assert_eq!(fake::builder_posts(qa), before);
+    assert!(poll_rest(a.cq).is_empty());
+    assert_eq!(&dst[128..132], &[0u8; 4]);
+    // An inline payload larger than the QP takes fails in the provider, as without the
+    // library, and posts nothing.
+    let big = vec![7u8; 65];
+    start(qpx);
+    // SAFETY: as above.
+    unsafe { wr_write_inline(qpx, 10, dr, base + 256, &big) };
+    assert_ne!(complete(qpx), 0);
+    assert!(poll_rest(a.cq).is_empty());
+    // The QP still works.
+    start(qpx);
+    // SAFETY: as above.
+    unsafe { wr_write_inline(qpx, 11, dr, base + 512, b"still fine") };
+    assert_eq!(complete(qpx), 0);
+    assert_eq!(poll(a.cq, 1)[0].wr_id, 11);
+}
+
+#[test]
+fn unrecorded_completions_mix_with_recorded_ones_and_errors_reach_the_right_wr() {
+    let a = Host::with_library(1 << 20, 16 * 1024);
+    let b = Host::with_library(1 << 20, 16 * 1024);
+    let qa = a.create_qp(false);
+    let qb = b.create_qp(false);
+    connect(&a, qa, &b, qb);
+    let mut src = Buf::new(64 * 1024);
+    let mut dst = Buf::new(64 * 1024);
+    fill(&mut src, 8);
+    let (sl, _) = keys(a.reg(&mut src, IBV_ACCESS_LOCAL_WRITE));
+    let (_, dr) = keys(b.reg(&mut dst, ALL_ACCESS));
+    let base = dst.as_ptr() as u64;
+    let inline_write = |wr_id: u64, off: u64, data: &[u8; 8], signaled: bool| {
+        let mut s = [ibv_sge {
+            addr: data.as_ptr() as u64,
+            length: data.len() as u32,
+            lkey: 0,
+        }];
+        let mut wr = rdma(IBV_WR_RDMA_WRITE, wr_id, &mut s, base + off, dr, signaled);
+        wr.send_flags |= IBV_SEND_INLINE;
+        post_send(qa, &mut wr).0
+    };
+    // Warm the window, then interleave unrecorded (inline) and recorded (SGE) WRs, with
+    // application wr_ids that look like anything, including small numbers and bit 63.
+    assert_eq!(inline_write(0, 0, b"warm-up!", true), 0);
+    let mut expect = vec![0u64];
+    for (i, id) in [1u64, 2, 1 << 63, u64::MAX, 3, (1 << 63) | 1]
+        .iter()
+        .enumerate()
+    {
+        let off = 64 + 64 * i as u64;
+        if i % 2 == 0 {
+            assert_eq!(inline_write(*id, off, b"inline..", true), 0);
+        } else {
+            let mut s = [sge(&src, 64 * i, 32, sl)];
+            let mut wr = rdma(IBV_WR_RDMA_WRITE, *id, &mut s, base + off, dr, true);
+            assert_eq!(post_send(qa, &mut wr).0, 0);
+        }
+        expect.push(*id);
+    }
+    // An unsignaled unrecorded WR completes silently, as without the library.
+    assert_eq!(inline_write(77, 1024, b"silent..", false), 0);
+    let got: Vec<u64> = poll(a.cq, expect.len()).iter().map(|w| w.wr_id).collect();
+    assert_eq!(got, expect);
+    assert!(poll_rest(a.cq).is_empty());
+    assert_eq!(&dst[1024..1032], b"silent..");
+    // An unrecorded WR that fails at the responder (outside the peer's window range is not
+    // warm, so use a bad key: the same region's key plus one is nobody's) reports its own
+    // wr_id with bit 63 set, not taken for a receive; later WRs flush with theirs.
+    let mut s = [sge(&src, 0, 8, sl)];
+    let mut bad = rdma(
+        IBV_WR_RDMA_WRITE,
+        (1 << 63) | 5,
+        &mut s,
+        base,
+        dr ^ 0x55,
+        true,
+    );
+    bad.send_flags |= IBV_SEND_INLINE;
+    assert_eq!(post_send(qa, &mut bad).0, 0);
+    assert_eq!(inline_write(6, 0, b"flushed.", true), 0);
+    let wcs = poll(a.cq, 2);
+    assert_eq!(wcs[0].wr_id, (1 << 63) | 5);
+    assert_ne!(wcs[0].status, IBV_WC_SUCCESS);
+    assert_eq!((wcs[1].wr_id, wcs[1].status), (6, IBV_WC_WR_FLUSH_ERR));
+}

@@ -197,6 +197,9 @@ bw_run() {
   run cmp_write_bw_$1 $2 $L ib_write_bw -d rxe0 -x $GIDX -n $CMP_ITERS -F --report_gbits
   metric write_bw_$1 $(bw)
 }
+if [ -x /opt/nprdma/bench ]; then
+  $CLI_PIN /opt/nprdma/bench 2>&1 | sed 's/^/NPRDMA-RXE: BENCH /'
+fi
 r=0
 while [ $r -lt $ROUNDS ]; do
   r=$((r + 1))
@@ -728,6 +731,9 @@ fn build_initramfs(
     elfs.push(provider);
     cpio.file("opt/nprdma/libnprdma.so", 0o755, &read(lib)?);
     cpio.file("opt/nprdma/nprdma-verbs-stress", 0o755, &read(stress)?);
+    if let Some(bench) = std::env::var_os("NPRDMA_RXE_BENCH") {
+        cpio.file("opt/nprdma/bench", 0o755, &read(Path::new(&bench))?);
+    }
     elfs.push(lib.to_path_buf());
     elfs.push(stress.to_path_buf());
     for (src, guest) in library_closure(stage, &elfs)? {
