@@ -319,9 +319,16 @@ pub(crate) unsafe fn advance_own_session(cqc: &CqCtl, inner: &mut CqInner) -> c_
 unsafe fn provider_current(cq: *mut ibv_cq_ex, fns: &CqExFns) -> ibv_wc {
     // SAFETY: per the contract.
     unsafe {
+        let status = (*cq).status;
         ibv_wc {
             wr_id: (*cq).wr_id,
-            status: (*cq).status,
+            status,
+            // A successful completion's opcode tells a receive from a send (process_wc); an
+            // error completion's is undefined and not read.
+            opcode: match fns.read_opcode {
+                Some(f) if status == IBV_WC_SUCCESS => f(cq),
+                _ => 0,
+            },
             qp_num: fns.read_qp_num.map_or(0, |f| f(cq)),
             ..Default::default()
         }

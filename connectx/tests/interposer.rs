@@ -1457,3 +1457,94 @@ fn unrecorded_completions_mix_with_recorded_ones_and_errors_reach_the_right_wr()
     assert_ne!(wcs[0].status, IBV_WC_SUCCESS);
     assert_eq!((wcs[1].wr_id, wcs[1].status), (6, IBV_WC_WR_FLUSH_ERR));
 }
+
+#[test]
+fn extended_cq_receive_completions_carry_the_applications_wr_ids() {
+    // A receiver that polls an extended CQ: the library tells its receives from its sends by
+    // the opcode, which it must read itself (the session shows only wr_id and status).
+    let mut a = Host::with_library(1 << 20, 16 * 1024);
+    let cqx = a.use_cq_ex(0);
+    let b = Host::with_library(1 << 20, 16 * 1024);
+    let qa = a.create_qp(false);
+    let qb = b.create_qp(false);
+    connect(&a, qa, &b, qb);
+    let mut rbuf = Buf::new(64 * 1024);
+    let mut sbuf = Buf::new(64 * 1024);
+    fill(&mut sbuf, 21);
+    let (rl, _) = keys(a.reg(&mut rbuf, IBV_ACCESS_LOCAL_WRITE));
+    let (sl, _) = keys(b.reg(&mut sbuf, IBV_ACCESS_LOCAL_WRITE));
+    // wr_id 0 (as many applications use), one across a window edge, one without an SGE, and
+    // one left outstanding for the flush.
+    let mut r0 = [sge(&rbuf, 100, 4 * KIB, rl)];
+    let mut r1 = [sge(&rbuf, 14 * KIB, 4 * KIB, rl)];
+    let mut r3 = [sge(&rbuf, 40 * KIB, 4 * KIB, rl)];
+    for (wr_id, s) in [
+        (0u64, r0.as_mut_ptr()),
+        (0x77, r1.as_mut_ptr()),
+        (0x78, core::ptr::null_mut()),
+        (0x79, r3.as_mut_ptr()),
+    ] {
+        let mut rwr = ibv_recv_wr {
+            wr_id,
+            next: core::ptr::null_mut(),
+            sg_list: s,
+            num_sge: i32::from(!s.is_null()),
+        };
+        assert_eq!(post_recv(qa, &mut rwr), 0);
+    }
+    for (i, (off, len)) in [(0usize, 4 * KIB), (8 * KIB, 4 * KIB), (0, 0)]
+        .into_iter()
+        .enumerate()
+    {
+        let mut s = [sge(&sbuf, off, len, sl)];
+        let mut wr = ibv_send_wr::zeroed();
+        wr.wr_id = 0x500 + i as u64;
+        wr.opcode = IBV_WR_SEND;
+        wr.send_flags = IBV_SEND_SIGNALED;
+        if len > 0 {
+            wr.sg_list = s.as_mut_ptr();
+            wr.num_sge = 1;
+        }
+        assert_eq!(post_send(qb, &mut wr).0, 0);
+    }
+    let sent = poll(b.cq, 3);
+    assert!(sent.iter().all(|w| w.status == IBV_WC_SUCCESS), "{sent:x?}");
+    let mut got = Vec::new();
+    while got.len() < 3 {
+        got.extend(poll_ex(cqx));
+    }
+    assert_eq!(
+        got.iter()
+            .map(|e| (e.wr_id, e.status, e.opcode))
+            .collect::<Vec<_>>(),
+        [0u64, 0x77, 0x78]
+            .map(|id| (id, IBV_WC_SUCCESS, IBV_WC_RECV))
+            .to_vec(),
+        "{got:x?}"
+    );
+    assert_eq!(&rbuf[100..100 + 4 * KIB], &sbuf[..4 * KIB]);
+    assert_eq!(&rbuf[14 * KIB..18 * KIB], &sbuf[8 * KIB..12 * KIB]);
+    // The outstanding receive is flushed with its own wr_id (an error completion's opcode is
+    // undefined: the library goes by the wr_id).
+    let mut attr = ibv_qp_attr {
+        qp_state: IBV_QPS_ERR,
+        ..Default::default()
+    };
+    assert_eq!(a.modify(qa, &mut attr, IBV_QP_STATE), 0);
+    let mut flushed = Vec::new();
+    for _ in 0..1000 {
+        flushed.extend(poll_ex(cqx));
+        if !flushed.is_empty() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    assert_eq!(
+        flushed
+            .iter()
+            .map(|e| (e.wr_id, e.status))
+            .collect::<Vec<_>>(),
+        vec![(0x79, IBV_WC_WR_FLUSH_ERR)],
+        "{flushed:x?}"
+    );
+}
