@@ -14,6 +14,19 @@ use std::time::Instant;
 use common::*;
 use nprdma::sys::*;
 
+/// With `NPRDMA_BENCH_SYSCALL` set, enters the kernel once per iteration (a cheap system
+/// call), as a real provider's post does (rxe rings its doorbell with a `write`): where the
+/// kernel switches page tables on entry (page-table isolation) or an emulator flushes its
+/// translation cache then, every page the data path touches must be looked up again.
+fn enter_kernel() {
+    static ON: std::sync::LazyLock<bool> =
+        std::sync::LazyLock::new(|| std::env::var_os("NPRDMA_BENCH_SYSCALL").is_some());
+    if *ON {
+        // SAFETY: getppid has no preconditions.
+        unsafe { libc::getppid() };
+    }
+}
+
 /// Polls `a`'s CQ (the inline ibv_poll_cq) until one completion arrives; checks it is WR `i`'s
 /// success.
 fn await_completion(a: &Host, i: u64) {
@@ -45,6 +58,7 @@ fn measure(
     let run = |count: u64| {
         let t = Instant::now();
         for i in 0..count {
+            enter_kernel();
             let mut s = [sge(src, 64, 8, sl)];
             let mut wr = rdma(
                 IBV_WR_RDMA_WRITE,
@@ -78,6 +92,7 @@ fn measure_wr_api(a: &Host, qa: *mut ibv_qp, src: &Buf, b: &Host, dst: &mut Buf,
     let run = |count: u64| {
         let t = Instant::now();
         for i in 0..count {
+            enter_kernel();
             // SAFETY: what ibv_wr_start / ibv_wr_rdma_write / ibv_wr_set_inline_data /
             // ibv_wr_complete do with the QP's ibv_qp_ex.
             let rc = unsafe {

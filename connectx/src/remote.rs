@@ -389,21 +389,18 @@ pub(crate) fn helper_loop(engine: Weak<Engine>) {
         let served = eng.serve_rings();
         drop(eng);
         // Fast while requests come (first touches arrive in bursts), then slower and slower:
-        // a thread waking every millisecond for nothing takes CPU time from the application
-        // (measured under emulation with the application pinned to one CPU: the 1 kHz phase
-        // alone widened ib_write_lat's spread by 10%). After a burst: 1 ms for about 50 ms,
-        // 5 ms for about a second, then 20 ms, the longest a request after a quiet spell waits.
+        // every wake-up takes the application's CPU for two context switches when both share
+        // one (an application pinned with taskset, as perftest advises, shares it with this
+        // thread), which under emulation cost ib_write_lat about 4% with a 1 ms idle phase
+        // (measured in one boot, alternating runs). After a burst the sleep doubles from 20 us
+        // to 20 ms (about a dozen wake-ups in the first 40 ms), then stays at 20 ms, the
+        // longest a request after a quiet spell waits.
         if served > 0 {
             idle = 0;
             std::thread::sleep(Duration::from_micros(10));
         } else {
+            let us = (20u64 << idle.min(10)).min(20_000);
             idle = idle.saturating_add(1);
-            let us = match idle {
-                0..=6 => 20u64 << idle,
-                7..=50 => 1000,
-                51..=250 => 5000,
-                _ => 20_000,
-            };
             std::thread::sleep(Duration::from_micros(us));
         }
     }

@@ -198,7 +198,8 @@ bw_run() {
   metric write_bw_$1 $(bw)
 }
 if [ -x /opt/nprdma/bench ]; then
-  $CLI_PIN /opt/nprdma/bench 2>&1 | sed 's/^/NPRDMA-RXE: BENCH /'
+  NPRDMA_BENCH_N=50000 $CLI_PIN /opt/nprdma/bench 2>&1 | sed 's/^/NPRDMA-RXE: BENCH /'
+  NPRDMA_BENCH_N=50000 NPRDMA_BENCH_SYSCALL=1 $CLI_PIN /opt/nprdma/bench 2>&1 | sed 's/^/NPRDMA-RXE: BENCH+syscall /'
 fi
 r=0
 while [ $r -lt $ROUNDS ]; do
