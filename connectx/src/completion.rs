@@ -123,12 +123,18 @@ pub enum Origin {
         /// The opcode the application posted (reported in synthesized completions).
         app_opcode: u32,
     },
-    /// The library's own WR; `token` identifies the waiter.
+    /// The library's own WR; `token` identifies the waiter ([`NO_WAITER`]: nobody waits).
     Internal {
         /// The waiter's token.
         token: u64,
     },
+    /// Not a WR: windows whose QP-level hold ended ([`SendTracker::retire`]), released when a
+    /// WR posted after it completes.
+    Retired,
 }
+
+/// The token of an internal WR nobody waits for (its completion only releases windows).
+pub const NO_WAITER: u64 = 0;
 
 /// What to do with a provider completion.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -166,6 +172,8 @@ pub struct SendTracker {
     next_seq: u64,
     next_group: u64,
     entries: VecDeque<SendEntry>,
+    /// How many of `entries` are [`Origin::Retired`] markers (not posted WRs).
+    markers: usize,
     last_reported_group: Option<u64>,
 }
 
@@ -210,15 +218,51 @@ impl SendTracker {
         seq
     }
 
+    /// Keeps `windows` (whose QP-level hold just ended: WRs posted before now may still use
+    /// them) until a WR posted after this call completes, which the send queue's in-order
+    /// completion makes the proof that every earlier WR is done. Nothing is posted for it.
+    pub fn retire(&mut self, windows: WinList) {
+        if windows.is_empty() {
+            return;
+        }
+        self.next_seq += 1;
+        self.entries.push_back(SendEntry {
+            seq: self.next_seq,
+            origin: Origin::Retired,
+            windows,
+        });
+        self.markers += 1;
+    }
+
+    /// Whether retired windows wait for a later completion.
+    pub fn has_retired(&self) -> bool {
+        self.markers > 0
+    }
+
+    fn pop_front(&mut self) -> Option<SendEntry> {
+        let e = self.entries.pop_front()?;
+        if e.origin == Origin::Retired {
+            self.markers -= 1;
+        }
+        Some(e)
+    }
+
     /// Forgets the most recent records (the provider refused to post them); returns their
-    /// windows.
+    /// windows. Their sequence numbers are used again (never posted, so no completion carries
+    /// them), keeping the outstanding records' numbers contiguous.
     pub fn unrecord_after(&mut self, seq: u64) -> WinList {
         let mut windows = WinList::new();
         while self.entries.back().is_some_and(|e| e.seq > seq) {
             if let Some(e) = self.entries.pop_back() {
+                if e.origin == Origin::Retired {
+                    self.markers -= 1;
+                }
                 windows.extend(e.windows);
             }
         }
+        self.next_seq = self
+            .next_seq
+            .min(seq.max(self.entries.back().map_or(0, |e| e.seq)));
         windows
     }
 
@@ -227,9 +271,9 @@ impl SendTracker {
         self.next_seq
     }
 
-    /// Provider WRs posted and not yet known complete.
+    /// Provider WRs posted and not yet known complete (retired-window markers are not WRs).
     pub fn outstanding(&self) -> usize {
-        self.entries.len()
+        self.entries.len() - self.markers
     }
 
     /// Handles a provider completion carrying `wr_id` with `status`; returns the windows
@@ -249,7 +293,7 @@ impl SendTracker {
         // The usual case: the oldest entry completes (every WR signaled, or the signaled one
         // at the end of an unsignaled run already retired the others).
         if front.seq == seq
-            && let Some(e) = self.entries.pop_front()
+            && let Some(e) = self.pop_front()
         {
             let outcome = self.outcome(e.origin, status);
             return (e.windows, outcome);
@@ -262,6 +306,7 @@ impl SendTracker {
     fn outcome(&mut self, origin: Origin, status: u32) -> Outcome {
         match origin {
             Origin::Internal { token } => Outcome::Internal { token, status },
+            Origin::Retired => Outcome::Suppress,
             Origin::App {
                 wr_id,
                 group,
@@ -299,7 +344,7 @@ impl SendTracker {
             return (WinList::new(), Outcome::Unknown);
         }
         let mut released = WinList::new();
-        while let Some(e) = self.entries.pop_front() {
+        while let Some(e) = self.pop_front() {
             // Usually only the completed entry is retired: take its list as is.
             if released.is_empty() {
                 released = e.windows;
@@ -321,6 +366,7 @@ impl SendTracker {
         for e in self.entries.drain(..) {
             w.extend(e.windows);
         }
+        self.markers = 0;
         w
     }
 
@@ -582,6 +628,70 @@ mod tests {
         let s = r.record(5, vec![w(3)].into());
         assert_eq!(r.unrecord(s).iter().collect::<Vec<_>>(), vec![w(3)]);
         assert_eq!(r.outstanding(), 0);
+    }
+
+    #[test]
+    fn refused_posts_leave_contiguous_numbers_for_a_later_run() {
+        // A refused post between an unsignaled run and its signaled end: the signaled WR's
+        // completion must still find its record (and retire the run before it).
+        let mut t = SendTracker::new();
+        let g = t.next_group();
+        let a = t.record(app(1, g, true, false), vec![w(0)].into());
+        let g = t.next_group();
+        let refused = t.record(app(2, g, true, true), vec![w(1)].into());
+        assert_eq!(
+            t.unrecord_after(refused - 1).iter().collect::<Vec<_>>(),
+            vec![w(1)]
+        );
+        let g = t.next_group();
+        let b = t.record(app(3, g, true, true), vec![w(2)].into());
+        assert_eq!(b, refused, "the refused number is used again");
+        let (rel, out) = t.complete(b, IBV_WC_SUCCESS);
+        assert_eq!(out, Outcome::Deliver { wr_id: 3 });
+        assert_eq!(rel.iter().collect::<Vec<_>>(), vec![w(0), w(2)]);
+        assert!(a < b);
+        assert_eq!(t.outstanding(), 0);
+    }
+
+    #[test]
+    fn retired_windows_wait_for_a_later_completion_and_are_not_work_requests() {
+        let mut t = SendTracker::new();
+        let g = t.next_group();
+        let before = t.record(app(1, g, true, true), vec![w(0)].into());
+        t.retire(vec![w(7)].into());
+        t.retire(WinList::new());
+        assert!(t.has_retired());
+        assert_eq!(t.outstanding(), 1, "a marker is not a posted WR");
+        // The WR posted before the marker completing does not release it.
+        let (rel, out) = t.complete(before, IBV_WC_SUCCESS);
+        assert_eq!(out, Outcome::Deliver { wr_id: 1 });
+        assert_eq!(rel.iter().collect::<Vec<_>>(), vec![w(0)]);
+        assert_eq!(t.outstanding(), 0);
+        assert!(t.has_retired());
+        // A refused post after the marker leaves it in place.
+        let g = t.next_group();
+        let refused = t.record(app(2, g, true, true), vec![w(1)].into());
+        assert_eq!(
+            t.unrecord_after(refused - 1).iter().collect::<Vec<_>>(),
+            vec![w(1)]
+        );
+        assert!(t.has_retired());
+        // The next WR's completion proves the marker's windows idle.
+        let after = t.record(Origin::Internal { token: NO_WAITER }, WinList::new());
+        let (rel, out) = t.complete(after, IBV_WC_WR_FLUSH_ERR);
+        assert_eq!(
+            out,
+            Outcome::Internal {
+                token: NO_WAITER,
+                status: IBV_WC_WR_FLUSH_ERR
+            }
+        );
+        assert_eq!(rel.iter().collect::<Vec<_>>(), vec![w(7)]);
+        assert!(!t.has_retired());
+        assert_eq!(t.pending_app_groups(), vec![]);
+        t.retire(vec![w(8)].into());
+        assert_eq!(t.drain().iter().collect::<Vec<_>>(), vec![w(8)]);
+        assert!(!t.has_retired());
     }
 
     #[test]

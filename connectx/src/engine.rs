@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering}
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use crate::completion::{Origin, Outcome, RecvTracker, SendTracker, SignalRun, WinList};
+use crate::completion::{NO_WAITER, Origin, Outcome, RecvTracker, SendTracker, SignalRun, WinList};
 use crate::config::{Config, Mode};
 use crate::directory::{DirHeader, DmaBuf, LeaseBook};
 use crate::fasthash::FastMap;
@@ -150,6 +150,9 @@ pub(crate) struct State {
     pub next_region: RegionId,
     /// Bytes of windows leased to peers.
     pub leased_bytes: u64,
+    /// Bytes of windows QPs hold for their warm path ([`LocalHold`]); at most a quarter of
+    /// the budget.
+    pub held_bytes: u64,
 }
 
 /// The provider side of the window cache.
@@ -220,6 +223,12 @@ pub struct Engine {
     pub(crate) status: PageStore,
     helper_started: AtomicBool,
     pub(crate) stop: AtomicBool,
+    /// Moves on when local holds must no longer be used ([`LocalHold`]): a region was
+    /// deregistered or re-registered, or the budget needs the held windows back.
+    pub(crate) hold_epoch: AtomicU64,
+    /// A peer's lease was refused for want of room while windows were held: the helper
+    /// thread takes the holds back.
+    pub(crate) holds_wanted: AtomicBool,
 }
 
 impl std::fmt::Debug for Engine {
@@ -241,11 +250,14 @@ impl Engine {
                 cache: WindowCache::new(cfg.budget),
                 next_region: 1,
                 leased_bytes: 0,
+                held_bytes: 0,
             }),
             cfg,
             status,
             helper_started: AtomicBool::new(false),
             stop: AtomicBool::new(false),
+            hold_epoch: AtomicU64::new(1),
+            holds_wanted: AtomicBool::new(false),
         })
     }
 
@@ -301,6 +313,42 @@ impl Engine {
         for w in windows.iter() {
             st.cache.release(w);
         }
+    }
+
+    /// Takes back the windows QPs hold for their warm path ([`LocalHold`]) when the budget
+    /// has no room: no hold is used from now on, and every QP whose posting side is free
+    /// (`own`, whose side the caller holds, included) ends its hold and posts a barrier whose
+    /// completion releases the window. Returns the QPs that posted one: polling their CQs
+    /// brings the windows back.
+    pub(crate) fn revoke_holds(
+        self: &Arc<Self>,
+        own: Option<(&QpCtl, &mut SendSide)>,
+    ) -> Vec<Arc<QpCtl>> {
+        self.hold_epoch.fetch_add(1, Ordering::AcqRel);
+        let mut posted = Vec::new();
+        let own_qp = own.as_ref().map_or(0, |(q, _)| q.qp);
+        let own_posted = match own {
+            Some((q, side)) => q.surrender_hold(side),
+            None => false,
+        };
+        for q in registry::qps_of(self) {
+            if q.qp == own_qp {
+                if own_posted {
+                    posted.push(q);
+                }
+                continue;
+            }
+            // A side that is busy belongs to a thread that is posting: it sees the new epoch
+            // and retires its hold itself.
+            let surrendered = match q.send.try_lock() {
+                Some(mut side) => q.surrender_hold(&mut side),
+                None => false,
+            };
+            if surrendered {
+                posted.push(q);
+            }
+        }
+        posted
     }
 
     /// Starts the helper thread that serves peers' lease requests (once).
@@ -662,6 +710,8 @@ impl Engine {
                 real: &self.real,
                 regions,
             };
+            // Holds on the region's windows must not be used from now on (their keys die here).
+            self.hold_epoch.fetch_add(1, Ordering::AcqRel);
             cache.remove_region(id, &mut prov);
         }
         let leased = st.regions.get(&id).map(|r| {
@@ -824,6 +874,8 @@ impl Engine {
                 real: &self.real,
                 regions,
             };
+            // Holds on the region's windows must not be used from now on (their keys die here).
+            self.hold_epoch.fetch_add(1, Ordering::AcqRel);
             cache.remove_region(id, &mut prov);
         }
         let old_len;
@@ -1025,17 +1077,27 @@ impl Engine {
                 }
             }
             self.drop_lessee(ctl.ctx.ctx, ctl.qp_num);
-            let windows = {
+            let mut windows = {
                 let mut t = ctl.track.lock();
                 t.drain_all()
             };
-            self.release(&windows);
             if ctl.builder.is_open() {
                 // Destroyed between ibv_wr_start and ibv_wr_complete (the application's
                 // error): end the batch so that its lock is not held forever.
                 crate::ops::close_batch(&ctl);
             }
-            let scratch = ctl.send.lock().scratch.take();
+            let (scratch, hold) = {
+                let mut side = ctl.send.lock();
+                (side.scratch.take(), side.hold.take())
+            };
+            if let Some(h) = hold {
+                let mut st = lock(&self.state);
+                st.held_bytes = st.held_bytes.saturating_sub(h.bytes);
+                if st.cache.serial(h.id) == Some(h.serial) {
+                    windows.push(h.id);
+                }
+            }
+            self.release(&windows);
             if let Some(s) = scratch {
                 self.free_scratch(s);
             }
@@ -1194,6 +1256,33 @@ pub(crate) struct HotRemote {
     wkey: u32,
 }
 
+/// A local window an RC QP keeps registered for its warm path by holding one in-flight count
+/// of its own on it: a warm WR whose SGE lies in it pins nothing and needs no record, so it is
+/// posted with the application's `wr_id` and its completion passes through untouched.
+///
+/// A hold ends when the QP's warm path moves to another window, when [`Engine::hold_epoch`]
+/// moves on (a region was deregistered, or the budget needs held windows back), or when the
+/// QP is destroyed. Its window may still be in use by WRs posted before then, so it is not
+/// released at once: it is retired into the send tracker ([`SendTracker::retire`]) and
+/// released when a WR posted afterwards completes, the send queue completing in order
+/// (IBA vol. 1, 10.8.6). docs/connectx.md §3.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct LocalHold {
+    /// The application's lkey.
+    lkey: u32,
+    /// The window's range `[lo, hi)` in the region's address space.
+    lo: u64,
+    hi: u64,
+    /// The window's own lkey.
+    wlkey: u32,
+    id: WindowId,
+    /// The registration of the window the in-flight count was taken on.
+    serial: u64,
+    bytes: u64,
+    /// [`Engine::hold_epoch`] when taken.
+    epoch: u64,
+}
+
 /// State used only while posting on a QP (under its `send` lock).
 #[derive(Default)]
 pub(crate) struct SendSide {
@@ -1206,6 +1295,8 @@ pub(crate) struct SendSide {
     pub scratch: Option<Scratch>,
     /// Unsignaled recorded WRs since the last signaled one.
     pub signals: SignalRun,
+    /// The local window this QP holds for its warm path, if any.
+    pub hold: Option<LocalHold>,
 }
 
 // SAFETY: the batch's WRs hold pointers only into its own SGE vector; SendSide is only used
@@ -1369,7 +1460,9 @@ pub(crate) fn process_wc(
             true
         }
         Outcome::Internal { token, status } => {
-            lock(&qpc.internal_done).insert(token, status);
+            if token != NO_WAITER {
+                lock(&qpc.internal_done).insert(token, status);
+            }
             false
         }
         Outcome::Suppress => false,
@@ -1456,6 +1549,8 @@ impl Batch {
 pub(crate) struct WarmKeys {
     remote: Option<u32>,
     local: Option<(u32, WindowId)>,
+    /// The local key is the QP's hold's: nothing was pinned for this WR.
+    held: bool,
 }
 
 impl WarmKeys {
@@ -1467,7 +1562,17 @@ impl WarmKeys {
     /// grant on this QP, which RC executes after it (docs/connectx.md §5).
     #[inline]
     fn unrecorded(&self, side: &SendSide) -> bool {
-        self.local.is_none() && side.signals.is_idle()
+        (self.local.is_none() || self.held) && side.signals.is_idle()
+    }
+
+    /// The window pinned for this WR alone (released by its record).
+    #[inline]
+    fn pinned_window(&self) -> Option<WindowId> {
+        if self.held {
+            None
+        } else {
+            self.local.map(|(_, w)| w)
+        }
     }
 }
 
@@ -1561,12 +1666,11 @@ impl QpCtl {
             ((bad as usize).wrapping_sub(base as usize) / core::mem::size_of::<ibv_send_wr>())
                 .min(n - 1)
         };
-        let windows = self
-            .track
-            .lock()
-            .send
-            .unrecord_after(batch.seqs[idx].saturating_sub(1));
-        self.engine.release(&windows);
+        // Forget the records of the WRs not posted (unrecorded ones, seq 0, have none).
+        if let Some(first) = batch.seqs[idx..].iter().copied().find(|&q| q != 0) {
+            let windows = self.track.lock().send.unrecord_after(first - 1);
+            self.engine.release(&windows);
+        }
         let app = batch.app[idx];
         batch.clear();
         Err(PostFail::Errno(rc, app))
@@ -1766,12 +1870,15 @@ impl QpCtl {
     /// Waits for completions when the budget is full; fails with ENOMEM if nothing frees up.
     pub(crate) fn local_windows(
         &self,
+        side: &mut SendSide,
         planned: &[PlannedSge],
         batch: &mut Batch,
         patient: bool,
     ) -> Result<(Vec<ibv_sge>, WinList), PostFail> {
         let wanted = distinct_windows(planned);
         let deadline = Instant::now() + Duration::from_secs(if patient { 10 } else { 0 });
+        // QPs whose held windows were asked back (once per call).
+        let mut surrendered: Option<Vec<Arc<QpCtl>>> = None;
         loop {
             let eng = &self.engine;
             let mut st = lock(&eng.state);
@@ -1812,7 +1919,13 @@ impl QpCtl {
             }
             drop(st);
             self.flush(batch)?;
-            if !self.poll_own_cqs() {
+            let others = surrendered
+                .get_or_insert_with(|| self.engine.revoke_holds(Some((self, &mut *side))));
+            let mut progress = false;
+            for q in others.iter().filter(|q| q.qp != self.qp) {
+                progress |= q.poll_own_cqs();
+            }
+            if !self.poll_own_cqs() && !progress {
                 if Instant::now() >= deadline {
                     eng.note("pinned-memory budget full of windows in use: post failed with ENOMEM (raise NPRDMA_PIN_BUDGET)");
                     return Err(PostFail::Errno(libc::ENOMEM, 0));
@@ -2003,7 +2116,7 @@ impl QpCtl {
                     }
                 }
             };
-            let (sges, windows) = self.local_windows(&part.sges, batch, true)?;
+            let (sges, windows) = self.local_windows(side, &part.sges, batch, true)?;
             let mut w = *app;
             w.next = core::ptr::null_mut();
             w.opcode = match op {
@@ -2160,7 +2273,7 @@ impl QpCtl {
             // An unrecorded WR keeps the application's wr_id and flags.
             let mut seq = 0;
             if !keys.unrecorded(side) {
-                let (s, wr_id, flags) = self.record_warm(side, wr, keys.local.map(|(_, w)| w));
+                let (s, wr_id, flags) = self.record_warm(side, wr, keys.pinned_window());
                 (seq, wr.wr_id, wr.send_flags) = (s, wr_id, flags);
             }
             let wr: *mut ibv_send_wr = wr;
@@ -2209,7 +2322,7 @@ impl QpCtl {
         (out.seq, out.wr.wr_id, out.wr.send_flags) = if keys.unrecorded(side) {
             (0, app.wr_id, app.send_flags)
         } else {
-            self.record_warm(side, app, keys.local.map(|(_, w)| w))
+            self.record_warm(side, app, keys.pinned_window())
         };
         true
     }
@@ -2239,6 +2352,7 @@ impl QpCtl {
         let mut keys = WarmKeys {
             remote: None,
             local: None,
+            held: false,
         };
         if has_remote {
             let rlen = if atomic {
@@ -2260,6 +2374,17 @@ impl QpCtl {
             && s.length > 0
             && app.send_flags & IBV_SEND_INLINE == 0
         {
+            let end = s.addr.checked_add(u64::from(s.length))?;
+            if let Some(h) = side.hold
+                && h.lkey == s.lkey
+                && s.addr >= h.lo
+                && end <= h.hi
+                && h.epoch == self.engine.hold_epoch.load(Ordering::Acquire)
+            {
+                keys.local = Some((h.wlkey, h.id));
+                keys.held = true;
+                return Some(keys);
+            }
             let mut st = lock(&self.engine.state);
             if let Some(id) = st.by_lkey.get(&(self.ctx.ctx, s.lkey)).copied() {
                 let r = st.regions.get(&id)?;
@@ -2267,15 +2392,114 @@ impl QpCtl {
                     return None;
                 }
                 let index = r.geom.window_of(s.addr);
-                if r.geom.window_of(s.addr + u64::from(s.length) - 1) != index {
+                if r.geom.window_of(end - 1) != index {
                     return None;
                 }
+                let (lo, hi) = r.geom.window_range(index);
                 let wid = WindowId { region: id, index };
                 let k = st.cache.lookup_and_pin(wid)?;
                 keys.local = Some((k.lkey, wid));
+                if self.qp_type == IBV_QPT_RC {
+                    self.move_hold(side, &mut st, s.lkey, (lo, hi), k.lkey, wid);
+                }
             }
         }
         Some(keys)
+    }
+
+    /// Moves this QP's hold to window `wid` (just pinned for a WR about to be recorded, so
+    /// the old hold, retired before that record, is released by its completion). Keeps the
+    /// old hold if the new one does not fit in the holds' share of the budget, unless the old
+    /// one is stale.
+    fn move_hold(
+        &self,
+        side: &mut SendSide,
+        st: &mut State,
+        lkey: u32,
+        (lo, hi): (u64, u64),
+        wlkey: u32,
+        wid: WindowId,
+    ) {
+        let epoch = self.engine.hold_epoch.load(Ordering::Acquire);
+        let old = side.hold.take();
+        let old_bytes = old.map_or(0, |h| h.bytes);
+        let bytes = st.cache.spec(wid).map_or(0, |sp| sp.pinned_bytes());
+        let fits = st.held_bytes.saturating_sub(old_bytes) + bytes <= st.cache.budget() / 4;
+        let serial = st.cache.serial(wid);
+        if let Some(serial) = serial.filter(|_| fits)
+            && st.cache.add_inflight(wid)
+        {
+            if let Some(o) = old {
+                self.retire_hold(st, o);
+            }
+            st.held_bytes += bytes;
+            side.hold = Some(LocalHold {
+                lkey,
+                lo,
+                hi,
+                wlkey,
+                id: wid,
+                serial,
+                bytes,
+                epoch,
+            });
+        } else if let Some(o) = old {
+            if o.epoch == epoch {
+                side.hold = Some(o);
+            } else {
+                self.retire_hold(st, o);
+            }
+        }
+    }
+
+    /// Ends hold `h` (taken off its QP's side already): its window is released after a WR
+    /// posted from now on completes ([`LocalHold`]).
+    fn retire_hold(&self, st: &mut State, h: LocalHold) {
+        st.held_bytes = st.held_bytes.saturating_sub(h.bytes);
+        // A window deregistered since (the region was deregistered or re-registered) took the
+        // hold's in-flight count with it.
+        if st.cache.serial(h.id) == Some(h.serial) {
+            let mut w = WinList::new();
+            w.push(h.id);
+            self.track.lock().send.retire(w);
+        }
+    }
+
+    /// Ends this QP's hold, if any, and posts a barrier after everything posted so far (a
+    /// zero-length RDMA WRITE, which touches no memory and checks no key, IBA vol. 1 C9-88)
+    /// whose completion releases the retired windows. Returns whether a barrier was posted.
+    pub(crate) fn surrender_hold(&self, side: &mut SendSide) -> bool {
+        if let Some(h) = side.hold.take() {
+            let mut st = lock(&self.engine.state);
+            self.retire_hold(&mut st, h);
+        }
+        if self.qp_type != IBV_QPT_RC || !self.track.lock().send.has_retired() {
+            return false;
+        }
+        let Some(post) = self.orig_post_send() else {
+            return false;
+        };
+        let mut wr = ibv_send_wr::zeroed();
+        wr.opcode = IBV_WR_RDMA_WRITE;
+        wr.send_flags = IBV_SEND_SIGNALED;
+        let seq = {
+            let mut t = self.track.lock();
+            let seq = t
+                .send
+                .record(Origin::Internal { token: NO_WAITER }, WinList::new());
+            wr.wr_id = t.send.wr_id_of(seq);
+            seq
+        };
+        let mut bad = core::ptr::null_mut();
+        // SAFETY: live QP; one well-formed WR without SGEs.
+        let rc = unsafe { post(self.qp as *mut ibv_qp, &mut wr, &mut bad) };
+        if rc != 0 {
+            // Not posted (the send queue is full, or the QP was reset): the retired windows
+            // wait for the next WR that completes, or for the QP's destruction.
+            self.track.lock().send.unrecord_after(seq - 1);
+            return false;
+        }
+        true
     }
 
     /// Records a warm WR (holding `window` in flight, if any); returns its sequence number, the
@@ -2414,7 +2638,10 @@ pub(crate) unsafe fn post_recv_common(
             fail = Some((libc::EINVAL, cur));
             break;
         }
-        let windows = acquire_recv_windows(engine, &planned);
+        let mut windows = acquire_recv_windows(engine, &planned);
+        if windows.is_none() {
+            windows = acquire_after_revoking_holds(engine, &planned);
+        }
         let Some((sg, windows)) = windows else {
             engine.note("pinned-memory budget full of windows in use: post_recv failed with ENOMEM (raise NPRDMA_PIN_BUDGET)");
             fail = Some((libc::ENOMEM, cur));
@@ -2469,6 +2696,30 @@ pub(crate) unsafe fn post_recv_common(
         }
         None => 0,
     }
+}
+
+/// The budget had no room for a receive's windows: takes back the windows QPs hold for their
+/// warm path and tries again while their barriers complete (briefly: receives in flight free
+/// nothing until messages arrive).
+fn acquire_after_revoking_holds(
+    engine: &Arc<Engine>,
+    planned: &[PlannedSge],
+) -> Option<(Vec<ibv_sge>, WinList)> {
+    let qps = engine.revoke_holds(None);
+    let deadline = Instant::now() + Duration::from_millis(200);
+    while !qps.is_empty() && Instant::now() < deadline {
+        let mut progress = false;
+        for q in &qps {
+            progress |= q.poll_own_cqs();
+        }
+        if let Some(got) = acquire_recv_windows(engine, planned) {
+            return Some(got);
+        }
+        if !progress {
+            std::thread::sleep(Duration::from_micros(100));
+        }
+    }
+    acquire_recv_windows(engine, planned)
 }
 
 fn acquire_recv_windows(

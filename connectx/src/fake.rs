@@ -52,6 +52,8 @@ struct Qp {
     builder: FakeBatch,
     /// WRs posted through this QP's own builder.
     built_posts: u64,
+    /// The `wr_id` of the last WR posted on the QP.
+    last_wr_id: u64,
 }
 
 /// Posted receives: (wr_id, SGEs).
@@ -370,6 +372,15 @@ pub fn builder_posts(qp: *mut ibv_qp) -> u64 {
         .map_or(0, |q| q.built_posts)
 }
 
+/// The `wr_id` the provider saw on the last WR posted on `qp` (0 before any).
+pub fn last_wr_id(qp: *mut ibv_qp) -> u64 {
+    let f = fake();
+    f.qpns
+        .get(&(qp as usize))
+        .and_then(|n| f.qps.get(n))
+        .map_or(0, |q| q.last_wr_id)
+}
+
 /// How many `ibv_poll_cq` calls gave up waiting for another thread's poll session (each would
 /// have been a deadlock with a real provider's CQ lock).
 pub fn poll_cq_blocked() -> u64 {
@@ -597,6 +608,7 @@ fn new_qp(
             rq: VecDeque::new(),
             builder: FakeBatch::default(),
             built_posts: 0,
+            last_wr_id: 0,
         },
     );
     f.qpns.insert(qpx as usize, qpn);
@@ -999,6 +1011,9 @@ unsafe extern "C" fn fake_post_send(
             unsafe { core::slice::from_raw_parts(w.sg_list, w.num_sge as usize) }.to_vec()
         };
         f.posted += 1;
+        if let Some(q) = f.qps.get_mut(&qpn) {
+            q.last_wr_id = w.wr_id;
+        }
         let status = if state == IBV_QPS_ERR {
             IBV_WC_WR_FLUSH_ERR
         } else {

@@ -227,6 +227,17 @@ pub(crate) fn qp_by_num(ctx: usize, qp_num: u32) -> Option<Arc<QpCtl>> {
     read(|m| m.qpns.get(&(ctx, qp_num)).cloned())
 }
 
+/// The records of every QP `engine` manages.
+pub(crate) fn qps_of(engine: &Arc<crate::engine::Engine>) -> Vec<Arc<QpCtl>> {
+    read(|m| {
+        m.qps
+            .values()
+            .filter(|q| Arc::ptr_eq(&q.engine, engine))
+            .cloned()
+            .collect()
+    })
+}
+
 /// Adds a QP record.
 pub(crate) fn add_qp(rec: Arc<QpCtl>) {
     write(|m| {

@@ -387,6 +387,11 @@ pub(crate) fn helper_loop(engine: Weak<Engine>) {
             return;
         }
         let served = eng.serve_rings();
+        if eng.holds_wanted.swap(false, Ordering::AcqRel) {
+            for q in eng.revoke_holds(None) {
+                q.poll_own_cqs();
+            }
+        }
         drop(eng);
         // Fast while requests come (first touches arrive in bursts), then slower and slower:
         // every wake-up takes the application's CPU for two context switches when both share
@@ -529,7 +534,14 @@ impl Engine {
             };
             match cache.ensure_all(&specs, &mut prov) {
                 Ok(k) => k,
-                Err(CacheError::NoRoom { .. }) => return LeaseAnswer::Busy,
+                Err(CacheError::NoRoom { .. }) => {
+                    // Windows this process's QPs hold for their warm path may be what fills
+                    // the budget: the helper asks for them back.
+                    if st.held_bytes > 0 {
+                        self.holds_wanted.store(true, Ordering::Release);
+                    }
+                    return LeaseAnswer::Busy;
+                }
                 Err(CacheError::Provider(_)) => return LeaseAnswer::OutOfRegion,
             }
         };

@@ -51,6 +51,15 @@ impl<T> SpinLock<T> {
         SpinGuard { lock: self }
     }
 
+    /// Locks if the lock is free; `None` otherwise.
+    #[inline]
+    pub(crate) fn try_lock(&self) -> Option<SpinGuard<'_, T>> {
+        self.locked
+            .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_ok()
+            .then_some(SpinGuard { lock: self })
+    }
+
     /// Locks without a guard (for a lock held across calls, such as an `ibv_wr_*` batch);
     /// [`raw_unlock`](Self::raw_unlock) ends it.
     #[inline]

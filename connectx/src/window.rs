@@ -99,6 +99,9 @@ struct Entry {
     inflight: u32,
     leases: u32,
     tick: u64,
+    /// Which registration of the window this is (windows of a region registered again after
+    /// a `rereg` or an eviction get a new one).
+    serial: u64,
 }
 
 /// Counters of the cache.
@@ -192,6 +195,12 @@ impl WindowCache {
         entry.inflight += 1;
         self.stats.hits += 1;
         Some(entry.keys)
+    }
+
+    /// Which registration of window `id` is current, if it is registered: an in-flight count
+    /// taken on one registration is not given back to a later one.
+    pub fn serial(&self, id: WindowId) -> Option<u64> {
+        self.windows.get(&id).map(|e| e.serial)
     }
 
     /// Whether a window is registered (does not touch its recency).
@@ -377,6 +386,7 @@ impl WindowCache {
                 inflight: 0,
                 leases: 0,
                 tick,
+                serial: self.stats.registrations + 1,
             },
         );
         self.add_pinned(pinned);
@@ -497,6 +507,21 @@ mod tests {
         c.remove_lease(wid(1));
         c.acquire(wid(2), &spec(2, 65536), &mut p).unwrap();
         assert_eq!(p.evicted, vec![wid(1)]);
+    }
+
+    #[test]
+    fn a_window_registered_again_has_a_new_serial() {
+        let mut p = FakeProvider::default();
+        let mut c = WindowCache::new(65536);
+        c.ensure_all(&[(wid(0), spec(0, 65536))], &mut p).unwrap();
+        let first = c.serial(wid(0)).unwrap();
+        // Window 1 evicts window 0; window 0 comes back as another registration.
+        c.ensure_all(&[(wid(1), spec(1, 65536))], &mut p).unwrap();
+        assert_eq!(c.serial(wid(0)), None);
+        c.ensure_all(&[(wid(0), spec(0, 65536))], &mut p).unwrap();
+        assert_ne!(c.serial(wid(0)), Some(first));
+        assert_eq!(c.remove_region(1, &mut p), 1);
+        assert_eq!(c.serial(wid(0)), None);
     }
 
     #[test]

@@ -1548,3 +1548,192 @@ fn extended_cq_receive_completions_carry_the_applications_wr_ids() {
         "{flushed:x?}"
     );
 }
+
+/// Posts one signaled 64-byte-or-so RDMA WRITE on `qp` and waits for its completion on `cq`;
+/// returns the `wr_id` the provider saw.
+#[allow(clippy::too_many_arguments)]
+fn write_and_wait(
+    qp: *mut ibv_qp,
+    cq: *mut ibv_cq,
+    src: &Buf,
+    off: usize,
+    len: usize,
+    lkey: u32,
+    raddr: u64,
+    rkey: u32,
+    wr_id: u64,
+) -> (u32, u64) {
+    let mut s = [sge(src, off, len, lkey)];
+    let mut wr = rdma(IBV_WR_RDMA_WRITE, wr_id, &mut s, raddr, rkey, true);
+    let rc = post_send(qp, &mut wr).0;
+    assert_eq!(rc, 0);
+    let wc = poll(cq, 1);
+    assert_eq!(wc.len(), 1, "one completion: {wc:x?}");
+    assert_eq!(wc[0].wr_id, wr_id, "{wc:x?}");
+    (wc[0].status, fake::last_wr_id(qp))
+}
+
+#[test]
+fn warm_sges_in_a_held_window_go_unrecorded_until_the_qp_moves_on() {
+    let p = pair(1 << 20, 16 * 1024);
+    let mut src = Buf::new(64 * KIB);
+    let mut dst = Buf::new(64 * KIB);
+    fill(&mut src, 31);
+    let (sl, _) = keys(p.a.reg(&mut src, IBV_ACCESS_LOCAL_WRITE));
+    let (_, dr) = keys(p.b.reg(&mut dst, ALL_ACCESS));
+    let base = dst.as_ptr() as u64;
+    let write = |wr_id: u64, off: usize| {
+        let (status, seen) = write_and_wait(
+            p.qa,
+            p.a.cq,
+            &src,
+            off,
+            64,
+            sl,
+            base + off as u64,
+            dr,
+            wr_id,
+        );
+        assert_eq!(status, IBV_WC_SUCCESS, "WR {wr_id}");
+        seen
+    };
+    // A first touch (of the peer's window) takes the general path; the first warm WR takes
+    // the hold (it pins the window for itself and is recorded); later WRs inside the window
+    // are posted as the application's own.
+    write(1, 100);
+    assert_ne!(write(2, 200), 2, "the WR that takes the hold is recorded");
+    for i in 3..10u64 {
+        assert_eq!(write(i, 100 * i as usize), i, "a WR in the held window");
+    }
+    // Another window (a first touch again, then warm): the hold moves there (that WR
+    // recorded, the next one not).
+    write(20, 20 * KIB);
+    assert_ne!(write(21, 20 * KIB + 100), 21);
+    assert_eq!(write(22, 20 * KIB + 200), 22);
+    // Back in the first window: moved again.
+    assert_ne!(write(23, 1000), 23);
+    assert_eq!(write(24, 1100), 24);
+    for off in [
+        100,
+        200,
+        300,
+        900,
+        1000,
+        1100,
+        20 * KIB,
+        20 * KIB + 100,
+        20 * KIB + 200,
+    ] {
+        assert_eq!(&dst[off..off + 64], &src[off..off + 64], "offset {off}");
+    }
+    // Nothing stays pinned for the moved holds beyond the one held window and the budget.
+    assert!(p.a.pinned() <= 1 << 20);
+}
+
+#[test]
+fn held_windows_come_back_when_the_budget_needs_them() {
+    // `q1` holds a window and goes quiet; `q2` fills the budget with posted receives (which
+    // keep their windows until a message arrives) and asks for one window more: only the
+    // held one can make room.
+    let budget = 256 * 1024u64;
+    let win = 16 * KIB;
+    let a = Host::with_library(budget, win as u64);
+    let b = Host::with_library(8 << 20, win as u64);
+    let (q1, q2) = (a.create_qp(false), a.create_qp(false));
+    let (r1, r2) = (b.create_qp(false), b.create_qp(false));
+    connect(&a, q1, &b, r1);
+    connect(&a, q2, &b, r2);
+    let mut src = Buf::new(1 << 20);
+    let mut dst = Buf::new(64 * KIB);
+    fill(&mut src, 41);
+    let (sl, _) = keys(a.reg(&mut src, IBV_ACCESS_LOCAL_WRITE));
+    let (_, dr) = keys(b.reg(&mut dst, ALL_ACCESS));
+    let base = dst.as_ptr() as u64;
+    // Windows are aligned in the region's address space: offsets of whole windows.
+    let first = (win - src.as_ptr() as usize % win) % win;
+    let at = |w: usize| first + w * win;
+    for (i, off) in [100usize, 200, 300].into_iter().enumerate() {
+        let (status, seen) = write_and_wait(
+            q1,
+            a.cq,
+            &src,
+            at(0) + off,
+            64,
+            sl,
+            base + off as u64,
+            dr,
+            i as u64,
+        );
+        assert_eq!(status, IBV_WC_SUCCESS);
+        if i == 2 {
+            assert_eq!(seen, 2, "q1 holds a window");
+        }
+    }
+    let pinned = || a.eng().status().page().report().pinned_bytes;
+    let receive = |wr_id: u64, w: usize| {
+        let mut rs = [sge(&src, at(w), win, sl)];
+        let mut rwr = ibv_recv_wr {
+            wr_id,
+            next: core::ptr::null_mut(),
+            sg_list: rs.as_mut_ptr(),
+            num_sge: 1,
+        };
+        post_recv(q2, &mut rwr)
+    };
+    let mut window = 1usize;
+    while pinned() + win as u64 <= budget {
+        assert_eq!(
+            receive(0x1000 + window as u64, window),
+            0,
+            "receive {window}"
+        );
+        window += 1;
+    }
+    assert!(window > 2, "the budget took some receives");
+    assert_eq!(
+        receive(0x2000, window),
+        0,
+        "the held window was taken back for the receive"
+    );
+    assert!(pinned() <= budget);
+    // The barrier that released the hold stays hidden.
+    assert!(poll_rest(a.cq).is_empty());
+    // With the receives gone, q1 works on with its own wr_ids.
+    assert_eq!(a.destroy_qp(q2), 0);
+    let (status, _) = write_and_wait(q1, a.cq, &src, at(0) + 400, 64, sl, base + 400, dr, 77);
+    assert_eq!(status, IBV_WC_SUCCESS);
+    assert!(poll_rest(a.cq).is_empty());
+    for off in [100, 200, 300, 400] {
+        assert_eq!(&dst[off..off + 64], &src[at(0) + off..at(0) + off + 64]);
+    }
+}
+
+#[test]
+fn a_held_window_of_a_deregistered_region_is_not_used() {
+    let p = pair(1 << 20, 16 * 1024);
+    let mut src = Buf::new(64 * KIB);
+    let mut dst = Buf::new(64 * KIB);
+    fill(&mut src, 51);
+    let smr = p.a.reg(&mut src, IBV_ACCESS_LOCAL_WRITE);
+    let (sl, _) = keys(smr);
+    let (_, dr) = keys(p.b.reg(&mut dst, ALL_ACCESS));
+    let base = dst.as_ptr() as u64;
+    for i in 0..3u64 {
+        let (status, _) = write_and_wait(p.qa, p.a.cq, &src, 64, 64, sl, base, dr, i);
+        assert_eq!(status, IBV_WC_SUCCESS);
+    }
+    assert_eq!(p.a.dereg(smr), 0);
+    // The same region registered again (a new lkey); the old one must fail as on plain verbs.
+    let (sl2, _) = keys(p.a.reg(&mut src, IBV_ACCESS_LOCAL_WRITE));
+    let (status, _) = write_and_wait(p.qa, p.a.cq, &src, 64, 64, sl, base, dr, 9);
+    assert_eq!(status, IBV_WC_LOC_PROT_ERR);
+    // The QP is in error now, as on plain verbs; a new one works with the new key.
+    let qa2 = p.a.create_qp(false);
+    let qb2 = p.b.create_qp(false);
+    connect(&p.a, qa2, &p.b, qb2);
+    for i in 10..13u64 {
+        let (status, _) = write_and_wait(qa2, p.a.cq, &src, 128, 64, sl2, base + 128, dr, i);
+        assert_eq!(status, IBV_WC_SUCCESS);
+    }
+    assert_eq!(&dst[128..192], &src[128..192]);
+}
