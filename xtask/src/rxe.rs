@@ -204,14 +204,18 @@ fi
 r=0
 while [ $r -lt $ROUNDS ]; do
   r=$((r + 1))
-  # Odd rounds run plain first, even rounds the library first: no kind always goes first.
-  if [ $((r % 2)) = 1 ]; then
+  # Odd rounds run plain first, even rounds the library first: no kind always goes first
+  # (the compare suite rotates three kinds: runs later in a round were measured faster).
+  if [ "$SUITE" = compare ]; then
+    case $((r % 3)) in
+      1) lat_run plain none; lat_run lib lib; lat_run off off ;;
+      2) lat_run lib lib; lat_run off off; lat_run plain none ;;
+      *) lat_run off off; lat_run plain none; lat_run lib lib ;;
+    esac
+  elif [ $((r % 2)) = 1 ]; then
     lat_run plain none; lat_run lib lib
   else
     lat_run lib lib; lat_run plain none
-  fi
-  if [ "$SUITE" = compare ]; then
-    lat_run off off
   fi
   if [ $((r % 2)) = 1 ]; then
     bw_run plain none; bw_run lib lib
