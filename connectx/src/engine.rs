@@ -1946,6 +1946,12 @@ impl QpCtl {
         wr: *mut ibv_send_wr,
         bad: *mut *mut ibv_send_wr,
     ) -> c_int {
+        if !wr.is_null() {
+            // SAFETY: the head of the application's list; forwarded contract.
+            if let Some(rc) = unsafe { self.try_post_held(side, &*wr, wr, bad) } {
+                return rc;
+            }
+        }
         // The common warm case, one WR that the fast path can translate, is posted straight
         // from the stack: no batch to fill, link and clear.
         if !wr.is_null() && side.batch.is_empty() {
@@ -1965,6 +1971,78 @@ impl QpCtl {
         batch.clear();
         side.batch = batch;
         rc
+    }
+
+    /// The commonest warm WR in the fewest steps: posted alone, on an RC QP, a SEND or an RDMA
+    /// WRITE or READ (with or without immediate) whose one SGE is inline or lies in the QP's
+    /// held window, whose remote range (if any) lies in the remembered peer window, with no
+    /// recorded unsignaled WR before it. It needs no record (see [`LocalHold`] and
+    /// [`WarmKeys::unrecorded`]): a copy of the application's WR with the window keys goes to
+    /// the provider. `None`, having changed nothing, for anything else
+    /// ([`fast_build`](Self::fast_build) and the general path decide those).
+    ///
+    /// # Safety
+    /// `app` is the application's WR at `app_ptr`; `bad` is writable.
+    #[inline(always)]
+    unsafe fn try_post_held(
+        &self,
+        side: &SendSide,
+        app: &ibv_send_wr,
+        app_ptr: *mut ibv_send_wr,
+        bad: *mut *mut ibv_send_wr,
+    ) -> Option<c_int> {
+        if self.qp_type != IBV_QPT_RC
+            || !app.next.is_null()
+            || app.num_sge != 1
+            || app.sg_list.is_null()
+            || !side.signals.is_idle()
+            || !side.batch.is_empty()
+        {
+            return None;
+        }
+        let has_remote = match app.opcode {
+            IBV_WR_RDMA_WRITE | IBV_WR_RDMA_WRITE_WITH_IMM | IBV_WR_RDMA_READ => true,
+            IBV_WR_SEND | IBV_WR_SEND_WITH_IMM => false,
+            _ => return None,
+        };
+        // SAFETY: the application's one-entry SGE array (checked non-null above).
+        let mut sge = unsafe { *app.sg_list };
+        let len = u64::from(sge.length);
+        if len == 0 {
+            return None;
+        }
+        if app.send_flags & IBV_SEND_INLINE == 0 {
+            let h = side.hold.as_ref()?;
+            let end = sge.addr.checked_add(len)?;
+            if h.lkey != sge.lkey
+                || sge.addr < h.lo
+                || end > h.hi
+                || h.epoch != self.engine.hold_epoch.load(Ordering::Acquire)
+            {
+                return None;
+            }
+            sge.lkey = h.wlkey;
+        }
+        let mut wr = *app;
+        if has_remote {
+            let h = side.hot_remote.as_ref()?;
+            let raddr = app.remote_addr();
+            let end = raddr.checked_add(len)?;
+            if h.rkey != app.rdma_rkey() || raddr < h.lo || end > h.hi {
+                return None;
+            }
+            wr.set_rdma_rkey(h.wkey);
+        }
+        wr.sg_list = &mut sge;
+        let post = self.orig_post_send()?;
+        let mut provider_bad: *mut ibv_send_wr = core::ptr::null_mut();
+        // SAFETY: a live QP and one well-formed WR whose SGE outlives the call.
+        let rc = unsafe { post(self.qp as *mut ibv_qp, &mut wr, &mut provider_bad) };
+        if rc != 0 {
+            // SAFETY: `bad` is writable.
+            unsafe { *bad = app_ptr };
+        }
+        Some(rc)
     }
 
     /// [`post_send_list`](Self::post_send_list) with a given batch.
