@@ -256,7 +256,7 @@ impl Default for Options {
             cmp_iters: 500,
             stress_ops: 100,
             compare_only: false,
-            rounds: 5,
+            rounds: 7,
             smp: 4,
             cmp_flags: String::new(),
             pin: true,
