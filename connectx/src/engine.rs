@@ -339,9 +339,10 @@ impl Engine {
                 continue;
             }
             // A side that is busy belongs to a thread that is posting: it sees the new epoch
-            // and retires its hold itself.
+            // and retires its hold itself. Holding the side keeps a registered QP alive (see
+            // poll_for_others).
             let surrendered = match q.send.try_lock() {
-                Some(mut side) => q.surrender_hold(&mut side),
+                Some(mut side) => q.is_registered() && q.surrender_hold(&mut side),
                 None => false,
             };
             if surrendered {
@@ -1695,6 +1696,23 @@ impl QpCtl {
         any
     }
 
+    /// Polls this QP's CQs on behalf of a thread that does not own the QP (to bring back
+    /// windows it surrendered, [`Engine::revoke_holds`]): only while the QP is registered and
+    /// its posting side is free, which keeps the QP, and so its CQs, alive meanwhile
+    /// (`on_destroy_qp` unregisters it, then takes that lock, before the provider destroys
+    /// it). Returns whether anything completed.
+    pub(crate) fn poll_for_others(self: &Arc<Self>) -> bool {
+        let Some(_side) = self.send.try_lock() else {
+            return false;
+        };
+        self.is_registered() && self.poll_own_cqs()
+    }
+
+    /// Whether this record is still the registry's for its QP (not being destroyed).
+    pub(crate) fn is_registered(self: &Arc<Self>) -> bool {
+        registry::qp(self.qp).is_some_and(|r| core::ptr::eq(&*r, Arc::as_ptr(self)))
+    }
+
     /// Waits for the library's own WR `token`; returns its status.
     pub(crate) fn wait_internal(&self, token: u64, deadline: Instant) -> Option<u32> {
         let mut spins = 0u32;
@@ -1923,7 +1941,7 @@ impl QpCtl {
                 .get_or_insert_with(|| self.engine.revoke_holds(Some((self, &mut *side))));
             let mut progress = false;
             for q in others.iter().filter(|q| q.qp != self.qp) {
-                progress |= q.poll_own_cqs();
+                progress |= q.poll_for_others();
             }
             if !self.poll_own_cqs() && !progress {
                 if Instant::now() >= deadline {
@@ -2788,7 +2806,7 @@ fn acquire_after_revoking_holds(
     while !qps.is_empty() && Instant::now() < deadline {
         let mut progress = false;
         for q in &qps {
-            progress |= q.poll_own_cqs();
+            progress |= q.poll_for_others();
         }
         if let Some(got) = acquire_recv_windows(engine, planned) {
             return Some(got);

@@ -389,7 +389,7 @@ pub(crate) fn helper_loop(engine: Weak<Engine>) {
         let served = eng.serve_rings();
         if eng.holds_wanted.swap(false, Ordering::AcqRel) {
             for q in eng.revoke_holds(None) {
-                q.poll_own_cqs();
+                q.poll_for_others();
             }
         }
         drop(eng);
