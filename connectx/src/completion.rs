@@ -26,7 +26,7 @@ use std::collections::VecDeque;
 
 use crate::fasthash::FastMap;
 use crate::sys::IBV_WC_SUCCESS;
-use crate::window::WindowId;
+use crate::window::{RegionId, WindowId};
 
 /// A short list of windows: up to two inline (the common case: one local window per WR), more
 /// on the heap. Keeps the data path free of allocations.
@@ -84,6 +84,15 @@ impl WinList {
     /// Whether there are none.
     pub fn is_empty(&self) -> bool {
         self.n == 0
+    }
+
+    /// Keeps only the windows for which `keep` is true.
+    pub fn retain(&mut self, mut keep: impl FnMut(WindowId) -> bool) {
+        if self.iter().all(&mut keep) {
+            return;
+        }
+        let kept: WinList = self.iter().filter(|w| keep(*w)).collect();
+        *self = kept;
     }
 }
 
@@ -239,6 +248,14 @@ impl SendTracker {
         self.markers > 0
     }
 
+    /// Whether the newest entry is a retired-window marker: no WR recorded after it will
+    /// complete to release its windows.
+    pub fn newest_is_retired(&self) -> bool {
+        self.entries
+            .back()
+            .is_some_and(|e| e.origin == Origin::Retired)
+    }
+
     fn pop_front(&mut self) -> Option<SendEntry> {
         let e = self.entries.pop_front()?;
         if e.origin == Origin::Retired {
@@ -250,20 +267,39 @@ impl SendTracker {
     /// Forgets the most recent records (the provider refused to post them); returns their
     /// windows. Their sequence numbers are used again (never posted, so no completion carries
     /// them), keeping the outstanding records' numbers contiguous.
+    ///
+    /// Retired-window markers among them are not work requests: they stay, moved behind the
+    /// remaining records, because the WRs posted before them (unrecorded warm WRs among them)
+    /// may still use their windows.
     pub fn unrecord_after(&mut self, seq: u64) -> WinList {
         let mut windows = WinList::new();
+        let mut markers: Vec<WinList> = Vec::new();
         while self.entries.back().is_some_and(|e| e.seq > seq) {
             if let Some(e) = self.entries.pop_back() {
                 if e.origin == Origin::Retired {
                     self.markers -= 1;
+                    markers.push(e.windows);
+                } else {
+                    windows.extend(e.windows);
                 }
-                windows.extend(e.windows);
             }
         }
         self.next_seq = self
             .next_seq
             .min(seq.max(self.entries.back().map_or(0, |e| e.seq)));
+        for m in markers.into_iter().rev() {
+            self.retire(m);
+        }
         windows
+    }
+
+    /// Drops every window of `region` from the records (the region was deregistered or
+    /// registered again: its windows' in-flight counts went with the old registration, and a
+    /// later release must not touch a new registration of the same window).
+    pub fn forget_region(&mut self, region: RegionId) {
+        for e in &mut self.entries {
+            e.windows.retain(|w| w.region != region);
+        }
     }
 
     /// Sequence number of the last record (0 if none yet).
@@ -360,13 +396,14 @@ impl SendTracker {
         (released, Outcome::Unknown)
     }
 
-    /// Forgets every entry (the QP is being destroyed); returns all their windows.
-    pub fn drain(&mut self) -> WinList {
+    /// Takes the windows of every entry (the QP is being destroyed, and the provider touches
+    /// none of them afterwards); the entries stay, so that completions still in the CQ are
+    /// still recognised.
+    pub fn take_windows(&mut self) -> WinList {
         let mut w = WinList::new();
-        for e in self.entries.drain(..) {
-            w.extend(e.windows);
+        for e in &mut self.entries {
+            w.extend(std::mem::take(&mut e.windows));
         }
-        self.markers = 0;
         w
     }
 
@@ -482,6 +519,23 @@ impl RecvTracker {
     /// Receives posted and not completed.
     pub fn outstanding(&self) -> usize {
         self.entries.len()
+    }
+
+    /// Drops every window of `region` from the records ([`SendTracker::forget_region`]).
+    pub fn forget_region(&mut self, region: RegionId) {
+        for (_, ws) in self.entries.values_mut() {
+            ws.retain(|w| w.region != region);
+        }
+    }
+
+    /// Takes the windows of every entry, keeping the entries
+    /// ([`SendTracker::take_windows`]).
+    pub fn take_windows(&mut self) -> WinList {
+        let mut w = WinList::new();
+        for (_, ws) in self.entries.values_mut() {
+            w.extend(std::mem::take(ws));
+        }
+        w
     }
 
     /// Forgets every entry (the queue is being destroyed); returns all their windows.
@@ -690,8 +744,86 @@ mod tests {
         assert!(!t.has_retired());
         assert_eq!(t.pending_app_groups(), vec![]);
         t.retire(vec![w(8)].into());
-        assert_eq!(t.drain().iter().collect::<Vec<_>>(), vec![w(8)]);
+        let last = t.record(Origin::Internal { token: NO_WAITER }, vec![w(9)].into());
+        assert_eq!(
+            t.take_windows().iter().collect::<Vec<_>>(),
+            vec![w(8), w(9)]
+        );
+        // A completion arriving after the QP's destruction is still the library's.
+        let (rel, out) = t.complete(last, IBV_WC_WR_FLUSH_ERR);
+        assert!(rel.is_empty());
+        assert_eq!(
+            out,
+            Outcome::Internal {
+                token: NO_WAITER,
+                status: IBV_WC_WR_FLUSH_ERR
+            }
+        );
         assert!(!t.has_retired());
+    }
+
+    #[test]
+    fn a_refused_batch_keeps_the_markers_retired_inside_it() {
+        // Batch [R, B]: posting B moved the QP's hold, retiring w(7) between them; the
+        // provider refuses R. Unrecorded WRs posted before the marker may still use w(7).
+        let mut t = SendTracker::new();
+        let g = t.next_group();
+        let before = t.record(app(1, g, true, true), vec![w(0)].into());
+        let g = t.next_group();
+        let r = t.record(app(2, g, true, true), vec![w(1)].into());
+        t.retire(vec![w(7)].into());
+        let g = t.next_group();
+        t.record(app(3, g, true, true), vec![w(2)].into());
+        let mut back: Vec<_> = t.unrecord_after(r - 1).iter().collect();
+        back.sort();
+        assert_eq!(
+            back,
+            vec![w(1), w(2)],
+            "only the refused WRs' windows come back"
+        );
+        assert!(t.has_retired());
+        assert_eq!(t.outstanding(), 1);
+        // The marker now follows `before`: its completion does not release w(7) ...
+        let (rel, _) = t.complete(before, IBV_WC_SUCCESS);
+        assert_eq!(rel.iter().collect::<Vec<_>>(), vec![w(0)]);
+        assert!(t.has_retired());
+        // ... and the numbers stay contiguous: the next record completes and releases it.
+        let g = t.next_group();
+        let next = t.record(app(4, g, true, true), vec![w(3)].into());
+        assert_eq!(next, r + 1, "the marker took the refused WR's number");
+        let (rel, out) = t.complete(next, IBV_WC_SUCCESS);
+        assert_eq!(out, Outcome::Deliver { wr_id: 4 });
+        assert_eq!(rel.iter().collect::<Vec<_>>(), vec![w(7), w(3)]);
+        assert!(!t.has_retired());
+    }
+
+    #[test]
+    fn a_forgotten_region_releases_nothing_later() {
+        let mut t = SendTracker::new();
+        let other = WindowId {
+            region: 2,
+            index: 0,
+        };
+        let g = t.next_group();
+        let a = t.record(app(1, g, true, true), vec![w(0), other].into());
+        t.retire(vec![w(7)].into());
+        t.forget_region(1);
+        let g = t.next_group();
+        let b = t.record(app(2, g, true, true), WinList::new());
+        assert_eq!(
+            t.complete(a, IBV_WC_SUCCESS).0.iter().collect::<Vec<_>>(),
+            vec![other]
+        );
+        assert!(t.complete(b, IBV_WC_SUCCESS).0.is_empty());
+        assert_eq!(t.outstanding(), 0);
+        let mut r = RecvTracker::new();
+        let s = r.record(5, vec![w(3), other].into());
+        r.forget_region(1);
+        assert_eq!(
+            r.complete(r.wr_id_of(s))
+                .map(|(_, w)| w.iter().collect::<Vec<_>>()),
+            Some(vec![other])
+        );
     }
 
     #[test]

@@ -315,6 +315,21 @@ impl Engine {
         }
     }
 
+    /// Drops the windows of region `id` (just removed from the cache, under the state lock)
+    /// from every record of its QPs and SRQs: completions arriving later must not release a
+    /// new registration of the same window (`ibv_rereg_mr` keeps the region). Called under the
+    /// state lock, so that no hold of the region can be retired into a tracker meanwhile.
+    fn forget_region_in_trackers(&self, id: RegionId) {
+        for q in registry::qps_of(self) {
+            let mut t = q.track.lock();
+            t.send.forget_region(id);
+            t.recv.forget_region(id);
+        }
+        for s in registry::srqs_of(self) {
+            s.track.lock().forget_region(id);
+        }
+    }
+
     /// Takes back the windows QPs hold for their warm path ([`LocalHold`]) when the budget
     /// has no room: no hold is used from now on, and every QP whose posting side is free
     /// (`own`, whose side the caller holds, included) ends its hold and posts a barrier whose
@@ -324,6 +339,10 @@ impl Engine {
         self: &Arc<Self>,
         own: Option<(&QpCtl, &mut SendSide)>,
     ) -> Vec<Arc<QpCtl>> {
+        if lock(&self.state).held_bytes == 0 {
+            // Nothing is held: moving the epoch on would only cost every QP its next hold.
+            return Vec::new();
+        }
         self.hold_epoch.fetch_add(1, Ordering::AcqRel);
         let mut posted = Vec::new();
         let own_qp = own.as_ref().map_or(0, |(q, _)| q.qp);
@@ -715,6 +734,7 @@ impl Engine {
             self.hold_epoch.fetch_add(1, Ordering::AcqRel);
             cache.remove_region(id, &mut prov);
         }
+        self.forget_region_in_trackers(id);
         let leased = st.regions.get(&id).map(|r| {
             r.leases
                 .lessees()
@@ -879,6 +899,7 @@ impl Engine {
             self.hold_epoch.fetch_add(1, Ordering::AcqRel);
             cache.remove_region(id, &mut prov);
         }
+        self.forget_region_in_trackers(id);
         let old_len;
         {
             let Some(r) = st.regions.get_mut(&id) else {
@@ -1078,19 +1099,28 @@ impl Engine {
                 }
             }
             self.drop_lessee(ctl.ctx.ctx, ctl.qp_num);
-            let mut windows = {
-                let mut t = ctl.track.lock();
-                t.drain_all()
-            };
             if ctl.builder.is_open() {
                 // Destroyed between ibv_wr_start and ibv_wr_complete (the application's
                 // error): end the batch so that its lock is not held forever.
                 crate::ops::close_batch(&ctl);
             }
-            let (scratch, hold) = {
+            // Under the posting side's lock: a thread revoking holds that got it first has
+            // finished (its marker and barrier are in the tracker now); one that comes later
+            // finds the QP unregistered and leaves it alone.
+            let (mut windows, settled, scratch, hold) = {
                 let mut side = ctl.send.lock();
-                (side.scratch.take(), side.hold.take())
+                let mut t = ctl.track.lock();
+                let windows = t.take_all_windows();
+                (
+                    windows,
+                    t.is_settled(),
+                    side.scratch.take(),
+                    side.hold.take(),
+                )
             };
+            if settled {
+                registry::forget_gone_qp(&ctl);
+            }
             if let Some(h) = hold {
                 let mut st = lock(&self.state);
                 st.held_bytes = st.held_bytes.saturating_sub(h.bytes);
@@ -1174,10 +1204,16 @@ pub(crate) struct Trackers {
 }
 
 impl Trackers {
-    fn drain_all(&mut self) -> WinList {
-        let mut w = self.send.drain();
-        w.extend(self.recv.drain());
+    /// Takes every window of the records, keeping the records ([`SendTracker::take_windows`]).
+    fn take_all_windows(&mut self) -> WinList {
+        let mut w = self.send.take_windows();
+        w.extend(self.recv.take_windows());
         w
+    }
+
+    /// Whether no recorded WR can complete any more.
+    pub(crate) fn is_settled(&self) -> bool {
+        self.send.outstanding() == 0 && self.recv.outstanding() == 0
     }
 }
 
@@ -1421,7 +1457,10 @@ pub(crate) fn process_wc(
     // completion on the hot path).
     if !matches!(last, Some((n, _)) if *n == wc.qp_num) {
         let Some(q) = registry::qp_by_num(ctx, wc.qp_num) else {
-            return true;
+            return match registry::gone_qp_by_num(ctx, wc.qp_num) {
+                Some(dead) => process_wc_of_destroyed_qp(wc, &dead),
+                None => true,
+            };
         };
         *last = Some((wc.qp_num, q));
     }
@@ -1467,6 +1506,38 @@ pub(crate) fn process_wc(
             false
         }
         Outcome::Suppress => false,
+        Outcome::Unknown => true,
+    }
+}
+
+/// [`process_wc`] for a completion of a QP destroyed with recorded WRs outstanding (some
+/// providers leave such completions in the CQ): its windows are released already, but its
+/// records still tell the application's `wr_id`s from the library's own WRs. The record is
+/// never cached in the CQ (a new QP may get the same number).
+#[cold]
+fn process_wc_of_destroyed_qp(wc: &mut ibv_wc, dead: &Arc<QpCtl>) -> bool {
+    let outcome = {
+        let mut t = dead.track.lock();
+        let in_recv = t.recv.contains(wc.wr_id);
+        let outcome = if in_recv {
+            match t.recv.complete(wc.wr_id) {
+                Some((wr_id, _)) => Outcome::Deliver { wr_id },
+                None => Outcome::Unknown,
+            }
+        } else {
+            t.send.complete(wc.wr_id, wc.status).1
+        };
+        if t.is_settled() {
+            registry::forget_gone_qp(dead);
+        }
+        outcome
+    };
+    match outcome {
+        Outcome::Deliver { wr_id } => {
+            wc.wr_id = wr_id;
+            true
+        }
+        Outcome::Internal { .. } | Outcome::Suppress => false,
         Outcome::Unknown => true,
     }
 }
@@ -2569,7 +2640,16 @@ impl QpCtl {
             let mut st = lock(&self.engine.state);
             self.retire_hold(&mut st, h);
         }
-        if self.qp_type != IBV_QPT_RC || !self.track.lock().send.has_retired() {
+        if self.qp_type != IBV_QPT_RC {
+            return false;
+        }
+        // A barrier is needed only if no recorded WR will complete after the newest marker:
+        // the newest entry is a marker, or the WRs after it end in an unsignaled run.
+        let needed = {
+            let t = self.track.lock();
+            t.send.has_retired() && (t.send.newest_is_retired() || !side.signals.is_idle())
+        };
+        if !needed {
             return false;
         }
         let Some(post) = self.orig_post_send() else {
@@ -2595,6 +2675,8 @@ impl QpCtl {
             self.track.lock().send.unrecord_after(seq - 1);
             return false;
         }
+        // The barrier is signaled: it ends any unsignaled run before it.
+        side.signals.must_signal(true, 1);
         true
     }
 

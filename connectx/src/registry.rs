@@ -19,7 +19,12 @@ struct Maps {
     qpns: crate::fasthash::FastMap<(usize, u32), Arc<QpCtl>>,
     cqs: crate::fasthash::FastMap<usize, Arc<CqCtl>>,
     srqs: crate::fasthash::FastMap<usize, Arc<SrqCtl>>,
+    /// QPs destroyed with recorded WRs outstanding, oldest first (at most [`GONE_QPS`]).
+    gone: std::collections::VecDeque<Arc<QpCtl>>,
 }
+
+/// How many destroyed QPs' records are kept for completions still in their CQs.
+const GONE_QPS: usize = 64;
 
 static MAPS: LazyLock<RwLock<Maps>> = LazyLock::new(|| RwLock::new(Maps::default()));
 
@@ -210,6 +215,7 @@ pub(crate) fn remove_ctx(ctx: usize) -> Option<Arc<CtxRec>> {
         m.qpns.retain(|(c, _), _| *c != ctx);
         m.cqs.retain(|_, c| c.ctx != ctx);
         m.srqs.retain(|_, s| s.ctx != ctx);
+        m.gone.retain(|q| q.ctx.ctx != ctx);
         let r = m.ctxs.remove(&ctx);
         invalidate();
         r
@@ -228,32 +234,68 @@ pub(crate) fn qp_by_num(ctx: usize, qp_num: u32) -> Option<Arc<QpCtl>> {
 }
 
 /// The records of every QP `engine` manages.
-pub(crate) fn qps_of(engine: &Arc<crate::engine::Engine>) -> Vec<Arc<QpCtl>> {
+pub(crate) fn qps_of(engine: &crate::engine::Engine) -> Vec<Arc<QpCtl>> {
     read(|m| {
         m.qps
             .values()
-            .filter(|q| Arc::ptr_eq(&q.engine, engine))
+            .filter(|q| std::ptr::eq(Arc::as_ptr(&q.engine), engine))
             .cloned()
             .collect()
     })
 }
 
-/// Adds a QP record.
+/// The records of every SRQ `engine` manages.
+pub(crate) fn srqs_of(engine: &crate::engine::Engine) -> Vec<Arc<SrqCtl>> {
+    read(|m| {
+        m.srqs
+            .values()
+            .filter(|s| std::ptr::eq(Arc::as_ptr(&s.engine), engine))
+            .cloned()
+            .collect()
+    })
+}
+
+/// Adds a QP record (a destroyed QP's record with the same number is forgotten).
 pub(crate) fn add_qp(rec: Arc<QpCtl>) {
     write(|m| {
+        m.gone
+            .retain(|q| (q.ctx.ctx, q.qp_num) != (rec.ctx.ctx, rec.qp_num));
         m.qpns.insert((rec.ctx.ctx, rec.qp_num), rec.clone());
         m.qps.insert(rec.qp, rec);
     })
 }
 
-/// Removes a QP record.
+/// Removes a QP record. It is kept among the destroyed QPs (in the same step, so that no
+/// completion finds neither) until [`forget_gone_qp`].
 pub(crate) fn remove_qp(qp: usize) -> Option<Arc<QpCtl>> {
     write(|m| {
         let rec = m.qps.remove(&qp)?;
         m.qpns.remove(&(rec.ctx.ctx, rec.qp_num));
+        if m.gone.len() >= GONE_QPS {
+            m.gone.pop_front();
+        }
+        m.gone.push_back(rec.clone());
         invalidate();
         Some(rec)
     })
+}
+
+/// The record of a destroyed QP with number `qp_num` on `ctx` whose completions may still be
+/// in its CQs.
+#[cold]
+pub(crate) fn gone_qp_by_num(ctx: usize, qp_num: u32) -> Option<Arc<QpCtl>> {
+    read(|m| {
+        m.gone
+            .iter()
+            .rev()
+            .find(|q| (q.ctx.ctx, q.qp_num) == (ctx, qp_num))
+            .cloned()
+    })
+}
+
+/// Forgets a destroyed QP's record (no completion of its recorded WRs can come any more).
+pub(crate) fn forget_gone_qp(rec: &Arc<QpCtl>) {
+    write(|m| m.gone.retain(|q| !Arc::ptr_eq(q, rec)));
 }
 
 /// The record of a CQ, if any.

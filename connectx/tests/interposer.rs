@@ -1737,3 +1737,30 @@ fn a_held_window_of_a_deregistered_region_is_not_used() {
     }
     assert_eq!(&dst[128..192], &src[128..192]);
 }
+
+#[test]
+fn completions_left_in_the_cq_by_a_destroyed_qp_carry_the_applications_wr_ids() {
+    let p = pair(1 << 20, 16 * 1024);
+    let mut src = Buf::new(64 * KIB);
+    let mut dst = Buf::new(64 * KIB);
+    fill(&mut src, 61);
+    let (sl, _) = keys(p.a.reg(&mut src, IBV_ACCESS_LOCAL_WRITE));
+    let (_, dr) = keys(p.b.reg(&mut dst, ALL_ACCESS));
+    let base = dst.as_ptr() as u64;
+    // Warm both windows on both sides, then post a WR split across them without polling.
+    let (status, _) = write_and_wait(p.qa, p.a.cq, &src, 0, 32 * 1024, sl, base, dr, 1);
+    assert_eq!(status, IBV_WC_SUCCESS);
+    let mut s = [sge(&src, 8 * 1024, 16 * 1024, sl)];
+    let mut wr = rdma(IBV_WR_RDMA_WRITE, 0xdead, &mut s, base + 8192, dr, true);
+    assert_eq!(post_send(p.qa, &mut wr).0, 0);
+    // The fake, like rxe, leaves a destroyed QP's completions in its CQ.
+    assert_eq!(p.a.destroy_qp(p.qa), 0);
+    let wc = poll(p.a.cq, 1);
+    assert_eq!(wc.len(), 1, "{wc:x?}");
+    assert_eq!((wc[0].wr_id, wc[0].status), (0xdead, IBV_WC_SUCCESS));
+    assert!(
+        poll_rest(p.a.cq).is_empty(),
+        "the library's parts stay hidden"
+    );
+    assert_eq!(&dst[8 * KIB..24 * KIB], &src[8 * KIB..24 * KIB]);
+}
