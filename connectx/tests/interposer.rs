@@ -181,8 +181,14 @@ struct Pair {
 }
 
 fn pair(budget: u64, window: u64) -> Pair {
-    let a = Host::with_library(budget, window);
-    let b = Host::with_library(budget, window);
+    connected(
+        Host::with_library(budget, window),
+        Host::with_library(budget, window),
+    )
+}
+
+/// One RC QP on each host, connected to each other.
+fn connected(a: Host, b: Host) -> Pair {
     let qa = a.create_qp(false);
     let qb = b.create_qp(false);
     connect(&a, qa, &b, qb);
@@ -742,10 +748,7 @@ struct CqExPair {
 fn cq_ex_pair(seed: u64) -> CqExPair {
     let mut a = Host::with_library(1 << 20, 16 * 1024);
     let cqx = a.use_cq_ex(0);
-    let b = Host::with_library(1 << 20, 16 * 1024);
-    let qa = a.create_qp(false);
-    let qb = b.create_qp(false);
-    connect(&a, qa, &b, qb);
+    let Pair { a, b, qa, .. } = connected(a, Host::with_library(1 << 20, 16 * 1024));
     let mut src = Buf::new(64 * 1024);
     let mut dst = Buf::new(64 * 1024);
     fill(&mut src, seed);
@@ -1392,11 +1395,7 @@ fn warm_inline_builder_wrs_go_to_the_providers_builder_unrecorded_and_in_order()
 
 #[test]
 fn unrecorded_completions_mix_with_recorded_ones_and_errors_reach_the_right_wr() {
-    let a = Host::with_library(1 << 20, 16 * 1024);
-    let b = Host::with_library(1 << 20, 16 * 1024);
-    let qa = a.create_qp(false);
-    let qb = b.create_qp(false);
-    connect(&a, qa, &b, qb);
+    let Pair { a, b, qa, .. } = pair(1 << 20, 16 * 1024);
     let mut src = Buf::new(64 * 1024);
     let mut dst = Buf::new(64 * 1024);
     fill(&mut src, 8);
@@ -1464,10 +1463,7 @@ fn extended_cq_receive_completions_carry_the_applications_wr_ids() {
     // the opcode, which it must read itself (the session shows only wr_id and status).
     let mut a = Host::with_library(1 << 20, 16 * 1024);
     let cqx = a.use_cq_ex(0);
-    let b = Host::with_library(1 << 20, 16 * 1024);
-    let qa = a.create_qp(false);
-    let qb = b.create_qp(false);
-    connect(&a, qa, &b, qb);
+    let Pair { a, b, qa, qb } = connected(a, Host::with_library(1 << 20, 16 * 1024));
     let mut rbuf = Buf::new(64 * 1024);
     let mut sbuf = Buf::new(64 * 1024);
     fill(&mut sbuf, 21);
