@@ -1516,22 +1516,24 @@ pub(crate) fn process_wc(
 /// never cached in the CQ (a new QP may get the same number).
 #[cold]
 fn process_wc_of_destroyed_qp(wc: &mut ibv_wc, dead: &Arc<QpCtl>) -> bool {
-    let outcome = {
+    // Until `on_destroy_qp` has taken the records' windows, a completion found here still
+    // carries its windows: release them (after the tracker's lock, as process_wc does).
+    let (windows, outcome, settled) = {
         let mut t = dead.track.lock();
-        let in_recv = t.recv.contains(wc.wr_id);
-        let outcome = if in_recv {
+        let (windows, outcome) = if t.recv.contains(wc.wr_id) {
             match t.recv.complete(wc.wr_id) {
-                Some((wr_id, _)) => Outcome::Deliver { wr_id },
-                None => Outcome::Unknown,
+                Some((wr_id, w)) => (w, Outcome::Deliver { wr_id }),
+                None => (WinList::new(), Outcome::Unknown),
             }
         } else {
-            t.send.complete(wc.wr_id, wc.status).1
+            t.send.complete(wc.wr_id, wc.status)
         };
-        if t.is_settled() {
-            registry::forget_gone_qp(dead);
-        }
-        outcome
+        (windows, outcome, t.is_settled())
     };
+    dead.engine.release(&windows);
+    if settled {
+        registry::forget_gone_qp(dead);
+    }
     match outcome {
         Outcome::Deliver { wr_id } => {
             wc.wr_id = wr_id;
