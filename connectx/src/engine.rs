@@ -1456,17 +1456,21 @@ pub(crate) fn process_wc(
     // Borrow the remembered QP rather than cloning its Arc (two atomic operations per
     // completion on the hot path).
     if !matches!(last, Some((n, _)) if *n == wc.qp_num) {
-        let Some(q) = registry::qp_by_num(ctx, wc.qp_num) else {
-            return match registry::gone_qp_by_num(ctx, wc.qp_num) {
-                Some(dead) => process_wc_of_destroyed_qp(wc, &dead),
-                None => true,
-            };
-        };
-        *last = Some((wc.qp_num, q));
+        match registry::qp_by_num(ctx, wc.qp_num) {
+            registry::QpByNum::Live(q) => *last = Some((wc.qp_num, q)),
+            registry::QpByNum::Destroyed(dead) => return process_wc_of_destroyed_qp(wc, &dead),
+            registry::QpByNum::Unknown => return true,
+        }
     }
     let Some((_, qpc)) = last.as_ref() else {
         return true;
     };
+    translate_wc(qpc, wc)
+}
+
+/// [`process_wc`] for the QP `qpc` of the completion.
+#[inline(always)]
+fn translate_wc(qpc: &QpCtl, wc: &mut ibv_wc) -> bool {
     // A successful completion's opcode tells a receive from a send; an error completion's
     // opcode is undefined, so its wr_id decides: a receive record's, else the send side's
     // (a send the library did not record passes through unchanged).
@@ -1511,37 +1515,17 @@ pub(crate) fn process_wc(
 }
 
 /// [`process_wc`] for a completion of a QP destroyed with recorded WRs outstanding (some
-/// providers leave such completions in the CQ): its windows are released already, but its
-/// records still tell the application's `wr_id`s from the library's own WRs. The record is
-/// never cached in the CQ (a new QP may get the same number).
+/// providers leave such completions in the CQ): its records still tell the application's
+/// `wr_id`s from the library's own WRs, and release the windows `on_destroy_qp` has not taken
+/// yet. The record is never cached in the CQ (a new QP may get the same number), and is
+/// forgotten once none of its WRs can complete any more.
 #[cold]
 fn process_wc_of_destroyed_qp(wc: &mut ibv_wc, dead: &Arc<QpCtl>) -> bool {
-    // Until `on_destroy_qp` has taken the records' windows, a completion found here still
-    // carries its windows: release them (after the tracker's lock, as process_wc does).
-    let (windows, outcome, settled) = {
-        let mut t = dead.track.lock();
-        let (windows, outcome) = if t.recv.contains(wc.wr_id) {
-            match t.recv.complete(wc.wr_id) {
-                Some((wr_id, w)) => (w, Outcome::Deliver { wr_id }),
-                None => (WinList::new(), Outcome::Unknown),
-            }
-        } else {
-            t.send.complete(wc.wr_id, wc.status)
-        };
-        (windows, outcome, t.is_settled())
-    };
-    dead.engine.release(&windows);
-    if settled {
+    let shown = translate_wc(dead, wc);
+    if dead.track.lock().is_settled() {
         registry::forget_gone_qp(dead);
     }
-    match outcome {
-        Outcome::Deliver { wr_id } => {
-            wc.wr_id = wr_id;
-            true
-        }
-        Outcome::Internal { .. } | Outcome::Suppress => false,
-        Outcome::Unknown => true,
-    }
+    shown
 }
 
 /// Polls the provider for `cq` once (up to 16 completions), processing them into the stash.

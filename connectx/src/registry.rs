@@ -228,9 +228,33 @@ pub(crate) fn qp(qp: usize) -> Option<Hot<QpCtl>> {
     cached(&HOT_QPS, qp, || read(|m| m.qps.get(&qp).cloned()))
 }
 
-/// The record of the QP with number `qp_num` on context `ctx`.
-pub(crate) fn qp_by_num(ctx: usize, qp_num: u32) -> Option<Arc<QpCtl>> {
-    read(|m| m.qpns.get(&(ctx, qp_num)).cloned())
+/// What a QP number names.
+pub(crate) enum QpByNum {
+    /// A QP the library manages.
+    Live(Arc<QpCtl>),
+    /// A QP destroyed with recorded WRs outstanding (see [`remove_qp`]).
+    Destroyed(Arc<QpCtl>),
+    /// Neither.
+    Unknown,
+}
+
+/// The record of the QP with number `qp_num` on context `ctx` (one lookup for both kinds).
+pub(crate) fn qp_by_num(ctx: usize, qp_num: u32) -> QpByNum {
+    read(|m| {
+        if let Some(q) = m.qpns.get(&(ctx, qp_num)) {
+            return QpByNum::Live(q.clone());
+        }
+        m.gone
+            .iter()
+            .rev()
+            .find(|q| (q.ctx.ctx, q.qp_num) == (ctx, qp_num))
+            .map_or(QpByNum::Unknown, |q| QpByNum::Destroyed(q.clone()))
+    })
+}
+
+/// Whether a live QP has number `qp_num` on `ctx`.
+pub(crate) fn is_live_qp_num(ctx: usize, qp_num: u32) -> bool {
+    read(|m| m.qpns.contains_key(&(ctx, qp_num)))
 }
 
 /// The records of every QP `engine` manages.
@@ -277,19 +301,6 @@ pub(crate) fn remove_qp(qp: usize) -> Option<Arc<QpCtl>> {
         m.gone.push_back(rec.clone());
         invalidate();
         Some(rec)
-    })
-}
-
-/// The record of a destroyed QP with number `qp_num` on `ctx` whose completions may still be
-/// in its CQs.
-#[cold]
-pub(crate) fn gone_qp_by_num(ctx: usize, qp_num: u32) -> Option<Arc<QpCtl>> {
-    read(|m| {
-        m.gone
-            .iter()
-            .rev()
-            .find(|q| (q.ctx.ctx, q.qp_num) == (ctx, qp_num))
-            .cloned()
     })
 }
 

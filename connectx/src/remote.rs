@@ -485,7 +485,7 @@ impl Engine {
             return LeaseAnswer::OutOfRegion;
         }
         // The lessee must be one of our QPs (the requester names our end of its connection).
-        if req.lessee == 0 || registry::qp_by_num(r.ctx, req.lessee).is_none() {
+        if req.lessee == 0 || !registry::is_live_qp_num(r.ctx, req.lessee) {
             return LeaseAnswer::OutOfRegion;
         }
         // A lessee in a new epoch gave its old leases back: end them before counting room.
