@@ -248,12 +248,12 @@ impl SendTracker {
         self.markers > 0
     }
 
-    /// Whether the newest entry is a retired-window marker: no WR recorded after it will
-    /// complete to release its windows.
-    pub fn newest_is_retired(&self) -> bool {
+    /// Whether the newest entry is one of the library's own WRs (always posted signaled): its
+    /// completion releases every marker before it.
+    pub fn newest_is_internal(&self) -> bool {
         self.entries
             .back()
-            .is_some_and(|e| e.origin == Origin::Retired)
+            .is_some_and(|e| matches!(e.origin, Origin::Internal { .. }))
     }
 
     fn pop_front(&mut self) -> Option<SendEntry> {
@@ -715,6 +715,7 @@ mod tests {
         t.retire(vec![w(7)].into());
         t.retire(WinList::new());
         assert!(t.has_retired());
+        assert!(!t.newest_is_internal(), "a barrier is needed");
         assert_eq!(t.outstanding(), 1, "a marker is not a posted WR");
         // The WR posted before the marker completing does not release it.
         let (rel, out) = t.complete(before, IBV_WC_SUCCESS);
@@ -732,6 +733,7 @@ mod tests {
         assert!(t.has_retired());
         // The next WR's completion proves the marker's windows idle.
         let after = t.record(Origin::Internal { token: NO_WAITER }, WinList::new());
+        assert!(t.newest_is_internal(), "no further barrier is needed");
         let (rel, out) = t.complete(after, IBV_WC_WR_FLUSH_ERR);
         assert_eq!(
             out,

@@ -320,7 +320,11 @@ impl Engine {
     /// new registration of the same window (`ibv_rereg_mr` keeps the region). Called under the
     /// state lock, so that no hold of the region can be retired into a tracker meanwhile.
     fn forget_region_in_trackers(&self, id: RegionId) {
-        for q in registry::qps_of(self) {
+        // Destroyed QPs too: one being destroyed may not have given up its windows yet.
+        for q in registry::qps_of(self)
+            .into_iter()
+            .chain(registry::gone_qps_of(self))
+        {
             let mut t = q.track.lock();
             t.send.forget_region(id);
             t.recv.forget_region(id);
@@ -339,11 +343,11 @@ impl Engine {
         self: &Arc<Self>,
         own: Option<(&QpCtl, &mut SendSide)>,
     ) -> Vec<Arc<QpCtl>> {
-        if lock(&self.state).held_bytes == 0 {
-            // Nothing is held: moving the epoch on would only cost every QP its next hold.
-            return Vec::new();
+        // With nothing held, moving the epoch on would only cost every QP its next hold; the
+        // QPs are still visited, for markers whose barrier was refused before.
+        if lock(&self.state).held_bytes > 0 {
+            self.hold_epoch.fetch_add(1, Ordering::AcqRel);
         }
-        self.hold_epoch.fetch_add(1, Ordering::AcqRel);
         let mut posted = Vec::new();
         let own_qp = own.as_ref().map_or(0, |(q, _)| q.qp);
         let own_posted = match own {
@@ -2629,11 +2633,13 @@ impl QpCtl {
         if self.qp_type != IBV_QPT_RC {
             return false;
         }
-        // A barrier is needed only if no recorded WR will complete after the newest marker:
-        // the newest entry is a marker, or the WRs after it end in an unsignaled run.
+        // A barrier is needed unless the newest record is one of the library's own WRs (an
+        // earlier barrier, say), which are signaled: its completion releases every marker.
+        // (Whether an application WR after the markers is signaled is not known for sure: a
+        // refused post may have reset the signal run.)
         let needed = {
             let t = self.track.lock();
-            t.send.has_retired() && (t.send.newest_is_retired() || !side.signals.is_idle())
+            t.send.has_retired() && !t.send.newest_is_internal()
         };
         if !needed {
             return false;

@@ -268,6 +268,17 @@ pub(crate) fn qps_of(engine: &crate::engine::Engine) -> Vec<Arc<QpCtl>> {
     })
 }
 
+/// The records of the QPs `engine` managed that were destroyed with WRs outstanding.
+pub(crate) fn gone_qps_of(engine: &crate::engine::Engine) -> Vec<Arc<QpCtl>> {
+    read(|m| {
+        m.gone
+            .iter()
+            .filter(|q| std::ptr::eq(Arc::as_ptr(&q.engine), engine))
+            .cloned()
+            .collect()
+    })
+}
+
 /// The records of every SRQ `engine` manages.
 pub(crate) fn srqs_of(engine: &crate::engine::Engine) -> Vec<Arc<SrqCtl>> {
     read(|m| {
