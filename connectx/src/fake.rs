@@ -20,7 +20,9 @@
 //! when posted, so completions are ready at once.
 
 use core::ffi::{c_int, c_uint, c_void};
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
+
+use crate::fasthash::FastMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{LazyLock, Mutex, MutexGuard};
 
@@ -65,23 +67,23 @@ unsafe impl Send for Qp {}
 
 #[derive(Default)]
 struct Fake {
-    mrs: HashMap<u32, Mr>,
-    mr_keys: HashMap<usize, u32>,
-    qps: HashMap<u32, Qp>,
-    qpns: HashMap<usize, u32>,
-    cqs: HashMap<usize, VecDeque<ibv_wc>>,
+    mrs: FastMap<u32, Mr>,
+    mr_keys: FastMap<usize, u32>,
+    qps: FastMap<u32, Qp>,
+    qpns: FastMap<usize, u32>,
+    cqs: FastMap<usize, VecDeque<ibv_wc>>,
     /// Extended CQs and the completion their poll session shows.
-    ex_cqs: HashMap<usize, Option<ibv_wc>>,
+    ex_cqs: FastMap<usize, Option<ibv_wc>>,
     /// Extended CQs inside a poll session: like rxe and mlx5, the session holds the CQ's lock
     /// from a successful start_poll to end_poll, and ibv_poll_cq waits for it.
-    in_session: HashMap<usize, ()>,
+    in_session: FastMap<usize, ()>,
     /// ibv_poll_cq calls that gave up waiting for a session (a deadlock in a real provider).
     poll_blocked: u64,
-    srqs: HashMap<usize, (usize, RecvQueue)>,
-    pinned: HashMap<usize, u64>,
-    peak: HashMap<usize, u64>,
-    fail_next_reg: HashMap<usize, i32>,
-    no_atomics: HashMap<usize, bool>,
+    srqs: FastMap<usize, (usize, RecvQueue)>,
+    pinned: FastMap<usize, u64>,
+    peak: FastMap<usize, u64>,
+    fail_next_reg: FastMap<usize, i32>,
+    no_atomics: FastMap<usize, bool>,
     next_key: u32,
     next_qpn: u32,
     posted: u64,
@@ -1004,11 +1006,11 @@ unsafe extern "C" fn fake_post_send(
             unsafe { *bad = cur };
             return libc::EINVAL;
         }
-        let sges: Vec<ibv_sge> = if w.num_sge == 0 || w.sg_list.is_null() {
-            Vec::new()
+        let sges: &[ibv_sge] = if w.num_sge == 0 || w.sg_list.is_null() {
+            &[]
         } else {
-            // SAFETY: the caller's SGE array.
-            unsafe { core::slice::from_raw_parts(w.sg_list, w.num_sge as usize) }.to_vec()
+            // SAFETY: the caller's SGE array, valid for the duration of the call.
+            unsafe { core::slice::from_raw_parts(w.sg_list, w.num_sge as usize) }
         };
         f.posted += 1;
         if let Some(q) = f.qps.get_mut(&qpn) {
@@ -1017,7 +1019,7 @@ unsafe extern "C" fn fake_post_send(
         let status = if state == IBV_QPS_ERR {
             IBV_WC_WR_FLUSH_ERR
         } else {
-            execute(&mut f, qpn, &w, &sges)
+            execute(&mut f, qpn, &w, sges)
         };
         if status != IBV_WC_SUCCESS && state != IBV_QPS_ERR {
             if let Some(q) = f.qps.get_mut(&qpn) {
