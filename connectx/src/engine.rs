@@ -1338,6 +1338,30 @@ pub(crate) struct SendSide {
     pub signals: SignalRun,
     /// The local window this QP holds for its warm path, if any.
     pub hold: Option<LocalHold>,
+    /// The WR that [`QpCtl::try_post_held`] hands to the provider.
+    pub held: HeldWr,
+}
+
+/// Opcodes of the held-window path with a remote range (a bit per `ibv_wr_opcode`).
+const HELD_REMOTE_OPS: u32 =
+    1 << IBV_WR_RDMA_WRITE | 1 << IBV_WR_RDMA_WRITE_WITH_IMM | 1 << IBV_WR_RDMA_READ;
+/// Opcodes of the held-window path without one.
+const HELD_LOCAL_OPS: u32 = 1 << IBV_WR_SEND | 1 << IBV_WR_SEND_WITH_IMM;
+
+/// A QP's template for the held-window path: a WR whose fields outside those the path writes
+/// stay zero, and its one SGE.
+pub(crate) struct HeldWr {
+    wr: ibv_send_wr,
+    sge: ibv_sge,
+}
+
+impl Default for HeldWr {
+    fn default() -> Self {
+        Self {
+            wr: ibv_send_wr::zeroed(),
+            sge: ibv_sge::default(),
+        }
+    }
 }
 
 // SAFETY: the batch's WRs hold pointers only into its own SGE vector; SendSide is only used
@@ -2065,58 +2089,76 @@ impl QpCtl {
     #[inline(always)]
     unsafe fn try_post_held(
         &self,
-        side: &SendSide,
+        side: &mut SendSide,
         app: &ibv_send_wr,
         app_ptr: *mut ibv_send_wr,
         bad: *mut *mut ibv_send_wr,
     ) -> Option<c_int> {
-        if self.qp_type != IBV_QPT_RC
-            || !app.next.is_null()
-            || app.num_sge != 1
-            || app.sg_list.is_null()
-            || !side.signals.is_idle()
-            || !side.batch.is_empty()
-        {
+        // The conditions are folded into few tests (`&`, not `&&`): an emulator ends a
+        // translation block at every branch, and this runs once per WR.
+        let op_bit = 1u32.checked_shl(app.opcode).unwrap_or(0);
+        let eligible = (self.qp_type == IBV_QPT_RC)
+            & app.next.is_null()
+            & (app.num_sge == 1)
+            & !app.sg_list.is_null()
+            & side.signals.is_idle()
+            & side.batch.is_empty()
+            & (op_bit & (HELD_REMOTE_OPS | HELD_LOCAL_OPS) != 0);
+        if !eligible {
             return None;
         }
-        let has_remote = match app.opcode {
-            IBV_WR_RDMA_WRITE | IBV_WR_RDMA_WRITE_WITH_IMM | IBV_WR_RDMA_READ => true,
-            IBV_WR_SEND | IBV_WR_SEND_WITH_IMM => false,
-            _ => return None,
-        };
         // SAFETY: the application's one-entry SGE array (checked non-null above).
-        let mut sge = unsafe { *app.sg_list };
-        let len = u64::from(sge.length);
-        if len == 0 {
-            return None;
-        }
+        let app_sge = unsafe { *app.sg_list };
+        let len = u64::from(app_sge.length);
+        let end = app_sge.addr.wrapping_add(len);
+        let mut lkey = app_sge.lkey;
         if app.send_flags & IBV_SEND_INLINE == 0 {
             let h = side.hold.as_ref()?;
-            let end = sge.addr.checked_add(len)?;
-            if h.lkey != sge.lkey
-                || sge.addr < h.lo
-                || end > h.hi
-                || h.epoch != self.engine.hold_epoch.load(Ordering::Acquire)
-            {
+            let inside = (end > app_sge.addr)
+                & (h.lkey == app_sge.lkey)
+                & (app_sge.addr >= h.lo)
+                & (end <= h.hi)
+                & (h.epoch == self.engine.hold_epoch.load(Ordering::Acquire));
+            if !inside {
                 return None;
             }
-            sge.lkey = h.wlkey;
+            lkey = h.wlkey;
+        } else if len == 0 {
+            return None;
         }
-        let mut wr = *app;
-        if has_remote {
+        let raddr = app.remote_addr();
+        let mut rkey = app.rdma_rkey();
+        if op_bit & HELD_REMOTE_OPS != 0 {
             let h = side.hot_remote.as_ref()?;
-            let raddr = app.remote_addr();
-            let end = raddr.checked_add(len)?;
-            if h.rkey != app.rdma_rkey() || raddr < h.lo || end > h.hi {
+            let rend = raddr.wrapping_add(len);
+            let inside = (rend > raddr) & (h.rkey == rkey) & (raddr >= h.lo) & (rend <= h.hi);
+            if !inside {
                 return None;
             }
-            wr.set_rdma_rkey(h.wkey);
+            rkey = h.wkey;
         }
-        wr.sg_list = &mut sge;
         let post = self.orig_post_send()?;
+        // The WR goes out from the QP's own template, whose other fields stay zero: only what
+        // these opcodes use is written (half the stores of copying the application's WR).
+        let held = &mut side.held;
+        held.sge = ibv_sge {
+            addr: app_sge.addr,
+            length: app_sge.length,
+            lkey,
+        };
+        let wr = &mut held.wr;
+        wr.wr_id = app.wr_id;
+        wr.sg_list = &mut held.sge;
+        wr.num_sge = 1;
+        wr.opcode = app.opcode;
+        wr.send_flags = app.send_flags;
+        wr.imm_data = app.imm_data;
+        wr.wr[0] = raddr;
+        wr.wr[1] = u64::from(rkey);
         let mut provider_bad: *mut ibv_send_wr = core::ptr::null_mut();
-        // SAFETY: a live QP and one well-formed WR whose SGE outlives the call.
-        let rc = unsafe { post(self.qp as *mut ibv_qp, &mut wr, &mut provider_bad) };
+        // SAFETY: a live QP and one well-formed WR whose SGE (in the same template, under the
+        // send lock) outlives the call.
+        let rc = unsafe { post(self.qp as *mut ibv_qp, wr, &mut provider_bad) };
         if rc != 0 {
             // SAFETY: `bad` is writable.
             unsafe { *bad = app_ptr };

@@ -94,8 +94,15 @@ impl<T> HotCache<T> {
         let p = s.rec.load(Ordering::Relaxed);
         std::sync::atomic::fence(Ordering::Acquire);
         let after = s.seq.load(Ordering::Relaxed);
-        (before & 1 == 0 && before == after && k == key && g == generation && !p.is_null())
-            .then_some(p.cast::<T>().cast_const())
+        // One test, not five branches (an emulator ends a translation block at every branch,
+        // and this runs on every data-path call): zero exactly when the slot is stable, holds
+        // `key` in `generation` and a record.
+        let miss = (before & 1)
+            | (before ^ after)
+            | (k ^ key) as u64
+            | (g ^ generation)
+            | u64::from(p.is_null());
+        (miss == 0).then_some(p.cast::<T>().cast_const())
     }
 
     /// Caches `rec` for `key` (skipped if another thread is writing the slot).
