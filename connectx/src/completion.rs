@@ -26,15 +26,15 @@ use std::collections::VecDeque;
 
 use crate::fasthash::FastMap;
 use crate::sys::IBV_WC_SUCCESS;
-use crate::window::{RegionId, WindowId};
+use crate::window::{RegionId, WindowId, WindowUse};
 
 /// A short list of windows: up to two inline (the common case: one local window per WR), more
 /// on the heap. Keeps the data path free of allocations.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct WinList {
     n: u8,
-    inline: [WindowId; 2],
-    spill: Vec<WindowId>,
+    inline: [WindowUse; 2],
+    spill: Vec<WindowUse>,
 }
 
 impl WinList {
@@ -42,9 +42,12 @@ impl WinList {
     pub const fn new() -> Self {
         Self {
             n: 0,
-            inline: [WindowId {
-                region: 0,
-                index: 0,
+            inline: [WindowUse {
+                id: WindowId {
+                    region: 0,
+                    index: 0,
+                },
+                serial: 0,
             }; 2],
             spill: Vec::new(),
         }
@@ -52,7 +55,7 @@ impl WinList {
 
     /// Appends a window.
     #[inline]
-    pub fn push(&mut self, w: WindowId) {
+    pub fn push(&mut self, w: WindowUse) {
         if usize::from(self.n) < self.inline.len() {
             self.inline[usize::from(self.n)] = w;
             self.n += 1;
@@ -69,7 +72,7 @@ impl WinList {
     }
 
     /// The windows.
-    pub fn iter(&self) -> impl Iterator<Item = WindowId> + '_ {
+    pub fn iter(&self) -> impl Iterator<Item = WindowUse> + '_ {
         self.inline[..usize::from(self.n)]
             .iter()
             .chain(self.spill.iter())
@@ -87,7 +90,7 @@ impl WinList {
     }
 
     /// Keeps only the windows for which `keep` is true.
-    pub fn retain(&mut self, mut keep: impl FnMut(WindowId) -> bool) {
+    pub fn retain(&mut self, mut keep: impl FnMut(WindowUse) -> bool) {
         if self.iter().all(&mut keep) {
             return;
         }
@@ -96,8 +99,8 @@ impl WinList {
     }
 }
 
-impl From<Vec<WindowId>> for WinList {
-    fn from(v: Vec<WindowId>) -> Self {
+impl From<Vec<WindowUse>> for WinList {
+    fn from(v: Vec<WindowUse>) -> Self {
         let mut l = WinList::new();
         for w in v {
             l.push(w);
@@ -106,8 +109,8 @@ impl From<Vec<WindowId>> for WinList {
     }
 }
 
-impl FromIterator<WindowId> for WinList {
-    fn from_iter<I: IntoIterator<Item = WindowId>>(it: I) -> Self {
+impl FromIterator<WindowUse> for WinList {
+    fn from_iter<I: IntoIterator<Item = WindowUse>>(it: I) -> Self {
         let mut l = WinList::new();
         for w in it {
             l.push(w);
@@ -298,7 +301,7 @@ impl SendTracker {
     /// later release must not touch a new registration of the same window).
     pub fn forget_region(&mut self, region: RegionId) {
         for e in &mut self.entries {
-            e.windows.retain(|w| w.region != region);
+            e.windows.retain(|w| w.id.region != region);
         }
     }
 
@@ -524,7 +527,7 @@ impl RecvTracker {
     /// Drops every window of `region` from the records ([`SendTracker::forget_region`]).
     pub fn forget_region(&mut self, region: RegionId) {
         for (_, ws) in self.entries.values_mut() {
-            ws.retain(|w| w.region != region);
+            ws.retain(|w| w.id.region != region);
         }
     }
 
@@ -553,10 +556,13 @@ mod tests {
     use super::*;
     use crate::sys::{IBV_WC_LOC_PROT_ERR, IBV_WC_WR_FLUSH_ERR};
 
-    fn w(i: u64) -> WindowId {
-        WindowId {
-            region: 1,
-            index: i,
+    fn w(i: u64) -> WindowUse {
+        WindowUse {
+            id: WindowId {
+                region: 1,
+                index: i,
+            },
+            serial: 1,
         }
     }
 
@@ -802,9 +808,12 @@ mod tests {
     #[test]
     fn a_forgotten_region_releases_nothing_later() {
         let mut t = SendTracker::new();
-        let other = WindowId {
-            region: 2,
-            index: 0,
+        let other = WindowUse {
+            id: WindowId {
+                region: 2,
+                index: 0,
+            },
+            serial: 1,
         };
         let g = t.next_group();
         let a = t.record(app(1, g, true, true), vec![w(0), other].into());

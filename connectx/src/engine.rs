@@ -23,7 +23,9 @@ use crate::spin::SpinLock;
 use crate::status::{Counters, PageStore};
 use crate::sys::*;
 use crate::translate::{Geometry, PlanError, PlannedRemote, PlannedSge, RemoteClass, SgeClass};
-use crate::window::{CacheError, Keys, RegionId, Registrar, WindowCache, WindowId, WindowSpec};
+use crate::window::{
+    CacheError, Keys, RegionId, Registrar, WindowCache, WindowId, WindowSpec, WindowUse,
+};
 
 /// Extra send queue entries per QP for the library's own work requests and for splits.
 const SQ_RESERVE: u32 = 16;
@@ -1128,9 +1130,8 @@ impl Engine {
             if let Some(h) = hold {
                 let mut st = lock(&self.state);
                 st.held_bytes = st.held_bytes.saturating_sub(h.bytes);
-                if st.cache.serial(h.id) == Some(h.serial) {
-                    windows.push(h.id);
-                }
+                // Released only if still the same registration (WindowCache::release).
+                windows.push(h.used);
             }
             self.release(&windows);
             if let Some(s) = scratch {
@@ -1316,9 +1317,8 @@ pub(crate) struct LocalHold {
     hi: u64,
     /// The window's own lkey.
     wlkey: u32,
-    id: WindowId,
-    /// The registration of the window the in-flight count was taken on.
-    serial: u64,
+    /// The window and the registration its in-flight count was taken on.
+    used: WindowUse,
     bytes: u64,
     /// [`Engine::hold_epoch`] when taken.
     epoch: u64,
@@ -1634,7 +1634,7 @@ impl Batch {
 #[derive(Clone, Copy)]
 pub(crate) struct WarmKeys {
     remote: Option<u32>,
-    local: Option<(u32, WindowId)>,
+    local: Option<(u32, WindowUse)>,
     /// The local key is the QP's hold's: nothing was pinned for this WR.
     held: bool,
 }
@@ -1653,7 +1653,7 @@ impl WarmKeys {
 
     /// The window pinned for this WR alone (released by its record).
     #[inline]
-    fn pinned_window(&self) -> Option<WindowId> {
+    fn pinned_window(&self) -> Option<WindowUse> {
         if self.held {
             None
         } else {
@@ -2005,12 +2005,13 @@ impl QpCtl {
             };
             match result {
                 Ok(keys) => {
-                    for id in &wanted {
-                        st.cache.add_inflight(*id);
-                    }
+                    let uses: WinList = wanted
+                        .iter()
+                        .filter_map(|id| st.cache.add_inflight(*id))
+                        .collect();
                     eng.publish(&st);
                     let sges = provider_sges(planned, &wanted, Some(&keys), &st.regions);
-                    return Ok((sges, wanted.into()));
+                    return Ok((sges, uses));
                 }
                 Err(CacheError::Provider(_)) => {
                     // The region cannot be registered (unmapped since, or gone): let the NIC
@@ -2580,7 +2581,7 @@ impl QpCtl {
                 && end <= h.hi
                 && h.epoch == self.engine.hold_epoch.load(Ordering::Acquire)
             {
-                keys.local = Some((h.wlkey, h.id));
+                keys.local = Some((h.wlkey, h.used));
                 keys.held = true;
                 return Some(keys);
             }
@@ -2596,8 +2597,8 @@ impl QpCtl {
                 }
                 let (lo, hi) = r.geom.window_range(index);
                 let wid = WindowId { region: id, index };
-                let k = st.cache.lookup_and_pin(wid)?;
-                keys.local = Some((k.lkey, wid));
+                let (k, used) = st.cache.lookup_and_pin(wid)?;
+                keys.local = Some((k.lkey, used));
                 if self.qp_type == IBV_QPT_RC {
                     self.move_hold(side, &mut st, s.lkey, (lo, hi), k.lkey, wid);
                 }
@@ -2624,10 +2625,7 @@ impl QpCtl {
         let old_bytes = old.map_or(0, |h| h.bytes);
         let bytes = st.cache.spec(wid).map_or(0, |sp| sp.pinned_bytes());
         let fits = st.held_bytes.saturating_sub(old_bytes) + bytes <= st.cache.budget() / 4;
-        let serial = st.cache.serial(wid);
-        if let Some(serial) = serial.filter(|_| fits)
-            && st.cache.add_inflight(wid)
-        {
+        if fits && let Some(used) = st.cache.add_inflight(wid) {
             if let Some(o) = old {
                 self.retire_hold(st, o);
             }
@@ -2637,8 +2635,7 @@ impl QpCtl {
                 lo,
                 hi,
                 wlkey,
-                id: wid,
-                serial,
+                used,
                 bytes,
                 epoch,
             });
@@ -2657,9 +2654,9 @@ impl QpCtl {
         st.held_bytes = st.held_bytes.saturating_sub(h.bytes);
         // A window deregistered since (the region was deregistered or re-registered) took the
         // hold's in-flight count with it.
-        if st.cache.serial(h.id) == Some(h.serial) {
+        if st.cache.serial(h.used.id) == Some(h.used.serial) {
             let mut w = WinList::new();
-            w.push(h.id);
+            w.push(h.used);
             self.track.lock().send.retire(w);
         }
     }
@@ -2721,7 +2718,7 @@ impl QpCtl {
         &self,
         side: &mut SendSide,
         app: &ibv_send_wr,
-        window: Option<WindowId>,
+        window: Option<WindowUse>,
     ) -> (u64, u64, u32) {
         let mut windows = WinList::new();
         if let Some(w) = window {
@@ -2962,14 +2959,17 @@ fn acquire_recv_windows(
         Err(CacheError::Provider(_)) => Vec::new(),
     };
     let ok = keys.len() == specs.len() && specs.len() == wanted.len();
-    if ok {
-        for id in &wanted {
-            st.cache.add_inflight(*id);
-        }
-    }
+    let uses: WinList = if ok {
+        wanted
+            .iter()
+            .filter_map(|id| st.cache.add_inflight(*id))
+            .collect()
+    } else {
+        WinList::new()
+    };
     engine.publish(&st);
     let sges = provider_sges(planned, &wanted, ok.then_some(&keys[..]), &st.regions);
-    Some((sges, if ok { wanted.into() } else { WinList::new() }))
+    Some((sges, uses))
 }
 
 /// The distinct windows that `planned` uses, in order of first use.

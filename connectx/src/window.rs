@@ -30,6 +30,17 @@ pub struct WindowId {
     pub index: u64,
 }
 
+/// One in-flight use of a window, counted on the registration it was taken on: giving it back
+/// after the window was deregistered and registered again (its region re-registered, say)
+/// must not end a use of the new registration.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub struct WindowUse {
+    /// The window.
+    pub id: WindowId,
+    /// Its registration ([`WindowCache::serial`]).
+    pub serial: u64,
+}
+
 /// Where a window lies.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct WindowSpec {
@@ -188,19 +199,30 @@ impl WindowCache {
     /// Like [`lookup`](Self::lookup), and counts one more in-flight use (the data path's
     /// single call on a warm cache).
     #[inline]
-    pub fn lookup_and_pin(&mut self, id: WindowId) -> Option<Keys> {
+    pub fn lookup_and_pin(&mut self, id: WindowId) -> Option<(Keys, WindowUse)> {
         let tick = self.next_tick();
         let entry = self.windows.get_mut(&id)?;
         entry.tick = tick;
         entry.inflight += 1;
         self.stats.hits += 1;
-        Some(entry.keys)
+        Some((
+            entry.keys,
+            WindowUse {
+                id,
+                serial: entry.serial,
+            },
+        ))
     }
 
     /// Which registration of window `id` is current, if it is registered: an in-flight count
     /// taken on one registration is not given back to a later one.
     pub fn serial(&self, id: WindowId) -> Option<u64> {
         self.windows.get(&id).map(|e| e.serial)
+    }
+
+    /// A use of the current registration of window `id` (not counted), if it is registered.
+    pub fn use_of(&self, id: WindowId) -> Option<WindowUse> {
+        self.serial(id).map(|serial| WindowUse { id, serial })
     }
 
     /// Whether a window is registered (does not touch its recency).
@@ -249,31 +271,31 @@ impl WindowCache {
         id: WindowId,
         spec: &WindowSpec,
         reg: &mut impl Registrar,
-    ) -> Result<Keys, CacheError> {
+    ) -> Result<(Keys, WindowUse), CacheError> {
         let keys = self.ensure_all(&[(id, *spec)], reg)?;
-        if let Some(e) = self.windows.get_mut(&id) {
-            e.inflight += 1;
-        }
+        let used = self.add_inflight(id);
         keys.first()
             .copied()
+            .zip(used)
             .ok_or(CacheError::NoRoom { needed: 0 })
     }
 
-    /// Counts one more in-flight use of a registered window; false if it is not registered.
-    pub fn add_inflight(&mut self, id: WindowId) -> bool {
-        match self.windows.get_mut(&id) {
-            Some(e) => {
-                e.inflight += 1;
-                true
-            }
-            None => false,
-        }
+    /// Counts one more in-flight use of a registered window; `None` if it is not registered.
+    pub fn add_inflight(&mut self, id: WindowId) -> Option<WindowUse> {
+        let e = self.windows.get_mut(&id)?;
+        e.inflight += 1;
+        Some(WindowUse {
+            id,
+            serial: e.serial,
+        })
     }
 
-    /// Ends one in-flight use (a no-op for a window that is gone, e.g. deregistered with its
-    /// region).
-    pub fn release(&mut self, id: WindowId) {
-        if let Some(e) = self.windows.get_mut(&id) {
+    /// Ends one in-flight use: a no-op for a window that is gone (deregistered with its
+    /// region, say) or was registered again since the use was taken.
+    pub fn release(&mut self, used: WindowUse) {
+        if let Some(e) = self.windows.get_mut(&used.id)
+            && e.serial == used.serial
+        {
             e.inflight = e.inflight.saturating_sub(1);
         }
     }
@@ -481,8 +503,8 @@ mod tests {
         let mut p = FakeProvider::default();
         let mut c = WindowCache::new(3 * 65536);
         for i in 0..3 {
-            c.acquire(wid(i), &spec(i, 65536), &mut p).unwrap();
-            c.release(wid(i));
+            let (_, used) = c.acquire(wid(i), &spec(i, 65536), &mut p).unwrap();
+            c.release(used);
         }
         // Touch window 0 so that window 1 is the least recently used.
         c.lookup(wid(0)).unwrap();
@@ -498,8 +520,8 @@ mod tests {
         let mut p = FakeProvider::default();
         let mut c = WindowCache::new(2 * 65536);
         c.acquire(wid(0), &spec(0, 65536), &mut p).unwrap(); // in flight
-        c.acquire(wid(1), &spec(1, 65536), &mut p).unwrap();
-        c.release(wid(1));
+        let (_, used) = c.acquire(wid(1), &spec(1, 65536), &mut p).unwrap();
+        c.release(used);
         assert!(c.add_lease(wid(1))); // leased by a peer
         let err = c.acquire(wid(2), &spec(2, 65536), &mut p).unwrap_err();
         assert_eq!(err, CacheError::NoRoom { needed: 65536 });
@@ -522,6 +544,22 @@ mod tests {
         assert_ne!(c.serial(wid(0)), Some(first));
         assert_eq!(c.remove_region(1, &mut p), 1);
         assert_eq!(c.serial(wid(0)), None);
+    }
+
+    #[test]
+    fn a_use_of_an_old_registration_ends_nothing_of_the_new_one() {
+        let mut p = FakeProvider::default();
+        let mut c = WindowCache::new(1 << 20);
+        let (_, old) = c.acquire(wid(0), &spec(0, 4096), &mut p).unwrap();
+        // The region is registered again (ibv_rereg_mr) and the window with it.
+        c.remove_region(1, &mut p);
+        let (_, new) = c.acquire(wid(0), &spec(0, 4096), &mut p).unwrap();
+        assert_ne!(old, new);
+        // A late completion of a WR posted on the old registration.
+        c.release(old);
+        assert_eq!(c.refs(wid(0)), Some((1, 0)), "the new use is still counted");
+        c.release(new);
+        assert_eq!(c.refs(wid(0)), Some((0, 0)));
     }
 
     #[test]
@@ -569,8 +607,8 @@ mod tests {
         let mut p = FakeProvider::default();
         let mut c = WindowCache::new(4 * 4096);
         for i in 0..4 {
-            c.acquire(wid(i), &spec(i, 4096), &mut p).unwrap();
-            c.release(wid(i));
+            let (_, used) = c.acquire(wid(i), &spec(i, 4096), &mut p).unwrap();
+            c.release(used);
         }
         c.charge_fixed(8192, &mut p).unwrap();
         assert_eq!(c.len(), 2);
@@ -583,7 +621,7 @@ mod tests {
     fn removing_a_region_deregisters_busy_windows_too() {
         let mut p = FakeProvider::default();
         let mut c = WindowCache::new(1 << 20);
-        c.acquire(wid(0), &spec(0, 4096), &mut p).unwrap();
+        let (_, gone) = c.acquire(wid(0), &spec(0, 4096), &mut p).unwrap();
         c.acquire(
             WindowId {
                 region: 2,
@@ -595,7 +633,7 @@ mod tests {
         .unwrap();
         assert_eq!(c.remove_region(1, &mut p), 1);
         assert_eq!(p.registered.len(), 1);
-        c.release(wid(0)); // late completion of a WR on the gone window: harmless
+        c.release(gone); // late completion of a WR on the gone window: harmless
         assert_eq!(c.pinned(), 4096);
     }
 
@@ -652,7 +690,10 @@ mod tests {
                     Op::Release(i) => {
                         if let Some(n) = inflight.get_mut(&i) && *n > 0 {
                             *n -= 1;
-                            c.release(wid(i));
+                            match c.use_of(wid(i)) {
+                                Some(used) => c.release(used),
+                                None => prop_assert!(false, "busy window {i} was deregistered"),
+                            }
                         }
                     }
                     Op::Lease(i) => {
