@@ -2044,6 +2044,7 @@ impl QpCtl {
     ///
     /// # Safety
     /// `wr` is the application's well-formed list; `bad` is writable.
+    #[inline(always)]
     pub(crate) unsafe fn post_send_list(
         &self,
         side: &mut SendSide,
@@ -2056,6 +2057,22 @@ impl QpCtl {
                 return rc;
             }
         }
+        // SAFETY: forwarded contract.
+        unsafe { self.post_send_list_general(side, wr, bad) }
+    }
+
+    /// [`post_send_list`](Self::post_send_list) past the held-window path (out of line: the
+    /// held path stays small where it is inlined).
+    ///
+    /// # Safety
+    /// As `post_send_list`.
+    #[inline(never)]
+    unsafe fn post_send_list_general(
+        &self,
+        side: &mut SendSide,
+        wr: *mut ibv_send_wr,
+        bad: *mut *mut ibv_send_wr,
+    ) -> c_int {
         // The common warm case, one WR that the fast path can translate, is posted straight
         // from the stack: no batch to fill, link and clear.
         if !wr.is_null() && side.batch.is_empty() {

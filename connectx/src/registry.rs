@@ -163,7 +163,9 @@ impl<T> Hot<T> {
     }
 }
 
-#[inline]
+/// The record for `key`: from `cache` (inlined into every data-path call), or from `fetch`
+/// (out of line).
+#[inline(always)]
 fn cached<T>(
     cache: &'static HotCache<T>,
     key: usize,
@@ -174,6 +176,18 @@ fn cached<T>(
         // SAFETY: a record of the current generation (see `HotCache`).
         return Some(unsafe { Hot::from_ptr(p) });
     }
+    fill(cache, key, generation, fetch)
+}
+
+/// [`cached`] on a miss: fetches the record and caches it.
+#[cold]
+#[inline(never)]
+fn fill<T>(
+    cache: &'static HotCache<T>,
+    key: usize,
+    generation: u64,
+    fetch: impl FnOnce() -> Option<Arc<T>>,
+) -> Option<Hot<T>> {
     let rec = fetch()?;
     let ptr = Arc::as_ptr(&rec);
     // The maps keep `rec` alive; this Arc is only the fetch's own reference.
