@@ -109,6 +109,9 @@ ITERS=$(arg iters); ITERS=${ITERS:-300}
 CMP_ITERS=$(arg cmp_iters); CMP_ITERS=${CMP_ITERS:-500}
 export NPRDMA_STATUS_DIR=/dev/shm/nprdma
 say "INFO kernel $KVER gid-index $GIDX"
+# The emulated CPU, and whether the kernel isolates page tables (a page-table switch on every
+# system call, which under TCG empties the software TLB): context for the comparison below.
+say "INFO cpu $(awk -F': ' '/^vendor_id/ {print $2; exit}' /proc/cpuinfo) x$(nproc), meltdown: $(cat /sys/devices/system/cpu/vulnerabilities/meltdown 2>/dev/null)"
 
 # run NAME MODE TARGET CMD...: server in the background, client against TARGET.
 # MODE: lib (LD_PRELOAD), off (LD_PRELOAD + NPRDMA=off), small (LD_PRELOAD, 16 MiB budget,
@@ -914,6 +917,34 @@ fn parse_metrics(lines: &[String]) -> BTreeMap<String, Vec<f64>> {
     metrics
 }
 
+/// Runs within this factor of the boot's fastest latency run are in the fast mode.
+const FAST_MODE: f64 = 1.2;
+
+/// The comparison restricted to the fast mode. Under TCG on the build machines a latency run
+/// either lands near the boot's fastest or about half again above it, at random and in every
+/// kind alike (plain, library, `NPRDMA=off`; also with guest ASLR off and with the busy guest
+/// CPUs pinned to host cores of their own): the medians of all runs then say more about which
+/// runs hit the slow mode than about the library. Reported beside the ratio of medians, not
+/// instead of it.
+fn fast_mode_line(plain: &[f64], lib: &[f64], fastest: f64) -> Option<String> {
+    let fast = |v: &[f64]| -> Vec<f64> {
+        v.iter()
+            .copied()
+            .filter(|x| *x <= fastest * FAST_MODE)
+            .collect()
+    };
+    let (fp, fl) = (fast(plain), fast(lib));
+    let (p, l) = (median(fp.clone())?, median(fl.clone())?);
+    Some(format!(
+        "  ib_write_lat fast-mode runs (within {FAST_MODE}x of the fastest): plain {p:.0} cycles ({} of {}), with library {l:.0} cycles ({} of {}), ratio {:.3}x",
+        fp.len(),
+        plain.len(),
+        fl.len(),
+        lib.len(),
+        l / p
+    ))
+}
+
 /// Passes iff the guest finished and every test passed; prints the with/without ratios
 /// (reported, not asserted: timing under emulation is noise-prone).
 fn evaluate(lines: &[String]) -> Result<(), XtaskError> {
@@ -980,6 +1011,13 @@ fn evaluate(lines: &[String]) -> Result<(), XtaskError> {
             n("write_lat_off"),
             o / p
         );
+    }
+    if let Some(line) = fast_mode_line(
+        &samples("write_lat_plain"),
+        &samples("write_lat_lib"),
+        fastest,
+    ) {
+        println!("{line}");
     }
     match (bp, bl) {
         (Some(p), Some(l)) => println!(
@@ -1078,6 +1116,20 @@ mod tests {
         let m = parse_metrics(&lines);
         assert_eq!(m.get("write_lat_lib"), Some(&vec![12.5]));
         assert_eq!(m.len(), 1);
+    }
+
+    #[test]
+    fn fast_mode_leaves_out_the_slow_runs_of_each_kind() {
+        let plain = [24_000.0, 36_000.0, 23_000.0, 35_000.0];
+        let lib = [37_000.0, 24_500.0, 23_500.0, 38_000.0, 24_000.0];
+        let line = fast_mode_line(&plain, &lib, 23_000.0).unwrap();
+        assert!(line.contains("plain 23500 cycles (2 of 4)"), "{line}");
+        assert!(
+            line.contains("with library 24000 cycles (3 of 5)"),
+            "{line}"
+        );
+        assert!(line.contains("ratio 1.021x"), "{line}");
+        assert_eq!(fast_mode_line(&[36_000.0], &lib, 23_000.0), None);
     }
 
     #[test]
