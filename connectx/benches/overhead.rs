@@ -4,7 +4,8 @@
 //! cost is in both), three ways: `ibv_post_send` with an SGE, `ibv_post_send` with an inline
 //! payload (`ib_write_lat --use_old_post_send`), and the `ibv_wr_*` builder API with an inline
 //! payload (how perftest 4.5's `ib_write_lat` posts by default). Printed, not asserted:
-//! `cargo bench -p connectx --bench overhead`.
+//! `cargo bench -p connectx --bench overhead`. With `NPRDMA_BENCH_NULL=1` the two
+//! `ibv_post_send` pings run on the fake's null data path (see [`null_provider`]).
 
 #[path = "../tests/common/mod.rs"]
 mod common;
@@ -80,7 +81,19 @@ fn measure(
         t.elapsed().as_nanos() as f64 / count as f64
     };
     run(1000); // warm: windows registered, leases held
-    run(n)
+    if null_provider() {
+        nprdma::fake::set_null_data_path(true);
+    }
+    let t = run(n);
+    nprdma::fake::set_null_data_path(false);
+    t
+}
+
+/// With `NPRDMA_BENCH_NULL` set, the measured loop runs on the fake's null data path (after the
+/// warm-up on the full fake): the provider then costs next to nothing, and the difference with
+/// and without the library is the library's own cost, with less noise.
+fn null_provider() -> bool {
+    std::env::var_os("NPRDMA_BENCH_NULL").is_some()
 }
 
 /// The same ping through the `ibv_wr_*` builder API (what perftest 4.5 uses by default), with
@@ -145,7 +158,12 @@ fn main() {
         let lib = want(lib_key).then(|| legacy(true, inline));
         if let Some(p) = plain {
             println!(
-                "ibv_post_send, {what:17}: fake provider alone {p:6.0} ns per WRITE + completion"
+                "ibv_post_send, {what:17}: {} {p:6.0} ns per WRITE + completion",
+                if null_provider() {
+                    "null provider alone"
+                } else {
+                    "fake provider alone"
+                }
             );
         }
         if let Some(l) = lib {

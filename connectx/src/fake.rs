@@ -23,7 +23,7 @@ use core::ffi::{c_int, c_uint, c_void};
 use std::collections::VecDeque;
 
 use crate::fasthash::FastMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{LazyLock, Mutex, MutexGuard};
 
 use crate::real::RealVerbs;
@@ -156,6 +156,75 @@ pub fn fail_next_registration(ctx: *mut ibv_context, errno: i32) {
 /// Work requests the fake has executed so far (all contexts).
 pub fn posted() -> u64 {
     fake().posted
+}
+
+/// The null data path (benchmarks only), see [`set_null_data_path`].
+static NULL_DATA_PATH: AtomicBool = AtomicBool::new(false);
+/// Completions of the null data path: (CQ, completion), oldest first.
+static NULL_COMPLETIONS: crate::spin::SpinLock<VecDeque<(usize, ibv_wc)>> =
+    crate::spin::SpinLock::new(VecDeque::new());
+
+/// Switches the null data path on or off (benchmarks only). While it is on, `ibv_post_send`
+/// moves no data and checks nothing: every signaled WR completes at once with success, and
+/// `ibv_poll_cq` hands those completions out; the fake's tables are not touched. The overhead
+/// bench measures the library's own cost against it, after a warm-up on the full fake (whose
+/// table lookups and copies cost several times the library's path and vary from run to run).
+pub fn set_null_data_path(on: bool) {
+    NULL_DATA_PATH.store(on, Ordering::SeqCst);
+    if !on {
+        NULL_COMPLETIONS.lock().clear();
+    }
+}
+
+/// `ibv_post_send` on the null data path.
+///
+/// # Safety
+/// `qp` is a live QP and `wr` the caller's well-formed list.
+unsafe fn null_post_send(qp: *mut ibv_qp, wr: *mut ibv_send_wr) -> c_int {
+    // SAFETY: a live QP.
+    let (cq, qp_num) = unsafe { ((*qp).send_cq as usize, (*qp).qp_num) };
+    let mut done = NULL_COMPLETIONS.lock();
+    let mut cur = wr;
+    while !cur.is_null() {
+        // SAFETY: an element of the caller's list.
+        let w = unsafe { &*cur };
+        if w.send_flags & IBV_SEND_SIGNALED != 0 {
+            done.push_back((
+                cq,
+                ibv_wc {
+                    wr_id: w.wr_id,
+                    status: IBV_WC_SUCCESS,
+                    opcode: crate::engine::wc_opcode_of(w.opcode),
+                    qp_num,
+                    ..Default::default()
+                },
+            ));
+        }
+        cur = w.next;
+    }
+    0
+}
+
+/// `ibv_poll_cq` on the null data path.
+///
+/// # Safety
+/// `wc` has room for `n` completions.
+unsafe fn null_poll_cq(cq: *mut ibv_cq, n: c_int, wc: *mut ibv_wc) -> c_int {
+    let mut done = NULL_COMPLETIONS.lock();
+    let mut i = 0;
+    while i < n.max(0) as usize {
+        match done.front() {
+            Some((c, _)) if *c == cq as usize => {}
+            _ => break,
+        }
+        let Some((_, w)) = done.pop_front() else {
+            break;
+        };
+        // SAFETY: `i < n`, inside the caller's array.
+        unsafe { wc.add(i).write(w) };
+        i += 1;
+    }
+    i as c_int
 }
 
 static PLAIN_DEVICE: u8 = 0;
@@ -986,6 +1055,10 @@ unsafe extern "C" fn fake_post_send(
     wr: *mut ibv_send_wr,
     bad: *mut *mut ibv_send_wr,
 ) -> c_int {
+    if NULL_DATA_PATH.load(Ordering::Relaxed) {
+        // SAFETY: forwarded.
+        return unsafe { null_post_send(qp, wr) };
+    }
     let mut f = fake();
     let Some(qpn) = f.qpns.get(&(qp as usize)).copied() else {
         return libc::EINVAL;
@@ -1126,6 +1199,10 @@ unsafe extern "C" fn fake_post_srq_recv(
 }
 
 unsafe extern "C" fn fake_poll_cq(cq: *mut ibv_cq, n: c_int, wc: *mut ibv_wc) -> c_int {
+    if NULL_DATA_PATH.load(Ordering::Relaxed) {
+        // SAFETY: forwarded.
+        return unsafe { null_poll_cq(cq, n, wc) };
+    }
     // Wait for another thread's poll session to end, as the provider's CQ lock makes it.
     let mut f = fake();
     let mut deadline = None;
