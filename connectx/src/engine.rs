@@ -1364,8 +1364,9 @@ impl Default for HeldWr {
     }
 }
 
-// SAFETY: the batch's WRs hold pointers only into its own SGE vector; SendSide is only used
-// under its QP's mutex.
+// SAFETY: the batch's WRs hold pointers only into its own SGE vector, and the held template's
+// `sg_list` only into the template itself (rewritten before every post, so a stale value after
+// a move is never used); SendSide is only used under its QP's lock.
 unsafe impl Send for SendSide {}
 
 impl SendSide {
@@ -2098,8 +2099,9 @@ impl QpCtl {
     /// WRITE or READ (with or without immediate) whose one SGE is inline or lies in the QP's
     /// held window, whose remote range (if any) lies in the remembered peer window, with no
     /// recorded unsignaled WR before it. It needs no record (see [`LocalHold`] and
-    /// [`WarmKeys::unrecorded`]): a copy of the application's WR with the window keys goes to
-    /// the provider. `None`, having changed nothing, for anything else
+    /// [`WarmKeys::unrecorded`]): the application's fields with the window keys go to the
+    /// provider in the QP's template WR ([`HeldWr`]). `None`, having changed nothing, for
+    /// anything else
     /// ([`fast_build`](Self::fast_build) and the general path decide those).
     ///
     /// # Safety

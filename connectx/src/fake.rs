@@ -160,15 +160,16 @@ pub fn posted() -> u64 {
 
 /// The null data path (benchmarks only), see [`set_null_data_path`].
 static NULL_DATA_PATH: AtomicBool = AtomicBool::new(false);
-/// Completions of the null data path: (CQ, completion), oldest first.
-static NULL_COMPLETIONS: crate::spin::SpinLock<VecDeque<(usize, ibv_wc)>> =
-    crate::spin::SpinLock::new(VecDeque::new());
+/// Completions of the null data path, per CQ, oldest first.
+static NULL_COMPLETIONS: LazyLock<crate::spin::SpinLock<FastMap<usize, VecDeque<ibv_wc>>>> =
+    LazyLock::new(|| crate::spin::SpinLock::new(FastMap::default()));
 
 /// Switches the null data path on or off (benchmarks only). While it is on, `ibv_post_send`
 /// moves no data and checks nothing: every signaled WR completes at once with success, and
 /// `ibv_poll_cq` hands those completions out; the fake's tables are not touched. The overhead
 /// bench measures the library's own cost against it, after a warm-up on the full fake (whose
 /// table lookups and copies cost several times the library's path and vary from run to run).
+/// Switch only while no WR is outstanding: a WR posted on one path completes on that path.
 pub fn set_null_data_path(on: bool) {
     NULL_DATA_PATH.store(on, Ordering::SeqCst);
     if !on {
@@ -189,16 +190,13 @@ unsafe fn null_post_send(qp: *mut ibv_qp, wr: *mut ibv_send_wr) -> c_int {
         // SAFETY: an element of the caller's list.
         let w = unsafe { &*cur };
         if w.send_flags & IBV_SEND_SIGNALED != 0 {
-            done.push_back((
-                cq,
-                ibv_wc {
-                    wr_id: w.wr_id,
-                    status: IBV_WC_SUCCESS,
-                    opcode: crate::engine::wc_opcode_of(w.opcode),
-                    qp_num,
-                    ..Default::default()
-                },
-            ));
+            done.entry(cq).or_default().push_back(ibv_wc {
+                wr_id: w.wr_id,
+                status: IBV_WC_SUCCESS,
+                opcode: crate::engine::wc_opcode_of(w.opcode),
+                qp_num,
+                ..Default::default()
+            });
         }
         cur = w.next;
     }
@@ -211,13 +209,12 @@ unsafe fn null_post_send(qp: *mut ibv_qp, wr: *mut ibv_send_wr) -> c_int {
 /// `wc` has room for `n` completions.
 unsafe fn null_poll_cq(cq: *mut ibv_cq, n: c_int, wc: *mut ibv_wc) -> c_int {
     let mut done = NULL_COMPLETIONS.lock();
+    let Some(queue) = done.get_mut(&(cq as usize)) else {
+        return 0;
+    };
     let mut i = 0;
     while i < n.max(0) as usize {
-        match done.front() {
-            Some((c, _)) if *c == cq as usize => {}
-            _ => break,
-        }
-        let Some((_, w)) = done.pop_front() else {
+        let Some(w) = queue.pop_front() else {
             break;
         };
         // SAFETY: `i < n`, inside the caller's array.
