@@ -203,6 +203,10 @@ bw_run() {
 if [ -x /opt/nprdma/bench ]; then
   NPRDMA_BENCH_N=50000 $CLI_PIN /opt/nprdma/bench 2>&1 | sed 's/^/NPRDMA-RXE: BENCH /'
   NPRDMA_BENCH_N=50000 NPRDMA_BENCH_SYSCALL=1 $CLI_PIN /opt/nprdma/bench 2>&1 | sed 's/^/NPRDMA-RXE: BENCH+syscall /'
+  # The library's own cost against the fake's null data path, alternating (less noise).
+  for k in plain lib plain lib; do
+    NPRDMA_BENCH_N=200000 NPRDMA_BENCH_NULL=1 NPRDMA_BENCH_ONLY=$k $CLI_PIN /opt/nprdma/bench 2>&1 | sed 's/^/NPRDMA-RXE: BENCH+null /'
+  done
 fi
 r=0
 while [ $r -lt $ROUNDS ]; do
