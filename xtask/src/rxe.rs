@@ -263,7 +263,7 @@ impl Default for Options {
             cmp_iters: 500,
             stress_ops: 100,
             compare_only: false,
-            rounds: 7,
+            rounds: 9,
             smp: 4,
             cmp_flags: String::new(),
             pin: true,
