@@ -993,6 +993,7 @@ impl Engine {
             pd: q.pd as usize,
             max_send_sge: real_cap.max_send_sge.max(1) as usize,
             max_recv_sge: real_cap.max_recv_sge.max(1) as usize,
+            max_inline_data: real_cap.max_inline_data,
             signal_every: (real_cap.max_send_wr / 2).clamp(1, 64),
             dest_qpn: AtomicU32::new(0),
             send: SpinLock::new(SendSide::default()),
@@ -1373,7 +1374,7 @@ impl SendSide {
     /// The peer's key for `[raddr, raddr + len)` of the region the application calls `rkey`,
     /// if it lies in one window this QP already holds a key for (the warm path); `None`
     /// otherwise (the general path decides, asking the peer if needed).
-    #[inline]
+    #[inline(always)]
     pub(crate) fn remote_window_key(&mut self, rkey: u32, raddr: u64, len: u64) -> Option<u32> {
         let end = raddr.checked_add(len)?;
         if let Some(h) = self.hot_remote
@@ -1383,6 +1384,18 @@ impl SendSide {
         {
             return Some(h.wkey);
         }
+        self.remote_window_key_known(rkey, raddr, len, end)
+    }
+
+    /// [`remote_window_key`](Self::remote_window_key) past the one-entry cache.
+    #[inline(never)]
+    fn remote_window_key_known(
+        &mut self,
+        rkey: u32,
+        raddr: u64,
+        len: u64,
+        end: u64,
+    ) -> Option<u32> {
         let Some(RemoteRegion::Library(l)) = self.remote.get(&rkey) else {
             return None;
         };
@@ -1414,6 +1427,8 @@ pub(crate) struct QpCtl {
     pub pd: usize,
     pub max_send_sge: usize,
     pub max_recv_sge: usize,
+    /// The provider's inline limit for this QP (longer inline data fails in the provider).
+    pub max_inline_data: u32,
     pub signal_every: u32,
     pub dest_qpn: AtomicU32,
     /// Posting state; also held by an open `ibv_wr_*` batch from `wr_start` to

@@ -324,6 +324,11 @@ pub(crate) struct ExBuilder {
     provider_open: bool,
     /// The last WR begun was handed to the provider (its data setter was the handover).
     last_forwarded: bool,
+    /// The last WR begun went to the provider at its opcode call, before its data setter
+    /// ([`forward_early`]); `first.wr` still holds the application's fields.
+    early: bool,
+    /// The QP's `wr_set_inline_data` is the provider's own (see [`forward_early`]).
+    inline_swapped: bool,
     /// The general form is in use (the vectors below hold the batch).
     spilled: bool,
     wrs: Vec<ibv_send_wr>,
@@ -342,6 +347,7 @@ impl ExBuilder {
     fn clear(&mut self) {
         self.first.active = false;
         self.last_forwarded = false;
+        self.early = false;
         if self.spilled {
             self.spilled = false;
             self.wrs.clear();
@@ -358,6 +364,7 @@ impl ExBuilder {
     #[inline]
     fn begin(&mut self, wr_id: u64, flags: u32, opcode: u32, setup: impl FnOnce(&mut ibv_send_wr)) {
         self.last_forwarded = false;
+        self.early = false;
         if !self.spilled && !self.first.active {
             let f = &mut self.first;
             f.active = true;
@@ -707,6 +714,8 @@ impl BatchCell {
     unsafe fn reset(&self, qpx: *mut ibv_qp_ex) {
         // SAFETY: per the contract.
         let b = unsafe { self.get() };
+        // SAFETY: the batch's live QP, per the contract.
+        unsafe { restore_inline_setter(qpx, b) };
         if b.provider_open {
             b.provider_open = false;
             if let Some(p) = self.provider {
@@ -770,17 +779,172 @@ fn with_builder(qpx: *mut ibv_qp_ex, f: impl FnOnce(&mut ExBuilder)) {
     guarded((), || {
         if let Some(ctl) = open_batch(qpx) {
             // SAFETY: the batch is open and its calls are serialized.
-            f(unsafe { ctl.builder.get() });
+            let b = unsafe { ctl.builder.get() };
+            // SAFETY: as above; `qpx` is the batch's QP.
+            unsafe { restore_inline_setter(qpx, b) };
+            f(b);
         }
     })
 }
 
-/// Starts a new WR with the QP's current `wr_id` and `wr_flags`.
+/// [`with_builder`] for a data setter: a WR that [`forward_early`] handed over is taken back
+/// first ([`take_back_early`]).
+fn with_builder_for_data(qpx: *mut ibv_qp_ex, f: impl FnOnce(&mut ExBuilder)) {
+    guarded((), || {
+        if let Some(ctl) = open_batch(qpx) {
+            // SAFETY: the batch is open and its calls are serialized.
+            let b = unsafe { ctl.builder.get() };
+            // SAFETY: as above; `qpx` is the batch's QP.
+            unsafe { take_back_early(&ctl, b, qpx) };
+            f(b);
+        }
+    })
+}
+
+/// Starts a new WR with the QP's current `wr_id` and `wr_flags`; one the provider can take as
+/// it is goes to the provider at once ([`forward_early`]).
 #[inline]
 fn begin(qpx: *mut ibv_qp_ex, opcode: u32, setup: impl FnOnce(&mut ibv_send_wr)) {
     // SAFETY: the application's live ibv_qp_ex.
     let (wr_id, flags) = unsafe { ((*qpx).wr_id, (*qpx).wr_flags) };
-    with_builder(qpx, |b| b.begin(wr_id, flags, opcode, setup));
+    guarded((), || {
+        let Some(ctl) = open_batch(qpx) else {
+            return;
+        };
+        // SAFETY: the batch is open and its calls are serialized.
+        let b = unsafe { ctl.builder.get() };
+        // SAFETY: as above; `qpx` is the batch's QP.
+        unsafe { restore_inline_setter(qpx, b) };
+        b.begin(wr_id, flags, opcode, setup);
+        // SAFETY: as above.
+        unsafe { forward_early(&ctl, b, qpx) };
+    })
+}
+
+/// Puts the library's `wr_set_inline_data` back into the QP if [`forward_early`] had put the
+/// provider's there.
+///
+/// # Safety
+/// `qpx` is the live QP of the open batch whose builder is `b`.
+#[inline]
+unsafe fn restore_inline_setter(qpx: *mut ibv_qp_ex, b: &mut ExBuilder) {
+    if b.inline_swapped {
+        b.inline_swapped = false;
+        // SAFETY: per the contract; the batch's calls are serialized.
+        unsafe { (*qpx).wr_set_inline_data = Some(ex_set_inline_data) };
+    }
+}
+
+/// Hands the WR just begun to the provider's own builder at its opcode call when it needs
+/// nothing of the library whatever inline data follows: what [`forward_inline`] requires,
+/// with the peer window covering the QP's whole inline limit from the remote address, and the
+/// provider's batch not begun yet (so that [`take_back_early`] can abort it). The QP's
+/// `wr_set_inline_data` then is the provider's own until the next call of the batch, so the
+/// inline payload goes straight to the provider (perftest's pattern on mlx5: start, opcode,
+/// inline data, complete).
+///
+/// # Safety
+/// The batch of `ctl` is open (its send lock held), `b` is its builder and `qpx` its QP.
+#[inline(always)]
+unsafe fn forward_early(ctl: &QpCtl, b: &mut ExBuilder, qpx: *mut ibv_qp_ex) {
+    let Some(p) = ctl.builder.provider else {
+        return;
+    };
+    let f = &b.first;
+    if !f.active
+        || b.spilled
+        || b.provider_open
+        || f.data != FirstData::None
+        || ctl.qp_type != IBV_QPT_RC
+        || ctl.max_inline_data == 0
+    {
+        return;
+    }
+    // SAFETY: the open batch holds the send lock.
+    let side = unsafe { ctl.send.data() };
+    if !side.signals.is_idle() {
+        return;
+    }
+    let w = &f.wr;
+    let reach = u64::from(ctl.max_inline_data);
+    // The peer window's key, for the opcodes with a remote range.
+    let key = match w.opcode {
+        IBV_WR_RDMA_WRITE | IBV_WR_RDMA_WRITE_WITH_IMM => {
+            match side.remote_window_key(w.rdma_rkey(), w.remote_addr(), reach) {
+                Some(k) => k,
+                None => return,
+            }
+        }
+        _ => 0,
+    };
+    let (raddr, imm) = (w.remote_addr(), w.imm_data);
+    // SAFETY: for every call below: the application's live ibv_qp_ex, serialized by the batch;
+    // the provider's functions of this QP, in the order the API prescribes (start, then the
+    // opcode). The provider reads `wr_id` and `wr_flags` at the opcode call: they are still
+    // what the application set for this WR.
+    let handed = unsafe {
+        match (w.opcode, p.rdma_write, p.rdma_write_imm, p.send, p.send_imm) {
+            (IBV_WR_RDMA_WRITE, Some(op), ..) => {
+                (p.start)(qpx);
+                op(qpx, key, raddr);
+                true
+            }
+            (IBV_WR_RDMA_WRITE_WITH_IMM, _, Some(op), ..) => {
+                (p.start)(qpx);
+                op(qpx, key, raddr, imm);
+                true
+            }
+            (IBV_WR_SEND, _, _, Some(op), _) => {
+                (p.start)(qpx);
+                op(qpx);
+                true
+            }
+            (IBV_WR_SEND_WITH_IMM, _, _, _, Some(op)) => {
+                (p.start)(qpx);
+                op(qpx, imm);
+                true
+            }
+            _ => false,
+        }
+    };
+    if !handed {
+        return;
+    }
+    b.provider_open = true;
+    b.first.active = false;
+    b.last_forwarded = true;
+    b.early = true;
+    b.inline_swapped = true;
+    // SAFETY: as above.
+    unsafe { (*qpx).wr_set_inline_data = Some(p.set_inline_data) };
+}
+
+/// Before a data setter other than the provider's inline one, for a WR that
+/// [`forward_early`] handed over: aborts the provider's batch (which holds that WR alone) and
+/// takes the WR back into the library's builder, so the setter applies to it there. (Had the
+/// application given the WR inline data through the provider already, this setter is its
+/// second one, which verbs leaves undefined: the last one wins.)
+///
+/// # Safety
+/// The batch of `ctl` is open, `b` is its builder and `qpx` its QP.
+unsafe fn take_back_early(ctl: &QpCtl, b: &mut ExBuilder, qpx: *mut ibv_qp_ex) {
+    // SAFETY: per the contract.
+    unsafe { restore_inline_setter(qpx, b) };
+    if !b.early {
+        return;
+    }
+    b.early = false;
+    b.last_forwarded = false;
+    if b.provider_open {
+        b.provider_open = false;
+        if let Some(p) = ctl.builder.provider {
+            // SAFETY: the provider batch that forward_early began on this live QP.
+            unsafe { (p.abort)(qpx) };
+        }
+    }
+    // `first.wr` kept the application's fields (remote key and address untranslated).
+    b.first.active = true;
+    b.first.data = FirstData::None;
 }
 
 fn unsupported(qpx: *mut ibv_qp_ex, what: &'static str) {
@@ -924,7 +1088,7 @@ unsafe extern "C" fn ex_set_xrc_srqn(qpx: *mut ibv_qp_ex, srqn: u32) {
 }
 
 unsafe extern "C" fn ex_set_sge(qpx: *mut ibv_qp_ex, lkey: u32, addr: u64, length: u32) {
-    with_builder(qpx, |b| b.set_sges(&[ibv_sge { addr, length, lkey }]));
+    with_builder_for_data(qpx, |b| b.set_sges(&[ibv_sge { addr, length, lkey }]));
 }
 
 unsafe extern "C" fn ex_set_sge_list(qpx: *mut ibv_qp_ex, n: usize, list: *const ibv_sge) {
@@ -934,7 +1098,7 @@ unsafe extern "C" fn ex_set_sge_list(qpx: *mut ibv_qp_ex, n: usize, list: *const
         // SAFETY: the application's array of `n` SGEs, read during this call.
         unsafe { core::slice::from_raw_parts(list, n) }
     };
-    with_builder(qpx, |b| b.set_sges(sges));
+    with_builder_for_data(qpx, |b| b.set_sges(sges));
 }
 
 unsafe extern "C" fn ex_set_inline_data(qpx: *mut ibv_qp_ex, addr: *mut c_void, len: usize) {
@@ -951,6 +1115,16 @@ unsafe extern "C" fn ex_set_inline_data(qpx: *mut ibv_qp_ex, addr: *mut c_void, 
         };
         // SAFETY: the batch is open and its calls are serialized.
         let b = unsafe { ctl.builder.get() };
+        if b.early {
+            // The WR went to the provider at its opcode call (an application that kept this
+            // function's address from before): its data goes there too.
+            b.early = false;
+            if let Some(p) = ctl.builder.provider {
+                // SAFETY: the provider's setter for the WR it holds, on this live QP.
+                unsafe { (p.set_inline_data)(qpx, data.as_ptr() as *mut c_void, data.len()) };
+            }
+            return;
+        }
         // SAFETY: as above; `qpx` is the batch's QP.
         if !unsafe { forward_inline(&ctl, b, qpx, data) } {
             b.set_inline_one(data);
@@ -1056,7 +1230,7 @@ unsafe extern "C" fn ex_set_inline_data_list(
             }
         })
         .collect();
-    with_builder(qpx, |b| b.set_inline(&data));
+    with_builder_for_data(qpx, |b| b.set_inline(&data));
 }
 
 unsafe extern "C" fn ex_complete(qpx: *mut ibv_qp_ex) -> c_int {

@@ -1364,8 +1364,9 @@ fn warm_inline_builder_wrs_go_to_the_providers_builder_unrecorded_and_in_order()
     assert_eq!(&dst[64..71], &[0u8; 7]);
     assert_eq!(&dst[80..87], &[0u8; 7]);
     assert_eq!(&dst[96..105], b"restarted");
-    // A second data setter for a handed-over WR is refused, and nothing of the batch posts.
-    let before = fake::builder_posts(qa);
+    // A second data setter for a WR handed over at its opcode call (the peer window covers
+    // the QP's whole inline limit from there) goes to the provider too, whose rule applies as
+    // without the library (the fake's: the last one wins).
     start(qpx);
     // SAFETY: as above.
     unsafe {
@@ -1373,10 +1374,26 @@ fn warm_inline_builder_wrs_go_to_the_providers_builder_unrecorded_and_in_order()
         let again = b"twice";
         ((*qpx).wr_set_inline_data.unwrap())(qpx, again.as_ptr() as *mut _, again.len());
     }
+    assert_eq!(complete(qpx), 0);
+    assert_eq!(poll(a.cq, 1)[0].wr_id, 9);
+    assert_eq!(&dst[128..133], b"twice");
+    // One handed over at its data setter instead (its remote address is 8 bytes before the
+    // end of the peer window, which the QP's 64-byte inline limit would cross): a second data
+    // setter is refused, and nothing of the batch posts.
+    let edge = (base | (16 * 1024 - 1)) + 1 - 8;
+    let before = fake::builder_posts(qa);
+    start(qpx);
+    // SAFETY: as above.
+    unsafe {
+        wr_write_inline(qpx, 12, dr, edge, b"once");
+        let again = b"twice";
+        ((*qpx).wr_set_inline_data.unwrap())(qpx, again.as_ptr() as *mut _, again.len());
+    }
     assert_eq!(complete(qpx), libc::EOPNOTSUPP);
     assert_eq!(fake::builder_posts(qa), before);
     assert!(poll_rest(a.cq).is_empty());
-    assert_eq!(&dst[128..132], &[0u8; 4]);
+    let at = (edge - base) as usize;
+    assert_eq!(&dst[at..at + 4], &[0u8; 4]);
     // An inline payload larger than the QP takes fails in the provider, as without the
     // library, and posts nothing.
     let big = vec![7u8; 65];
@@ -1759,4 +1776,78 @@ fn completions_left_in_the_cq_by_a_destroyed_qp_carry_the_applications_wr_ids() 
         "the library's parts stay hidden"
     );
     assert_eq!(&dst[8 * KIB..24 * KIB], &src[8 * KIB..24 * KIB]);
+}
+
+#[test]
+fn a_builder_wr_handed_over_at_its_opcode_is_taken_back_for_an_sge() {
+    let a = Host::with_library(1 << 20, 16 * 1024);
+    let b = Host::with_library(1 << 20, 16 * 1024);
+    let qa = a.create_qp_ex();
+    let qb = b.create_qp(false);
+    connect(&a, qa, &b, qb);
+    let mut src = Buf::new(64 * 1024);
+    let mut dst = Buf::new(64 * 1024);
+    fill(&mut src, 9);
+    let (sl, _) = keys(a.reg(&mut src, IBV_ACCESS_LOCAL_WRITE));
+    let (_, dr) = keys(b.reg(&mut dst, ALL_ACCESS));
+    let base = dst.as_ptr() as u64;
+    let qpx = qa.cast::<ibv_qp_ex>();
+    // The address of the QP's current `wr_set_inline_data`.
+    let inline_setter = |q: *mut ibv_qp_ex| {
+        // SAFETY: the live QP's ibv_qp_ex.
+        unsafe { (*q).wr_set_inline_data }.map_or(0, |f| f as usize)
+    };
+    let setter = inline_setter(qpx);
+    // SAFETY: ibv_wr_start / ibv_wr_complete on the live QP's ibv_qp_ex.
+    let start = |q: *mut ibv_qp_ex| unsafe { ((*q).wr_start.unwrap())(q) };
+    // SAFETY: as above.
+    let complete = |q: *mut ibv_qp_ex| unsafe { ((*q).wr_complete.unwrap())(q) };
+    // Warm the peer window (the first touch is the library's).
+    start(qpx);
+    // SAFETY: inside the open batch.
+    unsafe { wr_write_inline(qpx, 1, dr, base, b"warm") };
+    assert_eq!(complete(qpx), 0);
+    assert_eq!(poll(a.cq, 1)[0].wr_id, 1);
+    assert_eq!(inline_setter(qpx), setter, "restored after the batch");
+    // A warm WRITE goes to the provider at its opcode call; an SGE setter then takes it back:
+    // the provider's batch is aborted and the library posts the WR, with its local window.
+    let posts = fake::builder_posts(qa);
+    start(qpx);
+    // SAFETY: inside the open batch (the QP's fields through its pointer only).
+    unsafe {
+        (*qpx).wr_id = 2;
+        (*qpx).wr_flags = IBV_SEND_SIGNALED;
+        ((*qpx).wr_rdma_write.unwrap())(qpx, dr, base + 64);
+    }
+    assert_ne!(
+        inline_setter(qpx),
+        setter,
+        "the provider's inline setter meanwhile"
+    );
+    // SAFETY: as above.
+    unsafe { ((*qpx).wr_set_sge.unwrap())(qpx, sl, src.as_ptr() as u64 + 512, 32) };
+    assert_eq!(inline_setter(qpx), setter);
+    assert_eq!(complete(qpx), 0);
+    assert_eq!(
+        fake::builder_posts(qa),
+        posts,
+        "the aborted WR did not post"
+    );
+    let wcs = poll(a.cq, 1);
+    assert_eq!((wcs[0].wr_id, wcs[0].status), (2, IBV_WC_SUCCESS));
+    assert_eq!(&dst[64..96], &src[512..544]);
+    assert!(poll_rest(a.cq).is_empty(), "exactly one completion");
+    // An abort right after a hand-over drops it and restores the setter.
+    start(qpx);
+    // SAFETY: inside the open batch.
+    unsafe {
+        let q = &mut *qpx;
+        q.wr_id = 3;
+        q.wr_flags = IBV_SEND_SIGNALED;
+        (q.wr_rdma_write.unwrap())(qpx, dr, base + 128);
+        (q.wr_abort.unwrap())(qpx);
+    }
+    assert_eq!(inline_setter(qpx), setter);
+    assert!(poll_rest(a.cq).is_empty());
+    assert_eq!(fake::builder_posts(qa), posts);
 }
