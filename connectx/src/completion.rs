@@ -460,6 +460,12 @@ impl SignalRun {
     pub fn is_idle(&self) -> bool {
         self.unsignaled == 0
     }
+
+    /// How many unsignaled WRs the run holds: zero exactly when [`is_idle`](Self::is_idle).
+    #[inline]
+    pub fn unsignaled(&self) -> u32 {
+        self.unsignaled
+    }
 }
 
 /// A receive queue (a QP's or a shared one): receives complete in any order with an SRQ, so

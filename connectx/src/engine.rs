@@ -1343,6 +1343,13 @@ pub(crate) struct SendSide {
     pub held: HeldWr,
 }
 
+/// All ones if `a < b`, else zero (the borrow of `a - b`, computed without a comparison, so
+/// that or-ing several of them leaves one branch; see [`QpCtl::try_post_held`]).
+#[inline(always)]
+fn miss_below(a: u64, b: u64) -> u64 {
+    ((u128::from(a).wrapping_sub(u128::from(b))) >> 64) as u64
+}
+
 /// Opcodes of the held-window path with a remote range (a bit per `ibv_wr_opcode`).
 const HELD_REMOTE_OPS: u32 =
     1 << IBV_WR_RDMA_WRITE | 1 << IBV_WR_RDMA_WRITE_WITH_IMM | 1 << IBV_WR_RDMA_READ;
@@ -2129,17 +2136,19 @@ impl QpCtl {
         app_ptr: *mut ibv_send_wr,
         bad: *mut *mut ibv_send_wr,
     ) -> Option<c_int> {
-        // The conditions are folded into few tests (`&`, not `&&`): an emulator ends a
-        // translation block at every branch, and this runs once per WR.
+        // The conditions are folded into a few tests: an emulator ends a translation block at
+        // every branch, and this runs once per WR. LLVM splits `a & b` of comparisons back
+        // into a branch each on x86, so each condition is an integer that is zero when it
+        // holds (see `miss_below`), and the integers are or-ed.
         let op_bit = 1u32.checked_shl(app.opcode).unwrap_or(0);
-        let eligible = (self.qp_type == IBV_QPT_RC)
-            & app.next.is_null()
-            & (app.num_sge == 1)
-            & !app.sg_list.is_null()
-            & side.signals.is_idle()
-            & side.batch.is_empty()
-            & (op_bit & (HELD_REMOTE_OPS | HELD_LOCAL_OPS) != 0);
-        if !eligible {
+        let ops_miss = (op_bit & (HELD_REMOTE_OPS | HELD_LOCAL_OPS)).wrapping_sub(1) >> 31;
+        let miss = u64::from(self.qp_type ^ IBV_QPT_RC)
+            | app.next as u64
+            | u64::from(app.num_sge as u32 ^ 1)
+            | u64::from(side.signals.unsignaled())
+            | side.batch.wrs.len() as u64
+            | u64::from(ops_miss);
+        if miss != 0 || app.sg_list.is_null() {
             return None;
         }
         // SAFETY: the application's one-entry SGE array (checked non-null above).
@@ -2149,12 +2158,12 @@ impl QpCtl {
         let mut lkey = app_sge.lkey;
         if app.send_flags & IBV_SEND_INLINE == 0 {
             let h = side.hold.as_ref()?;
-            let inside = (end > app_sge.addr)
-                & (h.lkey == app_sge.lkey)
-                & (app_sge.addr >= h.lo)
-                & (end <= h.hi)
-                & (h.epoch == self.engine.hold_epoch.load(Ordering::Acquire));
-            if !inside {
+            let miss = !miss_below(app_sge.addr, end) // empty or wrapping
+                | u64::from(h.lkey ^ app_sge.lkey)
+                | miss_below(app_sge.addr, h.lo)
+                | miss_below(h.hi, end)
+                | (h.epoch ^ self.engine.hold_epoch.load(Ordering::Acquire));
+            if miss != 0 {
                 return None;
             }
             lkey = h.wlkey;
@@ -2166,8 +2175,11 @@ impl QpCtl {
         if op_bit & HELD_REMOTE_OPS != 0 {
             let h = side.hot_remote.as_ref()?;
             let rend = raddr.wrapping_add(len);
-            let inside = (rend > raddr) & (h.rkey == rkey) & (raddr >= h.lo) & (rend <= h.hi);
-            if !inside {
+            let miss = !miss_below(raddr, rend) // empty or wrapping
+                | u64::from(h.rkey ^ rkey)
+                | miss_below(raddr, h.lo)
+                | miss_below(h.hi, rend);
+            if miss != 0 {
                 return None;
             }
             rkey = h.wkey;
