@@ -943,8 +943,15 @@ unsafe fn take_back_early(ctl: &QpCtl, b: &mut ExBuilder, qpx: *mut ibv_qp_ex) {
         }
     }
     // `first.wr` kept the application's fields (remote key and address untranslated).
-    b.first.active = true;
     b.first.data = FirstData::None;
+    if b.spilled {
+        // A setter since (`ibv_wr_set_ud_addr`, say) moved the batch to the general form
+        // while the WR was the provider's: it goes where `spill` would have put it.
+        b.wrs.push(b.first.wr);
+        b.spans.push(ExSpan::default());
+    } else {
+        b.first.active = true;
+    }
 }
 
 fn unsupported(qpx: *mut ibv_qp_ex, what: &'static str) {

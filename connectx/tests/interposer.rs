@@ -1837,6 +1837,24 @@ fn a_builder_wr_handed_over_at_its_opcode_is_taken_back_for_an_sge() {
     assert_eq!((wcs[0].wr_id, wcs[0].status), (2, IBV_WC_SUCCESS));
     assert_eq!(&dst[64..96], &src[512..544]);
     assert!(poll_rest(a.cq).is_empty(), "exactly one completion");
+    // A setter that moves the batch to its general form while the WR is the provider's
+    // (`ibv_wr_set_xrc_srqn`, meaningless on RC), then an SGE setter and a second WR: both
+    // WRs post, in order.
+    start(qpx);
+    // SAFETY: inside the open batch (the QP's fields through its pointer only).
+    unsafe {
+        (*qpx).wr_id = 4;
+        (*qpx).wr_flags = IBV_SEND_SIGNALED;
+        ((*qpx).wr_rdma_write.unwrap())(qpx, dr, base + 256);
+        ((*qpx).wr_set_xrc_srqn.unwrap())(qpx, 7);
+        ((*qpx).wr_set_sge.unwrap())(qpx, sl, src.as_ptr() as u64 + 1024, 16);
+        wr_write_inline(qpx, 5, dr, base + 512, b"second");
+    }
+    assert_eq!(complete(qpx), 0);
+    let ids: Vec<(u64, u32)> = poll(a.cq, 2).iter().map(|w| (w.wr_id, w.status)).collect();
+    assert_eq!(ids, vec![(4, IBV_WC_SUCCESS), (5, IBV_WC_SUCCESS)]);
+    assert_eq!(&dst[256..272], &src[1024..1040]);
+    assert_eq!(&dst[512..518], b"second");
     // An abort right after a hand-over drops it and restores the setter.
     start(qpx);
     // SAFETY: inside the open batch.
