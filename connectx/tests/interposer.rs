@@ -618,19 +618,9 @@ fn peer_without_the_library_whose_region_starts_at_iova_zero_passes_through() {
 
 #[test]
 fn new_post_send_api_is_translated() {
-    let a = Host::with_library(1 << 20, 16 * 1024);
-    let b = Host::with_library(1 << 20, 16 * 1024);
-    let qa = a.create_qp_ex();
-    let qb = b.create_qp(false);
-    connect(&a, qa, &b, qb);
-    let mut src = Buf::new(64 * 1024);
-    let mut dst = Buf::new(64 * 1024);
-    fill(&mut src, 21);
-    let smr = a.reg(&mut src, IBV_ACCESS_LOCAL_WRITE);
-    let dmr = b.reg(&mut dst, ALL_ACCESS);
-    let (sl, _) = keys(smr);
-    let (_, dr) = keys(dmr);
-    let qpx = qa.cast::<ibv_qp_ex>();
+    let p = BuilderPair::new(21);
+    let (a, qpx, sl, dr) = (&p.a, p.qpx, p.sl, p.dr);
+    let (src, dst) = (&p.src, &p.dst);
     // SAFETY: what ibv_wr_start / ibv_wr_rdma_write / ibv_wr_set_sge / ibv_wr_complete do.
     unsafe {
         let q = &mut *qpx;
@@ -1292,20 +1282,56 @@ unsafe fn wr_write_inline(qpx: *mut ibv_qp_ex, wr_id: u64, rkey: u32, raddr: u64
     }
 }
 
+/// Two hosts with the library, 16 KiB windows: an extended QP on `a` (the `ibv_wr_*` side)
+/// connected to a plain QP on `b`, a source buffer on `a` (filled from `seed`) and a
+/// destination on `b`, with their keys.
+struct BuilderPair {
+    a: Host,
+    _b: Host,
+    qa: *mut ibv_qp,
+    qpx: *mut ibv_qp_ex,
+    src: Buf,
+    dst: Buf,
+    /// `src`'s lkey.
+    sl: u32,
+    /// `dst`'s rkey.
+    dr: u32,
+    /// `dst`'s address.
+    base: u64,
+}
+
+impl BuilderPair {
+    fn new(seed: u64) -> Self {
+        let a = Host::with_library(1 << 20, 16 * 1024);
+        let b = Host::with_library(1 << 20, 16 * 1024);
+        let qa = a.create_qp_ex();
+        let qb = b.create_qp(false);
+        connect(&a, qa, &b, qb);
+        let mut src = Buf::new(64 * 1024);
+        let mut dst = Buf::new(64 * 1024);
+        fill(&mut src, seed);
+        let (sl, _) = keys(a.reg(&mut src, IBV_ACCESS_LOCAL_WRITE));
+        let (_, dr) = keys(b.reg(&mut dst, ALL_ACCESS));
+        let base = dst.as_ptr() as u64;
+        Self {
+            a,
+            _b: b,
+            qa,
+            qpx: qa.cast::<ibv_qp_ex>(),
+            src,
+            dst,
+            sl,
+            dr,
+            base,
+        }
+    }
+}
+
 #[test]
 fn warm_inline_builder_wrs_go_to_the_providers_builder_unrecorded_and_in_order() {
-    let a = Host::with_library(1 << 20, 16 * 1024);
-    let b = Host::with_library(1 << 20, 16 * 1024);
-    let qa = a.create_qp_ex();
-    let qb = b.create_qp(false);
-    connect(&a, qa, &b, qb);
-    let mut src = Buf::new(64 * 1024);
-    let mut dst = Buf::new(64 * 1024);
-    fill(&mut src, 5);
-    let (sl, _) = keys(a.reg(&mut src, IBV_ACCESS_LOCAL_WRITE));
-    let (_, dr) = keys(b.reg(&mut dst, ALL_ACCESS));
-    let base = dst.as_ptr() as u64;
-    let qpx = qa.cast::<ibv_qp_ex>();
+    let p = BuilderPair::new(5);
+    let (a, qa, qpx, sl, dr, base) = (&p.a, p.qa, p.qpx, p.sl, p.dr, p.base);
+    let (src, dst) = (&p.src, &p.dst);
     // SAFETY: ibv_wr_start on the live QP's ibv_qp_ex.
     let start = |q: *mut ibv_qp_ex| unsafe { ((*q).wr_start.unwrap())(q) };
     // SAFETY: ibv_wr_complete on the live QP's ibv_qp_ex.
@@ -1780,18 +1806,9 @@ fn completions_left_in_the_cq_by_a_destroyed_qp_carry_the_applications_wr_ids() 
 
 #[test]
 fn a_builder_wr_handed_over_at_its_opcode_is_taken_back_for_an_sge() {
-    let a = Host::with_library(1 << 20, 16 * 1024);
-    let b = Host::with_library(1 << 20, 16 * 1024);
-    let qa = a.create_qp_ex();
-    let qb = b.create_qp(false);
-    connect(&a, qa, &b, qb);
-    let mut src = Buf::new(64 * 1024);
-    let mut dst = Buf::new(64 * 1024);
-    fill(&mut src, 9);
-    let (sl, _) = keys(a.reg(&mut src, IBV_ACCESS_LOCAL_WRITE));
-    let (_, dr) = keys(b.reg(&mut dst, ALL_ACCESS));
-    let base = dst.as_ptr() as u64;
-    let qpx = qa.cast::<ibv_qp_ex>();
+    let p = BuilderPair::new(9);
+    let (a, qa, qpx, sl, dr, base) = (&p.a, p.qa, p.qpx, p.sl, p.dr, p.base);
+    let (src, dst) = (&p.src, &p.dst);
     // The address of the QP's current `wr_set_inline_data`.
     let inline_setter = |q: *mut ibv_qp_ex| {
         // SAFETY: the live QP's ibv_qp_ex.
