@@ -649,9 +649,38 @@ pub(crate) struct ProviderBuilder {
     rdma_write_imm: Option<WrRdmaImmFn>,
     send: Option<WrQpFn>,
     send_imm: Option<WrImmFn>,
+    /// The opcodes the functions above can start, a bit per `ibv_wr_opcode`.
+    ops: u32,
 }
 
 impl ProviderBuilder {
+    /// Calls the provider's opcode function for `w` (one of the four that
+    /// [`handover`] accepts) with the peer window's key `key`.
+    ///
+    /// # Safety
+    /// `qpx` is the live QP whose provider batch is begun, serialized by the caller's batch.
+    #[inline(always)]
+    unsafe fn opcode(&self, qpx: *mut ibv_qp_ex, w: &ibv_send_wr, key: u32) {
+        // SAFETY: per the contract.
+        unsafe {
+            match (
+                w.opcode,
+                self.rdma_write,
+                self.rdma_write_imm,
+                self.send,
+                self.send_imm,
+            ) {
+                (IBV_WR_RDMA_WRITE, Some(f), ..) => f(qpx, key, w.remote_addr()),
+                (IBV_WR_RDMA_WRITE_WITH_IMM, _, Some(f), ..) => {
+                    f(qpx, key, w.remote_addr(), w.imm_data)
+                }
+                (IBV_WR_SEND, _, _, Some(f), _) => f(qpx),
+                (IBV_WR_SEND_WITH_IMM, _, _, _, Some(f)) => f(qpx, w.imm_data),
+                _ => {}
+            }
+        }
+    }
+
     /// The provider's functions in `qpx` (before [`wrap_qp_ex`]), if it has the ones
     /// forwarding needs.
     ///
@@ -660,6 +689,7 @@ impl ProviderBuilder {
     pub(crate) unsafe fn of(qpx: *mut ibv_qp_ex) -> Option<Self> {
         // SAFETY: per the contract.
         let q = unsafe { &*qpx };
+        let bit = |has: bool, op: u32| if has { 1u32 << op } else { 0 };
         Some(Self {
             start: q.wr_start?,
             complete: q.wr_complete?,
@@ -669,6 +699,10 @@ impl ProviderBuilder {
             rdma_write_imm: q.wr_rdma_write_imm,
             send: q.wr_send,
             send_imm: q.wr_send_imm,
+            ops: bit(q.wr_rdma_write.is_some(), IBV_WR_RDMA_WRITE)
+                | bit(q.wr_rdma_write_imm.is_some(), IBV_WR_RDMA_WRITE_WITH_IMM)
+                | bit(q.wr_send.is_some(), IBV_WR_SEND)
+                | bit(q.wr_send_imm.is_some(), IBV_WR_SEND_WITH_IMM),
         })
     }
 }
@@ -776,26 +810,29 @@ fn open_batch(qpx: *mut ibv_qp_ex) -> Option<registry::Hot<QpCtl>> {
 /// `ibv_wr_start`/`ibv_wr_complete` is the application's error, which plain providers do not
 /// check either).
 fn with_builder(qpx: *mut ibv_qp_ex, f: impl FnOnce(&mut ExBuilder)) {
-    guarded((), || {
-        if let Some(ctl) = open_batch(qpx) {
-            // SAFETY: the batch is open and its calls are serialized.
-            let b = unsafe { ctl.builder.get() };
-            // SAFETY: as above; `qpx` is the batch's QP.
-            unsafe { restore_inline_setter(qpx, b) };
-            f(b);
-        }
-    })
+    with_builder_then(qpx, false, f);
 }
 
 /// [`with_builder`] for a data setter: a WR that [`forward_early`] handed over is taken back
 /// first ([`take_back_early`]).
 fn with_builder_for_data(qpx: *mut ibv_qp_ex, f: impl FnOnce(&mut ExBuilder)) {
+    with_builder_then(qpx, true, f);
+}
+
+/// Puts the library's inline setter back, takes an early WR back if `take_back`, runs `f`.
+fn with_builder_then(qpx: *mut ibv_qp_ex, take_back: bool, f: impl FnOnce(&mut ExBuilder)) {
     guarded((), || {
         if let Some(ctl) = open_batch(qpx) {
             // SAFETY: the batch is open and its calls are serialized.
             let b = unsafe { ctl.builder.get() };
             // SAFETY: as above; `qpx` is the batch's QP.
-            unsafe { take_back_early(&ctl, b, qpx) };
+            unsafe {
+                if take_back {
+                    take_back_early(&ctl, b, qpx);
+                } else {
+                    restore_inline_setter(qpx, b);
+                }
+            }
             f(b);
         }
     })
@@ -836,8 +873,8 @@ unsafe fn restore_inline_setter(qpx: *mut ibv_qp_ex, b: &mut ExBuilder) {
 }
 
 /// Hands the WR just begun to the provider's own builder at its opcode call when it needs
-/// nothing of the library whatever inline data follows: what [`forward_inline`] requires,
-/// with the peer window covering the QP's whole inline limit from the remote address, and the
+/// nothing of the library whatever inline data follows: [`handover`], with the peer window
+/// covering the QP's whole inline limit from the remote address, and the
 /// provider's batch not begun yet (so that [`take_back_early`] can abort it). The QP's
 /// `wr_set_inline_data` then is the provider's own until the next call of the batch, so the
 /// inline payload goes straight to the provider (perftest's pattern on mlx5: start, opcode,
@@ -847,68 +884,20 @@ unsafe fn restore_inline_setter(qpx: *mut ibv_qp_ex, b: &mut ExBuilder) {
 /// The batch of `ctl` is open (its send lock held), `b` is its builder and `qpx` its QP.
 #[inline(always)]
 unsafe fn forward_early(ctl: &QpCtl, b: &mut ExBuilder, qpx: *mut ibv_qp_ex) {
-    let Some(p) = ctl.builder.provider else {
-        return;
-    };
-    let f = &b.first;
-    if !f.active
-        || b.spilled
-        || b.provider_open
-        || f.data != FirstData::None
-        || ctl.qp_type != IBV_QPT_RC
-        || ctl.max_inline_data == 0
-    {
+    if b.provider_open || ctl.max_inline_data == 0 {
         return;
     }
-    // SAFETY: the open batch holds the send lock.
-    let side = unsafe { ctl.send.data() };
-    if !side.signals.is_idle() {
+    // SAFETY: per the contract.
+    let Some((p, key)) = (unsafe { handover(ctl, b, u64::from(ctl.max_inline_data)) }) else {
         return;
-    }
-    let w = &f.wr;
-    let reach = u64::from(ctl.max_inline_data);
-    // The peer window's key, for the opcodes with a remote range.
-    let key = match w.opcode {
-        IBV_WR_RDMA_WRITE | IBV_WR_RDMA_WRITE_WITH_IMM => {
-            match side.remote_window_key(w.rdma_rkey(), w.remote_addr(), reach) {
-                Some(k) => k,
-                None => return,
-            }
-        }
-        _ => 0,
     };
-    let (raddr, imm) = (w.remote_addr(), w.imm_data);
-    // SAFETY: for every call below: the application's live ibv_qp_ex, serialized by the batch;
-    // the provider's functions of this QP, in the order the API prescribes (start, then the
-    // opcode). The provider reads `wr_id` and `wr_flags` at the opcode call: they are still
-    // what the application set for this WR.
-    let handed = unsafe {
-        match (w.opcode, p.rdma_write, p.rdma_write_imm, p.send, p.send_imm) {
-            (IBV_WR_RDMA_WRITE, Some(op), ..) => {
-                (p.start)(qpx);
-                op(qpx, key, raddr);
-                true
-            }
-            (IBV_WR_RDMA_WRITE_WITH_IMM, _, Some(op), ..) => {
-                (p.start)(qpx);
-                op(qpx, key, raddr, imm);
-                true
-            }
-            (IBV_WR_SEND, _, _, Some(op), _) => {
-                (p.start)(qpx);
-                op(qpx);
-                true
-            }
-            (IBV_WR_SEND_WITH_IMM, _, _, _, Some(op)) => {
-                (p.start)(qpx);
-                op(qpx, imm);
-                true
-            }
-            _ => false,
-        }
-    };
-    if !handed {
-        return;
+    // SAFETY: the application's live ibv_qp_ex, serialized by the batch; the provider's
+    // functions of this QP, in the order the API prescribes (start, then the opcode). The
+    // provider reads `wr_id` and `wr_flags` at the opcode call: they are still what the
+    // application set for this WR.
+    unsafe {
+        (p.start)(qpx);
+        p.opcode(qpx, &b.first.wr, key);
     }
     b.provider_open = true;
     b.first.active = false;
@@ -1139,11 +1128,47 @@ unsafe extern "C" fn ex_set_inline_data(qpx: *mut ibv_qp_ex, addr: *mut c_void, 
     })
 }
 
+/// Whether the batch's pending WR (begun, no data yet) may go to the provider's own builder,
+/// and then the provider's functions and the key for the WR's remote range: an RC QP, the
+/// provider's builder at hand with this opcode (a SEND or an RDMA WRITE, with or without
+/// immediate), nothing of the batch kept by the library before it, no recorded unsignaled WR
+/// waiting for a later completion, and the `reach` bytes from a WRITE's remote address in the
+/// peer window this QP used last (its key translated here).
+///
+/// # Safety
+/// The batch of `ctl` is open (its send lock held) and `b` is its builder.
+#[inline(always)]
+unsafe fn handover<'a>(
+    ctl: &'a QpCtl,
+    b: &ExBuilder,
+    reach: u64,
+) -> Option<(&'a ProviderBuilder, u32)> {
+    let p = ctl.builder.provider.as_ref()?;
+    let f = &b.first;
+    if !f.active || b.spilled || f.data != FirstData::None || ctl.qp_type != IBV_QPT_RC {
+        return None;
+    }
+    // SAFETY: the open batch holds the send lock.
+    let side = unsafe { ctl.send.data() };
+    if !side.signals.is_idle() {
+        return None;
+    }
+    let w = &f.wr;
+    let op = 1u32.checked_shl(w.opcode).unwrap_or(0);
+    if p.ops & op == 0 {
+        return None;
+    }
+    let key = if op & (1 << IBV_WR_RDMA_WRITE | 1 << IBV_WR_RDMA_WRITE_WITH_IMM) != 0 {
+        side.remote_window_key(w.rdma_rkey(), w.remote_addr(), reach)?
+    } else {
+        0
+    };
+    Some((p, key))
+}
+
 /// Hands the batch's pending WR (begun, no data yet), with `data` inline, to the provider's
-/// own builder when it needs nothing of the library: an RC QP, the provider's builder at
-/// hand, nothing of the batch kept by the library before it, a SEND or an RDMA WRITE whose
-/// remote range lies in the peer window this QP used last (its key translated here), and no
-/// recorded unsignaled WR waiting for a later completion. Such a WR is not recorded (it holds
+/// own builder when it needs nothing of the library ([`handover`], with the data's length as
+/// the reach; an empty WRITE stays the library's). Such a WR is not recorded (it holds
 /// no window; see `WarmKeys::unrecorded` in the engine): it keeps the application's `wr_id`
 /// and flags, and the provider copies the data. Returns whether it did.
 ///
@@ -1151,39 +1176,16 @@ unsafe extern "C" fn ex_set_inline_data(qpx: *mut ibv_qp_ex, addr: *mut c_void, 
 /// The batch of `ctl` is open (its send lock held), `b` is its builder and `qpx` its QP.
 #[inline]
 unsafe fn forward_inline(ctl: &QpCtl, b: &mut ExBuilder, qpx: *mut ibv_qp_ex, data: &[u8]) -> bool {
-    let Some(p) = ctl.builder.provider else {
-        return false;
-    };
-    let f = &b.first;
-    if !f.active || b.spilled || f.data != FirstData::None || ctl.qp_type != IBV_QPT_RC {
+    let op = b.first.wr.opcode;
+    // An empty WRITE goes the library's way (it checks no key, IBA vol. 1 C9-88).
+    if data.is_empty() && matches!(op, IBV_WR_RDMA_WRITE | IBV_WR_RDMA_WRITE_WITH_IMM) {
         return false;
     }
-    // SAFETY: the open batch holds the send lock.
-    let side = unsafe { ctl.send.data() };
-    if !side.signals.is_idle() {
+    // SAFETY: per the contract.
+    let Some((p, key)) = (unsafe { handover(ctl, b, data.len() as u64) }) else {
         return false;
-    }
-    let w = &f.wr;
-    let op = w.opcode;
-    let wkey = match op {
-        IBV_WR_RDMA_WRITE | IBV_WR_RDMA_WRITE_WITH_IMM if !data.is_empty() => {
-            match side.remote_window_key(w.rdma_rkey(), w.remote_addr(), data.len() as u64) {
-                Some(k) => k,
-                None => return false,
-            }
-        }
-        IBV_WR_SEND | IBV_WR_SEND_WITH_IMM => 0,
-        _ => return false,
     };
-    let have = match op {
-        IBV_WR_RDMA_WRITE => p.rdma_write.is_some(),
-        IBV_WR_RDMA_WRITE_WITH_IMM => p.rdma_write_imm.is_some(),
-        IBV_WR_SEND => p.send.is_some(),
-        _ => p.send_imm.is_some(),
-    };
-    if !have {
-        return false;
-    }
+    let w = &b.first.wr;
     // SAFETY: the application's live ibv_qp_ex, serialized by the batch; the provider's
     // functions of this QP, called in the order the API prescribes (start, opcode, setter).
     unsafe {
@@ -1197,15 +1199,7 @@ unsafe fn forward_inline(ctl: &QpCtl, b: &mut ExBuilder, qpx: *mut ibv_qp_ex, da
         let (now_id, now_flags) = (q.wr_id, q.wr_flags);
         q.wr_id = w.wr_id;
         q.wr_flags = w.send_flags;
-        match (op, p.rdma_write, p.rdma_write_imm, p.send, p.send_imm) {
-            (IBV_WR_RDMA_WRITE, Some(f), ..) => f(qpx, wkey, w.remote_addr()),
-            (IBV_WR_RDMA_WRITE_WITH_IMM, _, Some(f), ..) => {
-                f(qpx, wkey, w.remote_addr(), w.imm_data)
-            }
-            (IBV_WR_SEND, _, _, Some(f), _) => f(qpx),
-            (_, _, _, _, Some(f)) => f(qpx, w.imm_data),
-            _ => {}
-        }
+        p.opcode(qpx, w, key);
         (p.set_inline_data)(qpx, data.as_ptr() as *mut c_void, data.len());
         q.wr_id = now_id;
         q.wr_flags = now_flags;
