@@ -21,11 +21,10 @@
 
 use core::ffi::{c_int, c_uint, c_void};
 use std::collections::VecDeque;
-
-use crate::fasthash::FastMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{LazyLock, Mutex, MutexGuard};
 
+use crate::fasthash::FastMap;
 use crate::real::RealVerbs;
 use crate::sys::*;
 use crate::window::pinned_bytes;

@@ -938,12 +938,11 @@ fn fast_mode_line(plain: &[f64], lib: &[f64], fastest: f64) -> Option<String> {
             .collect()
     };
     let (fp, fl) = (fast(plain), fast(lib));
-    let (p, l) = (median(fp.clone())?, median(fl.clone())?);
+    let (np, nl) = (fp.len(), fl.len());
+    let (p, l) = (median(fp)?, median(fl)?);
     Some(format!(
-        "  ib_write_lat fast-mode runs (within {FAST_MODE}x of the fastest): plain {p:.0} cycles ({} of {}), with library {l:.0} cycles ({} of {}), ratio {:.3}x",
-        fp.len(),
+        "  ib_write_lat fast-mode runs (within {FAST_MODE}x of the fastest): plain {p:.0} cycles ({np} of {}), with library {l:.0} cycles ({nl} of {}), ratio {:.3}x",
         plain.len(),
-        fl.len(),
         lib.len(),
         l / p
     ))
