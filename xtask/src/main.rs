@@ -32,8 +32,8 @@ commands:
   firmware <name> [--release] cross-build a bare-metal program for aarch64-unknown-none
   qemu <name> [--release] [--timeout <seconds>]
                               build a program and run it on qemu-system-aarch64 (virt + SMMUv3 + edu)
-  rxe-test [--iters <n>] [--cmp-iters <n>] [--stress-ops <n>] [--rounds <n>] [--smp <n>]
-           [--compare-only] [--no-pin] [--cmp-flags <perftest flags>]
+  rxe-test [--iters <n>] [--cmp-iters <n>] [--stress-ops <n>] [--rounds <n>] [--bw-rounds <n>]
+           [--smp <n>] [--compare-only] [--no-pin] [--cmp-flags <perftest flags>]
                               libnprdma.so on Soft-RoCE in a Debian guest (qemu-system-x86_64):
                               unmodified perftest, the stress program, with/without ratios
                               (--compare-only: just the alternating with/without comparison)
@@ -100,6 +100,9 @@ fn run(args: &[String]) -> Result<(), XtaskError> {
             }
             if let Some(n) = opts.value_u64("--rounds")? {
                 o.rounds = n.max(1);
+            }
+            if let Some(n) = opts.value_u64("--bw-rounds")? {
+                o.bw_rounds = n;
             }
             if let Some(n) = opts.value_u64("--smp")? {
                 o.smp = n.clamp(1, 64);
