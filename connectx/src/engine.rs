@@ -2700,7 +2700,7 @@ impl QpCtl {
         st.held_bytes = st.held_bytes.saturating_sub(h.bytes);
         // A window deregistered since (the region was deregistered or re-registered) took the
         // hold's in-flight count with it.
-        if st.cache.serial(h.used.id) == Some(h.used.serial) {
+        if st.cache.use_of(h.used.id) == Some(h.used) {
             let mut w = WinList::new();
             w.push(h.used);
             self.track.lock().send.retire(w);

@@ -810,17 +810,19 @@ fn open_batch(qpx: *mut ibv_qp_ex) -> Option<registry::Hot<QpCtl>> {
 /// `ibv_wr_start`/`ibv_wr_complete` is the application's error, which plain providers do not
 /// check either).
 fn with_builder(qpx: *mut ibv_qp_ex, f: impl FnOnce(&mut ExBuilder)) {
-    with_builder_then(qpx, false, f);
+    with_builder_then(qpx, false, |_, b| f(b));
 }
 
 /// [`with_builder`] for a data setter: a WR that [`forward_early`] handed over is taken back
 /// first ([`take_back_early`]).
 fn with_builder_for_data(qpx: *mut ibv_qp_ex, f: impl FnOnce(&mut ExBuilder)) {
-    with_builder_then(qpx, true, f);
+    with_builder_then(qpx, true, |_, b| f(b));
 }
 
-/// Puts the library's inline setter back, takes an early WR back if `take_back`, runs `f`.
-fn with_builder_then(qpx: *mut ibv_qp_ex, take_back: bool, f: impl FnOnce(&mut ExBuilder)) {
+/// Puts the library's inline setter back, takes an early WR back if `take_back`, runs `f` on
+/// the batch's QP record and builder.
+#[inline]
+fn with_builder_then(qpx: *mut ibv_qp_ex, take_back: bool, f: impl FnOnce(&QpCtl, &mut ExBuilder)) {
     guarded((), || {
         if let Some(ctl) = open_batch(qpx) {
             // SAFETY: the batch is open and its calls are serialized.
@@ -833,7 +835,7 @@ fn with_builder_then(qpx: *mut ibv_qp_ex, take_back: bool, f: impl FnOnce(&mut E
                     restore_inline_setter(qpx, b);
                 }
             }
-            f(b);
+            f(&ctl, b);
         }
     })
 }
@@ -844,18 +846,11 @@ fn with_builder_then(qpx: *mut ibv_qp_ex, take_back: bool, f: impl FnOnce(&mut E
 fn begin(qpx: *mut ibv_qp_ex, opcode: u32, setup: impl FnOnce(&mut ibv_send_wr)) {
     // SAFETY: the application's live ibv_qp_ex.
     let (wr_id, flags) = unsafe { ((*qpx).wr_id, (*qpx).wr_flags) };
-    guarded((), || {
-        let Some(ctl) = open_batch(qpx) else {
-            return;
-        };
-        // SAFETY: the batch is open and its calls are serialized.
-        let b = unsafe { ctl.builder.get() };
-        // SAFETY: as above; `qpx` is the batch's QP.
-        unsafe { restore_inline_setter(qpx, b) };
+    with_builder_then(qpx, false, |ctl, b| {
         b.begin(wr_id, flags, opcode, setup);
-        // SAFETY: as above.
-        unsafe { forward_early(&ctl, b, qpx) };
-    })
+        // SAFETY: the batch of `ctl` is open (serialized calls), `b` its builder, `qpx` its QP.
+        unsafe { forward_early(ctl, b, qpx) };
+    });
 }
 
 /// Puts the library's `wr_set_inline_data` back into the QP if [`forward_early`] had put the
