@@ -496,25 +496,11 @@ impl Inner {
             Some(v) => v,
             None => vma::maps_in_range(start, end)?,
         };
+        vma::clip(&mut vmas, start, end);
         if self.config.read_smaps
             && let Ok(smaps) = vma::smaps_in_range(start, end)
         {
-            for v in vmas.iter_mut() {
-                // Match by containment: a neighbour mapped or unmapped meanwhile may have merged
-                // into (or split from) the VMA between the two reads.
-                if let Some(s) = smaps.iter().find(|s| s.start <= v.start && v.start < s.end) {
-                    v.thp_eligible = s.thp_eligible;
-                    v.vm_flags = s.vm_flags.clone();
-                    v.page_size = s.page_size;
-                    if s.backing == Backing::Special {
-                        v.backing = Backing::Special;
-                    }
-                }
-            }
-        }
-        for v in vmas.iter_mut() {
-            v.start = VirtAddr::new(v.start.as_u64().max(start));
-            v.end = VirtAddr::new(v.end.as_u64().min(end));
+            vma::apply_smaps(&mut vmas, &smaps);
         }
         Ok(vmas)
     }

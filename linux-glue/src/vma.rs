@@ -238,6 +238,35 @@ pub fn parse_smaps(reader: impl BufRead, start: u64, end: u64) -> Result<Vec<Vma
     Ok(out)
 }
 
+/// Clips each VMA to `[start, end)`.
+///
+/// Do this before [`apply_smaps`]: the parts outside the range belong to neighbours that other
+/// threads may map or unmap at any moment, while the range itself is the caller's.
+pub fn clip(vmas: &mut [VmaInfo], start: u64, end: u64) {
+    for v in vmas.iter_mut() {
+        v.start = VirtAddr::new(v.start.as_u64().max(start));
+        v.end = VirtAddr::new(v.end.as_u64().min(end));
+    }
+}
+
+/// Copies the smaps-only properties (THP eligibility, VmFlags, page size, special mappings) from
+/// a separate smaps read onto clipped VMAs.
+///
+/// Matches by containment of the clipped start: a neighbour mapped or unmapped between the two
+/// reads may have merged into (or split from) a VMA, moving its unclipped start either way.
+pub fn apply_smaps(vmas: &mut [VmaInfo], smaps: &[VmaInfo]) {
+    for v in vmas.iter_mut() {
+        if let Some(s) = smaps.iter().find(|s| s.start <= v.start && v.start < s.end) {
+            v.thp_eligible = s.thp_eligible;
+            v.vm_flags = s.vm_flags.clone();
+            v.page_size = s.page_size;
+            if s.backing == Backing::Special {
+                v.backing = Backing::Special;
+            }
+        }
+    }
+}
+
 /// Reads /proc/self/maps up to `end` and returns the VMAs overlapping `[start, end)`.
 pub fn maps_in_range(start: u64, end: u64) -> Result<Vec<VmaInfo>> {
     let f = File::open("/proc/self/maps").map_err(|e| GlueError::Unavailable {
@@ -388,6 +417,42 @@ pub fn thp_mode() -> ThpMode {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn smaps_properties_survive_a_neighbour_merging_or_splitting_between_reads() {
+        let vma = |a: u64, b: u64| {
+            let mut v = parse_maps_line(&format!("{a:x}-{b:x} rw-p 00000000 00:00 0")).unwrap();
+            v.vm_flags = None;
+            v
+        };
+        let with_flags = |mut v: VmaInfo, flags: &[&[u8; 2]]| {
+            v.vm_flags = Some(flags.iter().map(|f| **f).collect());
+            v.thp_eligible = Some(true);
+            v
+        };
+        let (start, end) = (0x10_0000, 0x10_6000);
+        // The first read saw the range's first VMA merged with a neighbour below it; the
+        // neighbour was unmapped before smaps was read, so smaps starts at the range.
+        let mut vmas = vec![vma(0xf_e000, 0x10_2000), vma(0x10_2000, 0x10_6000)];
+        let smaps = vec![
+            with_flags(vma(0x10_0000, 0x10_2000), &[b"rd", b"wr"]),
+            with_flags(vma(0x10_2000, 0x10_8000), &[b"rd", b"wr", b"nh"]),
+        ];
+        clip(&mut vmas, start, end);
+        apply_smaps(&mut vmas, &smaps);
+        assert_eq!(vmas[0].start.as_u64(), start);
+        assert_eq!(vmas[0].has_flag(b"nh"), Some(false));
+        assert_eq!(vmas[1].end.as_u64(), end);
+        assert_eq!(vmas[1].has_flag(b"nh"), Some(true));
+        assert_eq!(vmas[1].thp_eligible, Some(true));
+
+        // The reverse: a neighbour merged in between the reads, so smaps starts lower.
+        let mut vmas = vec![vma(0x10_0000, 0x10_6000)];
+        let smaps = vec![with_flags(vma(0xf_0000, 0x10_6000), &[b"hg"])];
+        clip(&mut vmas, start, end);
+        apply_smaps(&mut vmas, &smaps);
+        assert_eq!(vmas[0].has_flag(b"hg"), Some(true));
+    }
 
     #[test]
     fn maps_lines_parse_per_proc5() {
