@@ -3103,7 +3103,12 @@ pub(crate) fn random_u64() -> u64 {
     if n == 8 {
         u64::from_le_bytes(b)
     } else {
-        let t = Instant::now().elapsed().as_nanos() as u64;
-        t ^ u64::from(std::process::id()).rotate_left(32)
+        // No getrandom (a very old kernel or a seccomp filter): the wall clock's nanoseconds,
+        // the process ID and a stack address (ASLR) still tell two instances apart.
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64);
+        let here = &b as *const _ as u64;
+        t ^ u64::from(std::process::id()).rotate_left(32) ^ here.rotate_left(17)
     }
 }
