@@ -6,6 +6,7 @@
 
 use std::fs::File;
 use std::os::fd::AsRawFd;
+use std::sync::{Mutex, MutexGuard};
 
 use hal::{AlignedRange, PageSize, VirtAddr};
 
@@ -73,13 +74,51 @@ impl Advice {
 }
 
 /// An owned `mmap` region, unmapped on drop.
+///
+/// [`unmap_part`](Mapping::unmap_part) leaves holes. The mapping gives those up: another
+/// thread's `mmap` may land there, so nothing this type does afterwards (reads, writes, advice,
+/// protection, unmapping on drop) touches a hole.
 #[derive(Debug)]
 pub struct Mapping {
     addr: u64,
     len: u64,
+    /// Unmapped parts, as `(offset, end offset)`, in the order they were made.
+    holes: Mutex<Vec<(u64, u64)>>,
 }
 
 impl Mapping {
+    /// Takes ownership of `[addr, addr + len)`, which must be mapped and owned by nobody else.
+    fn owning(addr: u64, len: u64) -> Self {
+        Self {
+            addr,
+            len,
+            holes: Mutex::new(Vec::new()),
+        }
+    }
+
+    fn holes(&self) -> MutexGuard<'_, Vec<(u64, u64)>> {
+        // The list is only ever pushed to whole: a panic elsewhere cannot leave it half-written.
+        self.holes.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The parts still owned, as `(offset, length)`, in address order.
+    fn owned_parts(&self) -> Vec<(u64, u64)> {
+        let mut holes = self.holes().clone();
+        holes.sort_unstable();
+        let mut parts = Vec::with_capacity(holes.len() + 1);
+        let mut at = 0;
+        for (start, end) in holes {
+            if start > at {
+                parts.push((at, start - at));
+            }
+            at = at.max(end);
+        }
+        if at < self.len {
+            parts.push((at, self.len - at));
+        }
+        parts
+    }
+
     fn map(len: u64, prot: Protection, flags: i32, fd: i32) -> Result<Self> {
         if len == 0 {
             return Err(GlueError::EmptyRange);
@@ -102,10 +141,7 @@ impl Mapping {
         if p == libc::MAP_FAILED {
             return Err(sys::os_error("mmap"));
         }
-        Ok(Self {
-            addr: p as u64,
-            len,
-        })
+        Ok(Self::owning(p as u64, len))
     }
 
     /// A private anonymous mapping (MAP_NORESERVE: no commit charge, nothing touched).
@@ -145,7 +181,7 @@ impl Mapping {
             unmap_raw(start + len, tail)?;
         }
         std::mem::forget(whole);
-        Ok(Self { addr: start, len })
+        Ok(Self::owning(start, len))
     }
 
     /// A private hugetlbfs mapping of 2 MiB pages (needs `vm.nr_hugepages` reserved).
@@ -207,12 +243,25 @@ impl Mapping {
         VirtAddr::new(self.addr.wrapping_add(offset))
     }
 
+    /// `[offset, offset + len)` lies inside the mapping and outside its holes.
     fn check(&self, offset: u64, len: u64) -> Result<()> {
-        match offset.checked_add(len) {
-            Some(end) if end <= self.len => Ok(()),
-            _ => Err(GlueError::InvalidArgument {
-                what: "offset/length outside the mapping",
+        let end = match offset.checked_add(len) {
+            Some(end) if end <= self.len => end,
+            _ => {
+                return Err(GlueError::InvalidArgument {
+                    what: "offset/length outside the mapping",
+                });
+            }
+        };
+        match self
+            .holes()
+            .iter()
+            .find(|&&(start, stop)| start < end && offset < stop)
+        {
+            Some(&(start, _)) => Err(GlueError::Unmapped {
+                addr: self.addr + start.max(offset),
             }),
+            None => Ok(()),
         }
     }
 
@@ -225,19 +274,21 @@ impl Mapping {
         })
     }
 
-    /// `mprotect` the whole mapping.
+    /// `mprotect` the whole mapping (its holes excepted).
     pub fn protect(&self, prot: Protection) -> Result<()> {
-        // SAFETY: changes protection of memory this value owns; no Rust references into it are
-        // handed out by this type.
-        let rc = unsafe {
-            libc::mprotect(
-                self.addr as *mut libc::c_void,
-                self.len as usize,
-                prot.bits(),
-            )
-        };
-        if rc != 0 {
-            return Err(sys::os_error("mprotect"));
+        for (offset, len) in self.owned_parts() {
+            // SAFETY: changes protection of memory this value owns; no Rust references into it
+            // are handed out by this type.
+            let rc = unsafe {
+                libc::mprotect(
+                    (self.addr + offset) as *mut libc::c_void,
+                    len as usize,
+                    prot.bits(),
+                )
+            };
+            if rc != 0 {
+                return Err(sys::os_error("mprotect"));
+            }
         }
         Ok(())
     }
@@ -271,10 +322,13 @@ impl Mapping {
         Ok(unsafe { std::ptr::read_volatile((self.addr + offset) as *const u64) })
     }
 
-    /// Writes a distinct marker (`seed ^ page index`) into the first word of every page.
+    /// Writes a distinct marker (`seed ^ page index`) into the first word of every page (of
+    /// every page still mapped, if there are holes).
     pub fn stamp_pages(&self, seed: u64) -> Result<()> {
-        for i in 0..self.len / PAGE {
-            self.write_u64(i * PAGE, seed ^ i)?;
+        for (offset, len) in self.owned_parts() {
+            for i in offset / PAGE..(offset + len) / PAGE {
+                self.write_u64(i * PAGE, seed ^ i)?;
+            }
         }
         Ok(())
     }
@@ -288,12 +342,21 @@ impl Mapping {
                 align: PAGE,
             });
         }
-        unmap_raw(self.addr + offset, len)
+        let mut holes = self.holes();
+        unmap_raw(self.addr + offset, len)?;
+        holes.push((offset, offset + len));
+        Ok(())
     }
 
     /// Moves the mapping to a new address with `mremap(MREMAP_MAYMOVE | MREMAP_FIXED)` and
     /// returns it at its new place.
     pub fn move_elsewhere(self) -> Result<Mapping> {
+        if !self.holes().is_empty() {
+            // mremap moves one VMA; the holes split this mapping into several.
+            return Err(GlueError::InvalidArgument {
+                what: "a mapping with holes cannot move",
+            });
+        }
         // Reserve a destination so that MREMAP_FIXED replaces only memory we own.
         let dest = Self::map(
             self.len,
@@ -315,10 +378,7 @@ impl Mapping {
         if p == libc::MAP_FAILED {
             return Err(sys::os_error("mremap"));
         }
-        let moved = Mapping {
-            addr: p as u64,
-            len: self.len,
-        };
+        let moved = Mapping::owning(p as u64, self.len);
         // Both old objects now describe memory that `moved` owns (or nothing): forget them.
         std::mem::forget(self);
         std::mem::forget(dest);
@@ -327,9 +387,22 @@ impl Mapping {
 
     /// Unmaps now (same as dropping, but reports errors).
     pub fn unmap(self) -> Result<()> {
-        let r = unmap_raw(self.addr, self.len);
-        std::mem::forget(self);
+        let r = self.unmap_owned();
+        // Nothing is owned any more, whatever munmap said: drop must not try again.
+        self.holes().push((0, self.len));
         r
+    }
+
+    /// Unmaps every part still owned; the first error, after trying them all.
+    fn unmap_owned(&self) -> Result<()> {
+        let mut result = Ok(());
+        for (offset, len) in self.owned_parts() {
+            let r = unmap_raw(self.addr + offset, len);
+            if result.is_ok() {
+                result = r;
+            }
+        }
+        result
     }
 }
 
@@ -344,6 +417,105 @@ fn unmap_raw(addr: u64, len: u64) -> Result<()> {
 
 impl Drop for Mapping {
     fn drop(&mut self) {
-        let _ = unmap_raw(self.addr, self.len);
+        let _ = self.unmap_owned();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// These tests map pages at addresses they have just freed; no other test of this binary
+    /// makes small mappings, but these two must not take each other's holes.
+    static SERIAL: Mutex<()> = Mutex::new(());
+
+    fn serial() -> MutexGuard<'static, ()> {
+        SERIAL.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Maps one page at exactly `addr`, failing rather than replacing anything there.
+    fn map_at(addr: u64) -> Option<u64> {
+        // SAFETY: MAP_FIXED_NOREPLACE never replaces an existing mapping.
+        let p = unsafe {
+            libc::mmap(
+                addr as *mut libc::c_void,
+                PAGE as usize,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED_NOREPLACE,
+                -1,
+                0,
+            )
+        };
+        (p != libc::MAP_FAILED && p as u64 == addr).then_some(addr)
+    }
+
+    #[test]
+    fn a_hole_is_given_up_and_never_touched_again() {
+        let _serial = serial();
+        let m = Mapping::anonymous(4 * PAGE, Protection::ReadWrite).unwrap();
+        m.stamp_pages(0x77).unwrap();
+        m.unmap_part(PAGE, PAGE).unwrap();
+
+        // Accesses into the hole are typed errors, not faults.
+        assert_eq!(
+            m.read_u64(PAGE + 8),
+            Err(GlueError::Unmapped {
+                addr: m.addr + PAGE + 8
+            })
+        );
+        assert_eq!(
+            m.write_u64(0, 1).and(m.write_u64(PAGE - 8, 1)),
+            Ok(()),
+            "the pages beside the hole stay usable"
+        );
+        assert!(matches!(
+            m.advise(0, 2 * PAGE, Advice::DontNeed),
+            Err(GlueError::Unmapped { .. })
+        ));
+        assert!(matches!(
+            m.unmap_part(PAGE, PAGE),
+            Err(GlueError::Unmapped { .. })
+        ));
+        // Stamping and protecting cover the rest and skip the hole.
+        m.stamp_pages(0x99).unwrap();
+        assert_eq!(m.read_u64(3 * PAGE).unwrap(), 0x99 ^ 3);
+        m.protect(Protection::Read).unwrap();
+        assert_eq!(m.read_u64(2 * PAGE).unwrap(), 0x99 ^ 2);
+
+        // Someone else's mapping lands in the hole; dropping `m` leaves it alone.
+        let foreign = map_at(m.addr + PAGE).expect("the hole is free");
+        // SAFETY: the page just mapped at `foreign`, owned by this test.
+        unsafe { std::ptr::write_volatile(foreign as *mut u64, 0xf00d) };
+        drop(m);
+        // SAFETY: as above; it would fault had the drop unmapped it.
+        let kept = unsafe { std::ptr::read_volatile(foreign as *const u64) };
+        assert_eq!(kept, 0xf00d);
+        unmap_raw(foreign, PAGE).unwrap();
+    }
+
+    #[test]
+    fn a_mapping_with_holes_does_not_move_and_unmaps_only_what_it_owns() {
+        let _serial = serial();
+        let m = Mapping::anonymous(3 * PAGE, Protection::ReadWrite).unwrap();
+        m.unmap_part(0, PAGE).unwrap();
+        let addr = m.addr;
+        assert!(matches!(
+            m.move_elsewhere(),
+            Err(GlueError::InvalidArgument { .. })
+        ));
+        // The failed move dropped the mapping: all of it is free again.
+        assert_eq!(map_at(addr + PAGE), Some(addr + PAGE));
+        unmap_raw(addr + PAGE, PAGE).unwrap();
+
+        let m = Mapping::anonymous(3 * PAGE, Protection::ReadWrite).unwrap();
+        m.unmap_part(2 * PAGE, PAGE).unwrap();
+        let (addr, hole) = (m.addr, m.addr + 2 * PAGE);
+        let foreign = map_at(hole).expect("the hole is free");
+        m.unmap().unwrap();
+        assert_eq!(map_at(addr), Some(addr), "the owned part was unmapped");
+        unmap_raw(addr, PAGE).unwrap();
+        // SAFETY: the page mapped at `foreign` above, still ours.
+        unsafe { std::ptr::write_volatile(foreign as *mut u64, 1) };
+        unmap_raw(foreign, PAGE).unwrap();
     }
 }
