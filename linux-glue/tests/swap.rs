@@ -8,12 +8,22 @@
 mod common;
 
 use std::path::PathBuf;
-use std::sync::Mutex;
+use std::sync::{Mutex, MutexGuard};
 
 use common::*;
 use linux_glue::mapping::{Advice, Mapping, Protection};
 use linux_glue::swap::{self, SwapLab};
 use linux_glue::{Access, FaultKind, GlueError, InvalidationCause};
+
+/// Serialises the tests of this binary. `SwapLab` serialises the sysctl changes themselves, but
+/// both tests also read `vm.page-cluster` before opening and after closing their lab; without
+/// this, the other test's lab could be open at either read (value 0 instead of the original).
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn serial() -> MutexGuard<'static, ()> {
+    // A failed test poisons the lock; the next test must still run.
+    SERIAL.lock().unwrap_or_else(|p| p.into_inner())
+}
 
 fn page_cluster() -> String {
     std::fs::read_to_string("/proc/sys/vm/page-cluster")
@@ -39,6 +49,7 @@ fn open_lab(test: &str, bytes: u64) -> Option<SwapLab> {
 
 #[test]
 fn swap_out_is_detected_and_swap_in_reads_the_device() {
+    let _serial = serial();
     let Some(lab) = open_lab("swap lifecycle", 64 * MIB) else {
         return;
     };
@@ -164,6 +175,7 @@ fn swap_and_sysctl_are_restored_even_when_a_test_panics() {
         skip("swap cleanup on panic", "swap needs root");
         return;
     }
+    let _serial = serial();
     let seen: Mutex<Option<(PathBuf, String)>> = Mutex::new(None);
     let before = page_cluster();
     let outcome = std::panic::catch_unwind(|| {
