@@ -925,8 +925,10 @@ fn posting_from_inside_an_extended_cq_session_keeps_the_current_completion() {
         // needs its own completions from this very session.
         let t = std::time::Instant::now();
         assert_eq!(write(3, 40_000), 0);
+        // Normally a few milliseconds; the library's bounded waits are 2 s, so anything
+        // below that (with room for a loaded machine) shows none of them ran out.
         assert!(
-            t.elapsed() < std::time::Duration::from_secs(1),
+            t.elapsed() < std::time::Duration::from_millis(1500),
             "no timeout-bound wait"
         );
         // What the application was looking at has not changed.
