@@ -339,10 +339,18 @@ fn mincore_answers_presence_when_asked_to() {
     assert_eq!(present, vec![2, 5]);
     // mincore reports ENOMEM for unmapped memory.
     m.unmap_part(6 * PAGE, 2 * PAGE).unwrap();
-    assert!(matches!(
-        glue.page_states(m.range().unwrap()),
-        Err(linux_glue::GlueError::Unmapped { .. })
-    ));
+    let hole = glue.page_states(m.range().unwrap());
+    if hole_refilled(m.at(6 * PAGE), 2 * PAGE) {
+        skip(
+            "mincore hole",
+            "another test thread mapped into the hole first",
+        );
+    } else {
+        assert!(
+            matches!(hole, Err(linux_glue::GlueError::Unmapped { .. })),
+            "{hole:?}"
+        );
+    }
 }
 
 #[test]

@@ -120,12 +120,20 @@ fn bad_input_gets_typed_errors() {
 
     // Unmapped: a hole in the middle of the range, and an address nothing maps.
     m.unmap_part(4 * PAGE, 2 * PAGE).unwrap();
-    assert_eq!(
-        glue.register(m.addr(), m.len(), Access::Read),
-        Err(GlueError::Unmapped {
-            addr: m.at(4 * PAGE).as_u64()
-        })
-    );
+    let hole = glue.register(m.addr(), m.len(), Access::Read);
+    if hole_refilled(m.at(4 * PAGE), 2 * PAGE) {
+        skip(
+            "unmapped hole",
+            "another test thread mapped into the hole first",
+        );
+    } else {
+        assert_eq!(
+            hole,
+            Err(GlueError::Unmapped {
+                addr: m.at(4 * PAGE).as_u64()
+            })
+        );
+    }
     assert_eq!(
         glue.register(VirtAddr::new(0x1000), PAGE, Access::Read),
         Err(GlueError::Unmapped { addr: 0x1000 })

@@ -46,3 +46,11 @@ pub fn root() -> bool {
         })
         .unwrap_or(false)
 }
+
+/// Whether anything is mapped in `[addr, addr + len)` now, per /proc/self/maps. A test that
+/// unmaps part of its mapping and expects `Unmapped` asks this afterwards: another test thread's
+/// small `mmap` may land in the fresh hole first, and then the expectation does not apply.
+pub fn hole_refilled(addr: hal::VirtAddr, len: u64) -> bool {
+    let (start, end) = (addr.as_u64(), addr.as_u64() + len);
+    linux_glue::vma::maps_in_range(start, end).is_ok_and(|vmas| !vmas.is_empty())
+}
