@@ -224,6 +224,8 @@ fi
 r=0
 while [ $r -lt $ROUNDS ]; do
   r=$((r + 1))
+  # Marks which metrics belong together: a round's runs ran back to back.
+  echo "NPRDMA-ROUND: $r"
   # Odd rounds run plain first, even rounds the library first: no kind always goes first
   # (the compare suite rotates three kinds: runs later in a round were measured faster).
   if [ "$SUITE" = compare ]; then
@@ -974,6 +976,72 @@ fn ratio_interval(plain: &[f64], lib: &[f64]) -> Option<(f64, f64)> {
     ))
 }
 
+/// The rounds' `(a, b)` pairs of metrics: within one round (`NPRDMA-ROUND: n` up to the next
+/// marker) the kinds ran back to back, so a pair shares whatever state the emulator was in.
+/// Rounds where either metric is missing or invalid give no pair.
+fn round_pairs(lines: &[String], a: &str, b: &str) -> Vec<(f64, f64)> {
+    let mut pairs = Vec::new();
+    let mut round: Option<BTreeMap<String, Vec<f64>>> = None;
+    let mut close = |round: Option<BTreeMap<String, Vec<f64>>>| {
+        if let Some(m) = round
+            && let (Some(&[x]), Some(&[y])) =
+                (m.get(a).map(Vec::as_slice), m.get(b).map(Vec::as_slice))
+        {
+            pairs.push((x, y));
+        }
+    };
+    for l in lines {
+        if l.starts_with("NPRDMA-ROUND: ") {
+            close(round.take());
+            round = Some(BTreeMap::new());
+        } else if let Some(m) = round.as_mut()
+            && l.starts_with("NPRDMA-METRIC: ")
+        {
+            for (k, v) in parse_metrics(std::slice::from_ref(l)) {
+                m.entry(k).or_default().extend(v);
+            }
+        }
+    }
+    close(round);
+    pairs
+}
+
+/// The median of the per-round ratios `b / a` and its 95% percentile-bootstrap interval
+/// (rounds resampled with replacement, 2,000 times, fixed seed). Pairing takes out what changes
+/// from round to round (a spell of slow host or slow mode hits both runs of a round alike),
+/// which the ratio of medians leaves in; a round where the mode switched between its two runs
+/// is one outlier for the median to ignore.
+fn paired_ratio(pairs: &[(f64, f64)]) -> Option<(f64, (f64, f64))> {
+    const RESAMPLES: usize = 2000;
+    if pairs.len() < 2 {
+        return None;
+    }
+    let ratios: Vec<f64> = pairs.iter().map(|(a, b)| b / a).collect();
+    let mut state: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut pick = |n: usize| {
+        state ^= state >> 12;
+        state ^= state << 25;
+        state ^= state >> 27;
+        (state.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 33) as usize % n
+    };
+    let mut medians = Vec::with_capacity(RESAMPLES);
+    for _ in 0..RESAMPLES {
+        medians.push(median(
+            (0..ratios.len())
+                .map(|_| ratios[pick(ratios.len())])
+                .collect(),
+        )?);
+    }
+    medians.sort_by(|a, b| a.total_cmp(b));
+    Some((
+        median(ratios)?,
+        (
+            medians[RESAMPLES / 40],
+            medians[RESAMPLES - 1 - RESAMPLES / 40],
+        ),
+    ))
+}
+
 /// What the interval says of a latency goal (`goal`, as a ratio).
 fn goal_verdict(goal: f64, (low, high): (f64, f64)) -> &'static str {
     if high <= goal {
@@ -1079,6 +1147,17 @@ fn evaluate(lines: &[String]) -> Result<(), XtaskError> {
             {
                 println!(
                     "  ib_write_lat ratio, 95% bootstrap interval: {low:.3}x to {high:.3}x; goal {}",
+                    goal_verdict(LATENCY_GOAL, (low, high))
+                );
+            }
+            let pairs: Vec<(f64, f64)> = round_pairs(lines, "write_lat_plain", "write_lat_lib")
+                .into_iter()
+                .filter(|(a, b)| a.max(*b) <= fastest * 10.0)
+                .collect();
+            if let Some((m, (low, high))) = paired_ratio(&pairs) {
+                println!(
+                    "  ib_write_lat per-round ratios (each round's two runs back to back): median {m:.3}x over {} rounds, 95% bootstrap interval {low:.3}x to {high:.3}x; goal {}",
+                    pairs.len(),
                     goal_verdict(LATENCY_GOAL, (low, high))
                 );
             }
@@ -1226,6 +1305,52 @@ mod tests {
         // Deterministic: the same samples, the same interval.
         assert_eq!(ratio_interval(&plain, &lib), Some((low, high)));
         assert_eq!(ratio_interval(&plain[..1], &lib), None);
+    }
+
+    #[test]
+    fn rounds_pair_their_own_runs_and_skip_incomplete_ones() {
+        let lines: Vec<String> = [
+            "NPRDMA-METRIC: write_lat_plain 1", // before any round: not paired
+            "NPRDMA-ROUND: 1",
+            "NPRDMA-METRIC: write_lat_plain 100",
+            "NPRDMA-RXE: PASS cmp_write_lat_lib",
+            "NPRDMA-METRIC: write_lat_lib 102",
+            "NPRDMA-ROUND: 2",
+            "NPRDMA-METRIC: write_lat_lib inf", // invalid: the round has no pair
+            "NPRDMA-METRIC: write_lat_plain 140",
+            "NPRDMA-ROUND: 3",
+            "NPRDMA-METRIC: write_lat_lib 150",
+            "NPRDMA-METRIC: write_bw_plain 0.5",
+            "NPRDMA-METRIC: write_lat_plain 147",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        assert_eq!(
+            round_pairs(&lines, "write_lat_plain", "write_lat_lib"),
+            vec![(100.0, 102.0), (147.0, 150.0)]
+        );
+    }
+
+    #[test]
+    fn pairing_removes_round_to_round_drift() {
+        // Each round's speed drifts by up to 40%; the library costs 2% in every round.
+        let plain: Vec<f64> = (0..31)
+            .map(|i| 100.0 * (1.0 + f64::from(i % 7) * 0.06))
+            .collect();
+        let pairs: Vec<(f64, f64)> = plain.iter().map(|&p| (p, p * 1.02)).collect();
+        let (m, (low, high)) = paired_ratio(&pairs).unwrap();
+        assert!((m - 1.02).abs() < 1e-9 && (low - 1.02).abs() < 1e-9 && (high - 1.02).abs() < 1e-9);
+        // Unpaired, the same samples cannot pin the ratio down.
+        let lib: Vec<f64> = pairs.iter().map(|p| p.1).collect();
+        let (ulow, uhigh) = ratio_interval(&plain, &lib).unwrap();
+        assert!(uhigh - ulow > 0.05, "{ulow}-{uhigh}");
+        // One round whose mode switched between its runs moves the median little.
+        let mut switched = pairs.clone();
+        switched[3].1 *= 1.5;
+        let (m2, _) = paired_ratio(&switched).unwrap();
+        assert!((m2 - 1.02).abs() < 1e-9, "{m2}");
+        assert_eq!(paired_ratio(&pairs[..1]), None);
     }
 
     #[test]
