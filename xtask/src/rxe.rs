@@ -1146,7 +1146,7 @@ fn evaluate(lines: &[String]) -> Result<(), XtaskError> {
                 ratio_interval(&samples("write_lat_plain"), &samples("write_lat_lib"))
             {
                 println!(
-                    "  ib_write_lat ratio, 95% bootstrap interval: {low:.3}x to {high:.3}x; goal {}",
+                    "  ib_write_lat ratio, 95% bootstrap interval: {low:.3}x to {high:.3}x; in this boot the goal is {}",
                     goal_verdict(LATENCY_GOAL, (low, high))
                 );
             }
@@ -1156,7 +1156,7 @@ fn evaluate(lines: &[String]) -> Result<(), XtaskError> {
                 .collect();
             if let Some((m, (low, high))) = paired_ratio(&pairs) {
                 println!(
-                    "  ib_write_lat per-round ratios (each round's two runs back to back): median {m:.3}x over {} rounds, 95% bootstrap interval {low:.3}x to {high:.3}x; goal {}",
+                    "  ib_write_lat per-round ratios (each round's two runs back to back): median {m:.3}x over {} rounds, 95% bootstrap interval {low:.3}x to {high:.3}x; in this boot the goal is {}",
                     pairs.len(),
                     goal_verdict(LATENCY_GOAL, (low, high))
                 );
