@@ -945,6 +945,18 @@ fn parse_metrics(lines: &[String]) -> BTreeMap<String, Vec<f64>> {
     metrics
 }
 
+/// Picks sample indices below `n` for the bootstraps: xorshift64* from a fixed seed,
+/// deterministic (the same samples always give the same interval) and good enough for this.
+fn index_picker() -> impl FnMut(usize) -> usize {
+    let mut state: u64 = 0x9e37_79b9_7f4a_7c15;
+    move |n| {
+        state ^= state >> 12;
+        state ^= state << 25;
+        state ^= state >> 27;
+        (state.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 33) as usize % n
+    }
+}
+
 /// A 95% percentile-bootstrap interval for `median(lib) / median(plain)`: both kinds resampled
 /// with replacement, 2,000 times, from a fixed seed (the same samples always give the same
 /// interval). Under TCG a single boot's ratio of medians wanders by several percent, so the
@@ -955,14 +967,7 @@ fn ratio_interval(plain: &[f64], lib: &[f64]) -> Option<(f64, f64)> {
     if plain.len() < 2 || lib.len() < 2 {
         return None;
     }
-    // xorshift64*: deterministic and good enough to pick sample indices.
-    let mut state: u64 = 0x9e37_79b9_7f4a_7c15;
-    let mut pick = |n: usize| {
-        state ^= state >> 12;
-        state ^= state << 25;
-        state ^= state >> 27;
-        (state.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 33) as usize % n
-    };
+    let mut pick = index_picker();
     let mut ratios = Vec::with_capacity(RESAMPLES);
     for _ in 0..RESAMPLES {
         let p: Vec<f64> = (0..plain.len()).map(|_| plain[pick(plain.len())]).collect();
@@ -1017,13 +1022,7 @@ fn paired_ratio(pairs: &[(f64, f64)]) -> Option<(f64, (f64, f64))> {
         return None;
     }
     let ratios: Vec<f64> = pairs.iter().map(|(a, b)| b / a).collect();
-    let mut state: u64 = 0x9e37_79b9_7f4a_7c15;
-    let mut pick = |n: usize| {
-        state ^= state >> 12;
-        state ^= state << 25;
-        state ^= state >> 27;
-        (state.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 33) as usize % n
-    };
+    let mut pick = index_picker();
     let mut medians = Vec::with_capacity(RESAMPLES);
     for _ in 0..RESAMPLES {
         medians.push(median(
