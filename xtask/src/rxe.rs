@@ -963,21 +963,31 @@ fn index_picker() -> impl FnMut(usize) -> usize {
 /// ratio alone cannot say whether a goal of 1.02x was met; the interval says how far the
 /// boot's samples pin it down.
 fn ratio_interval(plain: &[f64], lib: &[f64]) -> Option<(f64, f64)> {
-    const RESAMPLES: usize = 2000;
     if plain.len() < 2 || lib.len() < 2 {
         return None;
     }
-    let mut pick = index_picker();
-    let mut ratios = Vec::with_capacity(RESAMPLES);
-    for _ in 0..RESAMPLES {
+    bootstrap_interval(|pick| {
         let p: Vec<f64> = (0..plain.len()).map(|_| plain[pick(plain.len())]).collect();
         let l: Vec<f64> = (0..lib.len()).map(|_| lib[pick(lib.len())]).collect();
-        ratios.push(median(l)? / median(p)?);
+        Some(median(l)? / median(p)?)
+    })
+}
+
+/// The 2.5th and 97.5th percentiles of `statistic` over 2,000 resamples: each call draws its
+/// resample with the index picker it is given ([`index_picker`], the same sequence every time).
+fn bootstrap_interval(
+    mut statistic: impl FnMut(&mut dyn FnMut(usize) -> usize) -> Option<f64>,
+) -> Option<(f64, f64)> {
+    const RESAMPLES: usize = 2000;
+    let mut pick = index_picker();
+    let mut values = Vec::with_capacity(RESAMPLES);
+    for _ in 0..RESAMPLES {
+        values.push(statistic(&mut pick)?);
     }
-    ratios.sort_by(|a, b| a.total_cmp(b));
+    values.sort_by(|a, b| a.total_cmp(b));
     Some((
-        ratios[RESAMPLES / 40],
-        ratios[RESAMPLES - 1 - RESAMPLES / 40],
+        values[RESAMPLES / 40],
+        values[RESAMPLES - 1 - RESAMPLES / 40],
     ))
 }
 
@@ -1017,28 +1027,18 @@ fn round_pairs(lines: &[String], a: &str, b: &str) -> Vec<(f64, f64)> {
 /// which the ratio of medians leaves in; a round where the mode switched between its two runs
 /// is one outlier for the median to ignore.
 fn paired_ratio(pairs: &[(f64, f64)]) -> Option<(f64, (f64, f64))> {
-    const RESAMPLES: usize = 2000;
     if pairs.len() < 2 {
         return None;
     }
     let ratios: Vec<f64> = pairs.iter().map(|(a, b)| b / a).collect();
-    let mut pick = index_picker();
-    let mut medians = Vec::with_capacity(RESAMPLES);
-    for _ in 0..RESAMPLES {
-        medians.push(median(
+    let interval = bootstrap_interval(|pick| {
+        median(
             (0..ratios.len())
                 .map(|_| ratios[pick(ratios.len())])
                 .collect(),
-        )?);
-    }
-    medians.sort_by(|a, b| a.total_cmp(b));
-    Some((
-        median(ratios)?,
-        (
-            medians[RESAMPLES / 40],
-            medians[RESAMPLES - 1 - RESAMPLES / 40],
-        ),
-    ))
+        )
+    })?;
+    Some((median(ratios)?, interval))
 }
 
 /// What the interval says of a latency goal (`goal`, as a ratio).
@@ -1106,11 +1106,12 @@ fn evaluate(lines: &[String]) -> Result<(), XtaskError> {
     );
     // Under TCG, rxe's deferred work sometimes starves until the next 4 ms tick and a whole run
     // crawls (rxe-vm/REPORT.md problem 9): a latency run 10x above the fastest run of either
-    // kind is such a stall, shown but left out of the medians.
+    // kind is such a stall, shown but left out of the medians and the pairs.
     let fastest = ["write_lat_plain", "write_lat_lib", "write_lat_off"]
         .iter()
         .flat_map(|k| metrics.get(*k).cloned().unwrap_or_default())
         .fold(f64::INFINITY, f64::min);
+    let stalled = |x: f64| x > fastest * 10.0;
     for k in [
         "write_lat_plain",
         "write_lat_lib",
@@ -1124,7 +1125,7 @@ fn evaluate(lines: &[String]) -> Result<(), XtaskError> {
     let samples = |k: &str| -> Vec<f64> {
         let v = metrics.get(k).cloned().unwrap_or_default();
         if k.starts_with("write_lat") {
-            v.into_iter().filter(|x| *x <= fastest * 10.0).collect()
+            v.into_iter().filter(|x| !stalled(*x)).collect()
         } else {
             v
         }
@@ -1151,7 +1152,7 @@ fn evaluate(lines: &[String]) -> Result<(), XtaskError> {
             }
             let pairs: Vec<(f64, f64)> = round_pairs(lines, "write_lat_plain", "write_lat_lib")
                 .into_iter()
-                .filter(|(a, b)| a.max(*b) <= fastest * 10.0)
+                .filter(|(a, b)| !stalled(*a) && !stalled(*b))
                 .collect();
             if let Some((m, (low, high))) = paired_ratio(&pairs) {
                 println!(
