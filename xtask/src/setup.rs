@@ -43,6 +43,10 @@ pub const ALL_PACKAGES: &[Package] = &[
         why: "qemu-system-x86_64 boots the Debian guest of rxe-test (Soft-RoCE)",
     },
     Package {
+        name: "gcc",
+        why: "cc: compiles connectx's layout probe (tools/layout-probe.c); rustup's Rust links with it too",
+    },
+    Package {
         name: "libibverbs-dev",
         why: "rdma-core headers: connectx's layout test checks its ABI declarations against them",
     },
