@@ -460,10 +460,7 @@ pub unsafe extern "C" fn mlx5dv_init_obj(obj: *mut c_void, obj_type: u64) -> c_i
 }
 
 fn mark_direct(ctx: *mut ibv_context, why: &'static str) {
-    if let Some(rec) = crate::registry::ctx(ctx as usize) {
-        let _ = rec.passthrough.set(why);
-        rec.engine.note(why);
-    }
+    crate::interpose::enter_passthrough(ctx, why);
 }
 
 /// The process's engine if it has been created (no side effects).

@@ -256,3 +256,13 @@ pub unsafe fn destroy_srq(eng: &Arc<Engine>, srq: *mut ibv_srq) -> c_int {
 pub(crate) fn nested() -> bool {
     in_real_call()
 }
+
+/// Puts a context the library manages in pass-through from now on (its application went
+/// around the library, through direct verbs), saying why once in the log. Every later call on
+/// it passes through unchanged, the held path's posts included.
+pub fn enter_passthrough(ctx: *mut ibv_context, why: &'static str) {
+    if let Some(rec) = registry::ctx(ctx as usize) {
+        let _ = rec.passthrough.set(why);
+        rec.engine.note(why);
+    }
+}

@@ -455,6 +455,37 @@ fn invalid_lkey_and_sge_outside_region_give_local_protection_error() {
 }
 
 #[test]
+fn a_context_put_in_pass_through_passes_warm_writes_through_unchanged() {
+    let p = pair(1 << 20, 16 * 1024);
+    let mut a_buf = Buf::new(64 * 1024);
+    let mut b_buf = Buf::new(64 * 1024);
+    fill(&mut a_buf, 3);
+    let amr = p.a.reg(&mut a_buf, ALL_ACCESS);
+    let bmr = p.b.reg(&mut b_buf, ALL_ACCESS);
+    let (alkey, _) = keys(amr);
+    let (_, brkey) = keys(bmr);
+    let raddr = b_buf.as_ptr() as u64;
+    // Warm: the QP holds its local window and remembers the peer's after the first WRITE.
+    for id in 1..=3u64 {
+        let mut s = [sge(&a_buf, 64 * id as usize, 64, alkey)];
+        let mut wr = rdma(IBV_WR_RDMA_WRITE, id, &mut s, raddr + 64 * id, brkey, true);
+        assert_eq!(post_send(p.qa, &mut wr).0, 0);
+        let wc = poll(p.a.cq, 1);
+        assert_eq!((wc[0].wr_id, wc[0].status), (id, IBV_WC_SUCCESS));
+    }
+    assert_eq!(&b_buf[64..256], &a_buf[64..256]);
+    // Direct verbs from now on: the library no longer translates, so the application's own
+    // keys reach the provider, which refuses them (they name the pinned directory).
+    nprdma::interpose::enter_passthrough(p.a.ctx, "test: direct verbs");
+    let mut s = [sge(&a_buf, 1024, 64, alkey)];
+    let mut wr = rdma(IBV_WR_RDMA_WRITE, 9, &mut s, raddr + 1024, brkey, true);
+    assert_eq!(post_send(p.qa, &mut wr).0, 0);
+    let wc = poll(p.a.cq, 1);
+    assert_eq!((wc[0].wr_id, wc[0].status), (9, IBV_WC_LOC_PROT_ERR));
+    assert!(b_buf[1024..1088].iter().all(|b| *b == 0), "nothing landed");
+}
+
+#[test]
 fn invalid_rkey_and_remote_range_outside_give_remote_access_error() {
     for case in 0..2 {
         let p = pair(1 << 20, 16 * 1024);
