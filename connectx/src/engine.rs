@@ -995,6 +995,8 @@ impl Engine {
             max_recv_sge: real_cap.max_recv_sge.max(1) as usize,
             max_inline_data: real_cap.max_inline_data,
             signal_every: (real_cap.max_send_wr / 2).clamp(1, 64),
+            held_off: u64::from(q.qp_type != IBV_QPT_RC || rec.orig.post_send.is_none()),
+            held_post: rec.orig.post_send.unwrap_or(no_post_send),
             dest_qpn: AtomicU32::new(0),
             send: SpinLock::new(SendSide::default()),
             builder: crate::ops::BatchCell::new(provider),
@@ -1005,6 +1007,12 @@ impl Engine {
             internal_done: Mutex::new(FastMap::default()),
             next_token: AtomicU64::new(1),
         });
+        // The template's SGE pointer is set once, now that the record has its final place.
+        {
+            let mut side = ctl.send.lock();
+            let held = &mut side.held;
+            held.wr.sg_list = &mut held.sge;
+        }
         registry::add_qp(ctl);
         if !qpx.is_null() {
             // SAFETY: the provider's ibv_qp_ex of this QP; the application has not used it.
@@ -1365,8 +1373,10 @@ pub(crate) struct HeldWr {
 
 impl Default for HeldWr {
     fn default() -> Self {
+        let mut wr = ibv_send_wr::zeroed();
+        wr.num_sge = 1;
         Self {
-            wr: ibv_send_wr::zeroed(),
+            wr,
             sge: ibv_sge::default(),
         }
     }
@@ -1420,6 +1430,15 @@ impl SendSide {
     }
 }
 
+/// [`QpCtl::held_post`] of a provider without `post_send` (never called: `held_off` is set).
+unsafe extern "C" fn no_post_send(
+    _qp: *mut ibv_qp,
+    _wr: *mut ibv_send_wr,
+    _bad: *mut *mut ibv_send_wr,
+) -> c_int {
+    libc::EOPNOTSUPP
+}
+
 /// A managed QP.
 pub(crate) struct QpCtl {
     pub engine: Arc<Engine>,
@@ -1437,6 +1456,11 @@ pub(crate) struct QpCtl {
     /// The provider's inline limit for this QP (longer inline data fails in the provider).
     pub max_inline_data: u32,
     pub signal_every: u32,
+    /// Zero when the held path ([`try_post_held`](Self::try_post_held)) may post on this QP:
+    /// an RC QP whose provider has a `post_send`.
+    held_off: u64,
+    /// The provider's `post_send` for the held path (a stub where there is none).
+    held_post: PostSendFn,
     pub dest_qpn: AtomicU32,
     /// Posting state; also held by an open `ibv_wr_*` batch from `wr_start` to
     /// `wr_complete`/`wr_abort`, as providers hold their QP lock.
@@ -2142,12 +2166,13 @@ impl QpCtl {
         // holds (see `miss_below`), and the integers are or-ed.
         let op_bit = 1u32.checked_shl(app.opcode).unwrap_or(0);
         let ops_miss = (op_bit & (HELD_REMOTE_OPS | HELD_LOCAL_OPS)).wrapping_sub(1) >> 31;
-        let miss = u64::from(self.qp_type ^ IBV_QPT_RC)
+        let miss = self.held_off
             | app.next as u64
             | u64::from(app.num_sge as u32 ^ 1)
             | u64::from(side.signals.unsignaled())
-            | side.batch.wrs.len() as u64
             | u64::from(ops_miss);
+        // (Nothing is queued in `side.batch` between posts: it is taken and put back empty.)
+        debug_assert!(side.batch.is_empty());
         if miss != 0 || app.sg_list.is_null() {
             return None;
         }
@@ -2184,9 +2209,9 @@ impl QpCtl {
             }
             rkey = h.wkey;
         }
-        let post = self.orig_post_send()?;
         // The WR goes out from the QP's own template, whose other fields stay zero: only what
-        // these opcodes use is written (half the stores of copying the application's WR).
+        // these opcodes use is written (half the stores of copying the application's WR; the
+        // SGE pointer was set when the QP was created, and `num_sge` is always 1).
         let held = &mut side.held;
         held.sge = ibv_sge {
             addr: app_sge.addr,
@@ -2194,18 +2219,19 @@ impl QpCtl {
             lkey,
         };
         let wr = &mut held.wr;
+        debug_assert!(core::ptr::eq(wr.sg_list, &held.sge) && wr.num_sge == 1);
         wr.wr_id = app.wr_id;
-        wr.sg_list = &mut held.sge;
-        wr.num_sge = 1;
         wr.opcode = app.opcode;
         wr.send_flags = app.send_flags;
         wr.imm_data = app.imm_data;
         wr.wr[0] = raddr;
         wr.wr[1] = u64::from(rkey);
-        let mut provider_bad: *mut ibv_send_wr = core::ptr::null_mut();
+        // The provider reports a failure in the application's `bad` (pointing at the template;
+        // corrected below), which saves a local.
         // SAFETY: a live QP and one well-formed WR whose SGE (in the same template, under the
-        // send lock) outlives the call.
-        let rc = unsafe { post(self.qp as *mut ibv_qp, wr, &mut provider_bad) };
+        // send lock) outlives the call; `held_post` is the provider's (`held_off` is zero);
+        // `bad` is writable.
+        let rc = unsafe { (self.held_post)(self.qp as *mut ibv_qp, wr, bad) };
         if rc != 0 {
             // SAFETY: `bad` is writable.
             unsafe { *bad = app_ptr };
