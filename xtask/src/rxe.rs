@@ -104,6 +104,7 @@ for g in /sys/class/infiniband/rxe0/ports/1/gids/*; do
 done
 GIDX=${GIDX:-1}
 LIB=/opt/nprdma/libnprdma.so
+CAND=/opt/nprdma/libnprdma-candidate.so
 STRESS=/opt/nprdma/nprdma-verbs-stress
 ITERS=$(arg iters); ITERS=${ITERS:-300}
 CMP_ITERS=$(arg cmp_iters); CMP_ITERS=${CMP_ITERS:-500}
@@ -126,13 +127,14 @@ wait_listen() {
 
 # run NAME MODE TARGET CMD...: server in the background, client against TARGET.
 # MODE: lib (LD_PRELOAD), off (LD_PRELOAD + NPRDMA=off), small (LD_PRELOAD, 16 MiB budget,
-# 256 KiB windows), none (plain).
+# 256 KiB windows), cand (LD_PRELOAD of the candidate build, --candidate), none (plain).
 run() {
   name=$1; mode=$2; target=$3; shift 3
   case $mode in
     lib) pre="env LD_PRELOAD=$LIB" ;;
     off) pre="env LD_PRELOAD=$LIB NPRDMA=off" ;;
     small) pre="env LD_PRELOAD=$LIB NPRDMA_PIN_BUDGET=16M NPRDMA_WINDOW=256K" ;;
+    cand) pre="env LD_PRELOAD=$CAND" ;;
     *) pre="env" ;;
   esac
   $pre $SRV_PIN timeout 90 "$@" > /tmp/srv.out 2>&1 &
@@ -228,11 +230,13 @@ while [ $r -lt $ROUNDS ]; do
   echo "NPRDMA-ROUND: $r"
   # Odd rounds run plain first, even rounds the library first: no kind always goes first
   # (the compare suite rotates three kinds: runs later in a round were measured faster).
-  if [ "$SUITE" = compare ]; then
+  # With a candidate build, it takes the third place.
+  if [ -e $CAND ]; then K3="cand cand"; else K3="off off"; fi
+  if [ "$SUITE" = compare ] || [ -e $CAND ]; then
     case $((r % 3)) in
-      1) lat_run plain none; lat_run lib lib; lat_run off off ;;
-      2) lat_run lib lib; lat_run off off; lat_run plain none ;;
-      *) lat_run off off; lat_run plain none; lat_run lib lib ;;
+      1) lat_run plain none; lat_run lib lib; lat_run $K3 ;;
+      2) lat_run lib lib; lat_run $K3; lat_run plain none ;;
+      *) lat_run $K3; lat_run plain none; lat_run lib lib ;;
     esac
   elif [ $((r % 2)) = 1 ]; then
     lat_run plain none; lat_run lib lib
@@ -273,6 +277,11 @@ pub struct Options {
     pub cmp_flags: String,
     /// Pin the comparison's server and client to CPUs of their own.
     pub pin: bool,
+    /// Another build of the library (a change under evaluation), run in the comparison's
+    /// rounds in place of `NPRDMA=off` and paired run by run with this tree's build: two
+    /// builds measured in one boot, where the difference between boots (about ±1% under
+    /// TCG) does not enter.
+    pub candidate: Option<PathBuf>,
 }
 
 impl Default for Options {
@@ -288,6 +297,7 @@ impl Default for Options {
             smp: 4,
             cmp_flags: String::new(),
             pin: true,
+            candidate: None,
         }
     }
 }
@@ -336,7 +346,23 @@ pub fn run(opts: &Options) -> Result<(), XtaskError> {
     let kver = kernel_version(&kdir)?;
     let vmlinuz = kdir.join("boot").join(format!("vmlinuz-{kver}"));
     let initrd = cache.join("initramfs.cpio");
-    build_initramfs(&stage, &kdir, &kver, &lib, &stress, &initrd)?;
+    if let Some(c) = &opts.candidate
+        && !c.is_file()
+    {
+        return Err(other(format!(
+            "--candidate {}: no such file (a libnprdma.so built from the change to compare)",
+            c.display()
+        )));
+    }
+    build_initramfs(
+        &stage,
+        &kdir,
+        &kver,
+        &lib,
+        opts.candidate.as_deref(),
+        &stress,
+        &initrd,
+    )?;
     println!(
         "xtask: guest kernel {kver}, initramfs {} MiB, prepared in {:.1} s",
         std::fs::metadata(&initrd)
@@ -726,6 +752,7 @@ fn build_initramfs(
     kdir: &Path,
     kver: &str,
     lib: &Path,
+    candidate: Option<&Path>,
     stress: &Path,
     out: &Path,
 ) -> Result<(), XtaskError> {
@@ -763,6 +790,9 @@ fn build_initramfs(
     );
     elfs.push(provider);
     cpio.file("opt/nprdma/libnprdma.so", 0o755, &read(lib)?);
+    if let Some(c) = candidate {
+        cpio.file("opt/nprdma/libnprdma-candidate.so", 0o755, &read(c)?);
+    }
     cpio.file("opt/nprdma/nprdma-verbs-stress", 0o755, &read(stress)?);
     if let Some(bench) = std::env::var_os("NPRDMA_RXE_BENCH") {
         cpio.file("opt/nprdma/bench", 0o755, &read(Path::new(&bench))?);
@@ -1052,6 +1082,17 @@ fn goal_verdict(goal: f64, (low, high): (f64, f64)) -> &'static str {
     }
 }
 
+/// What the interval of the candidate's per-round ratios to this build says.
+fn candidate_verdict((low, high): (f64, f64)) -> &'static str {
+    if high < 1.0 {
+        "the candidate is faster"
+    } else if low > 1.0 {
+        "the candidate is slower"
+    } else {
+        "no difference shown"
+    }
+}
+
 /// The latency goal of the comparison (issue: at most 1.02x with a warm cache).
 const LATENCY_GOAL: f64 = 1.02;
 
@@ -1107,20 +1148,27 @@ fn evaluate(lines: &[String]) -> Result<(), XtaskError> {
     // Under TCG, rxe's deferred work sometimes starves until the next 4 ms tick and a whole run
     // crawls (rxe-vm/REPORT.md problem 9): a latency run 10x above the fastest run of either
     // kind is such a stall, shown but left out of the medians and the pairs.
-    let fastest = ["write_lat_plain", "write_lat_lib", "write_lat_off"]
-        .iter()
-        .flat_map(|k| metrics.get(*k).cloned().unwrap_or_default())
-        .fold(f64::INFINITY, f64::min);
+    let fastest = [
+        "write_lat_plain",
+        "write_lat_lib",
+        "write_lat_off",
+        "write_lat_cand",
+    ]
+    .iter()
+    .flat_map(|k| metrics.get(*k).cloned().unwrap_or_default())
+    .fold(f64::INFINITY, f64::min);
     let stalled = |x: f64| x > fastest * 10.0;
     for k in [
         "write_lat_plain",
         "write_lat_lib",
         "write_lat_off",
+        "write_lat_cand",
         "write_bw_plain",
         "write_bw_lib",
     ] {
-        let v = metrics.get(k).cloned().unwrap_or_default();
-        println!("  samples {k}: {v:?}");
+        if let Some(v) = metrics.get(k) {
+            println!("  samples {k}: {v:?}");
+        }
     }
     let samples = |k: &str| -> Vec<f64> {
         let v = metrics.get(k).cloned().unwrap_or_default();
@@ -1177,6 +1225,31 @@ fn evaluate(lines: &[String]) -> Result<(), XtaskError> {
         fastest,
     ) {
         println!("{line}");
+    }
+    if let (Some(p), Some(c)) = (lp, show("write_lat_cand")) {
+        let paired = |a: &str, b: &str| {
+            let pairs: Vec<(f64, f64)> = round_pairs(lines, a, b)
+                .into_iter()
+                .filter(|(x, y)| !stalled(*x) && !stalled(*y))
+                .collect();
+            paired_ratio(&pairs).map(|r| (r, pairs.len()))
+        };
+        println!(
+            "  candidate build: t_typical {c:.0} cycles ({} runs), ratio to plain {:.3}x",
+            n("write_lat_cand"),
+            c / p
+        );
+        if let Some(((m, (low, high)), k)) = paired("write_lat_plain", "write_lat_cand") {
+            println!(
+                "  candidate per-round ratios to plain: median {m:.3}x over {k} rounds, 95% bootstrap interval {low:.3}x to {high:.3}x"
+            );
+        }
+        if let Some(((m, (low, high)), k)) = paired("write_lat_lib", "write_lat_cand") {
+            println!(
+                "  candidate against this build, per round: median {m:.3}x over {k} rounds, 95% bootstrap interval {low:.3}x to {high:.3}x ({})",
+                candidate_verdict((low, high))
+            );
+        }
     }
     match (bp, bl) {
         (Some(p), Some(l)) => println!(
@@ -1358,6 +1431,41 @@ mod tests {
         assert!(goal_verdict(1.02, (0.99, 1.015)).starts_with("met"));
         assert!(goal_verdict(1.02, (1.0, 1.03)).starts_with("not shown"));
         assert!(goal_verdict(1.02, (1.021, 1.05)).starts_with("missed"));
+    }
+
+    #[test]
+    fn the_candidate_verdict_reads_the_whole_interval() {
+        assert_eq!(candidate_verdict((0.97, 0.995)), "the candidate is faster");
+        assert_eq!(candidate_verdict((0.99, 1.01)), "no difference shown");
+        assert_eq!(candidate_verdict((1.001, 1.02)), "the candidate is slower");
+    }
+
+    #[test]
+    fn a_candidate_build_takes_the_third_place_in_every_round() {
+        // The guest script runs the candidate where it would run NPRDMA=off, and only when
+        // the initramfs carries one.
+        assert!(GUEST_INIT.contains("cand) pre=\"env LD_PRELOAD=$CAND\""));
+        assert!(
+            GUEST_INIT.contains("if [ -e $CAND ]; then K3=\"cand cand\"; else K3=\"off off\"; fi")
+        );
+        let lines: Vec<String> = [
+            "NPRDMA-ROUND: 1",
+            "NPRDMA-METRIC: write_lat_plain 100",
+            "NPRDMA-METRIC: write_lat_lib 103",
+            "NPRDMA-METRIC: write_lat_cand 101",
+            "NPRDMA-ROUND: 2",
+            "NPRDMA-METRIC: write_lat_lib 206",
+            "NPRDMA-METRIC: write_lat_cand 202",
+            "NPRDMA-METRIC: write_lat_plain 200",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        let (m, _) = paired_ratio(&round_pairs(&lines, "write_lat_lib", "write_lat_cand")).unwrap();
+        assert!(
+            (m - (101.0 / 103.0 + 202.0 / 206.0) / 2.0).abs() < 1e-12,
+            "{m}"
+        );
     }
 
     #[test]
