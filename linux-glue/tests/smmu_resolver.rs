@@ -13,7 +13,7 @@ use smmu_driver::fault::{
 };
 use smmu_driver::pagetable::{Invalidations, PageTable, PageTableConfig, TlbMaintenance};
 
-use common::{PAGE, glue, root, skip};
+use common::{PAGE, TRIES, glue, root, skip, until_agree};
 
 const STREAM: StreamId = StreamId(0x14e8);
 
@@ -77,7 +77,8 @@ fn regions_follow_registrations_and_streams() {
 #[test]
 fn handler_maps_the_real_frame() {
     let (glue, _rx) = glue();
-    let m = Mapping::anonymous(4 * PAGE, Protection::ReadWrite).unwrap();
+    // Page 2, and a fresh page after it for each retry.
+    let m = Mapping::anonymous((2 + TRIES as u64) * PAGE, Protection::ReadWrite).unwrap();
     glue.register(m.addr(), m.len(), Access::Write).unwrap();
     let mut resolver = SmmuResolver::new(glue.resolver(), STREAM);
     let dma = HostDma::new(PhysAddr::new(0x8000_0000), 64).unwrap();
@@ -102,24 +103,45 @@ fn handler_maps_the_real_frame() {
         assert!(table.translate(Iova::new(iova)).unwrap().is_none());
         return;
     }
-    let outcome = outcome.unwrap();
-    assert_eq!(outcome.decision, FaultDecision::TerminateAndRetransmit);
-    let leaf = table.translate(Iova::new(iova)).unwrap().expect("mapped");
-    let page = m.addr().as_u64() + 2 * PAGE;
-    let state = glue
-        .page_states(
-            hal::AlignedRange::new(hal::VirtAddr::new(page), PAGE, hal::PageSize::Size4K).unwrap(),
-        )
-        .unwrap();
-    let frame = state[0].frame.expect("root sees the frame");
-    assert_eq!(
-        leaf.phys(Iova::new(iova)),
-        frame.checked_add(8).unwrap(),
-        "the SMMU maps the page Linux faulted in"
-    );
+    // The leaf maps the frame pagemap shows afterwards. Compaction may move the page between
+    // the two reads: a retry has the handler fault in the next, untouched page.
+    let mut first = Some(outcome);
+    until_agree("frame mapped by the SMMU", |attempt| {
+        let page = m.addr().as_u64() + (2 + attempt as u64) * PAGE;
+        let iova = page + 8;
+        let outcome = first.take().unwrap_or_else(|| {
+            handler.handle(
+                &record(iova, AccessKind::Write),
+                &StreamFaultConfig::NEVER_STALL,
+                &mut resolver,
+                &mut table,
+                &mut NoTlb,
+            )
+        });
+        assert_eq!(
+            outcome.unwrap().decision,
+            FaultDecision::TerminateAndRetransmit
+        );
+        let leaf = table.translate(Iova::new(iova)).unwrap().expect("mapped");
+        let state = glue
+            .page_states(
+                hal::AlignedRange::new(hal::VirtAddr::new(page), PAGE, hal::PageSize::Size4K)
+                    .unwrap(),
+            )
+            .unwrap();
+        let frame = state[0].frame.expect("root sees the frame");
+        let mapped = leaf.phys(Iova::new(iova));
+        if mapped == frame.checked_add(8).unwrap() {
+            Ok(())
+        } else {
+            Err(format!(
+                "the SMMU maps {mapped:?}, the page Linux faulted in is at {frame:?}"
+            ))
+        }
+    });
 
     // A write fault outside the registration is aborted and nothing is mapped.
-    let outside = m.addr().as_u64() + 8 * PAGE;
+    let outside = m.addr().as_u64() + m.len() + 4 * PAGE;
     let o = handler
         .handle(
             &record(outside, AccessKind::Write),

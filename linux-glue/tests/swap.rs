@@ -65,12 +65,6 @@ fn swap_out_is_detected_and_swap_in_reads_the_device() {
     m.stamp_pages(0xfeed).unwrap();
     let id = glue.register(m.addr(), m.len(), Access::Write).unwrap();
     glue.fault_in(m.range().unwrap(), Access::Write).unwrap();
-    let frames_before: Vec<_> = glue
-        .page_states(m.range().unwrap())
-        .unwrap()
-        .iter()
-        .map(|s| s.frame)
-        .collect();
 
     let pswpout = swap::vmstat("pswpout").unwrap();
     let ev = swap::evict(m.range().unwrap()).unwrap();
@@ -104,10 +98,16 @@ fn swap_out_is_detected_and_swap_in_reads_the_device() {
 
     // Resolving reads the pages back from the device: major faults, and pswpin rises.
     let pswpin = swap::vmstat("pswpin").unwrap();
+    let migrated = swap::vmstat("pgmigrate_success").ok();
     let r = glue.resolver();
     let mut majors = 0;
+    // The frame each page came back in, per its resolution and per pagemap right after it.
+    let (mut resolved, mut seen) = (Vec::new(), Vec::new());
     for i in 0..pages {
         let res = r.resolve(m.at(i * PAGE), Access::Write).unwrap();
+        let page = hal::AlignedRange::new(m.at(i * PAGE), PAGE, hal::PageSize::Size4K).unwrap();
+        seen.push(frames(&glue, page)[0]);
+        resolved.push(res.frame);
         if res.kind == FaultKind::Major {
             majors += 1;
         }
@@ -129,37 +129,79 @@ fn swap_out_is_detected_and_swap_in_reads_the_device() {
             "page {i} came back intact"
         );
     }
-    // The resolver re-tracked the pages with their new frames: the scan is quiet.
-    assert!(glue.scan_for_reclaim().unwrap().is_empty());
+    // The resolver re-tracked the pages with their new frames: the scan is quiet, except for
+    // pages the kernel has moved (compaction) or reclaimed (memory pressure) since, which
+    // pagemap still shows afterwards. A resolution pagemap disagreed with right after it is
+    // excused only if the kernel migrated pages meanwhile.
+    let invs = glue.scan_for_reclaim().unwrap();
+    let now = glue.page_states(m.range().unwrap()).unwrap();
+    let kernel_migrated = migrated.is_some() && swap::vmstat("pgmigrate_success").ok() > migrated;
+    for inv in &invs {
+        for p in 0..inv.range.page_count() {
+            let i = ((inv.range.start().as_u64() - m.addr().as_u64()) / PAGE + p) as usize;
+            let (now, then) = (now[i], resolved[i]);
+            let explained = match inv.cause {
+                InvalidationCause::FrameChanged => {
+                    assert!(
+                        seen[i] == then || kernel_migrated,
+                        "page {i} resolved to {then:?}, pagemap showed {:?}",
+                        seen[i]
+                    );
+                    now.present && now.frame != then
+                }
+                InvalidationCause::SwappedOut => now.swapped,
+                _ => false,
+            };
+            assert!(explained, "page {i} reported in {inv:?}, now {now:?}");
+        }
+    }
 
-    // Swapped out and back in *between* two scans: only a frame change can tell.
+    // Swapped out and back in *between* two scans: only a frame change can tell. Compaction
+    // may also move a page between a read of its frame and the scan (no bug, but counted by
+    // only one of them): each attempt re-tracks the range and checks that nothing moved.
     if glue.capabilities().pfn_visible {
-        glue.fault_in(m.range().unwrap(), Access::Write).unwrap();
-        let before: Vec<_> = glue
-            .page_states(m.range().unwrap())
-            .unwrap()
-            .iter()
-            .map(|s| s.frame)
-            .collect();
-        swap::evict(m.range().unwrap()).unwrap();
-        m.advise(0, m.len(), Advice::PopulateWrite).unwrap();
-        let after: Vec<_> = glue
-            .page_states(m.range().unwrap())
-            .unwrap()
-            .iter()
-            .map(|s| s.frame)
-            .collect();
-        let moved = before.iter().zip(&after).filter(|(a, b)| a != b).count() as u64;
-        let invs = glue.scan_for_reclaim().unwrap();
-        let changed: u64 = invs
-            .iter()
-            .filter(|i| i.cause == InvalidationCause::FrameChanged)
-            .map(|i| i.range.page_count())
-            .sum();
-        assert_eq!(changed, moved);
+        let moved = until_agree("frame changes after swap-in", |_| {
+            // Re-tracks every page with the frame it is in now.
+            glue.fault_in(m.range().unwrap(), Access::Write).unwrap();
+            let before = frames(&glue, m.range().unwrap());
+            let handed_out: Vec<_> = (0..pages)
+                .map(|i| r.lookup(m.at(i * PAGE)).and_then(|t| t.frame))
+                .collect();
+            if handed_out != before {
+                return Err("fault-in tracked other frames than pagemap shows".into());
+            }
+            let pswpout = swap::vmstat("pswpout").unwrap();
+            let ev = swap::evict(m.range().unwrap()).unwrap();
+            println!("second eviction {ev:?}");
+            // Checked as the first eviction: without pages on the device, no frame changes.
+            assert!(
+                swap::vmstat("pswpout").unwrap() >= pswpout + ev.on_device,
+                "pages on the device were written"
+            );
+            assert!(
+                ev.on_device > 0,
+                "second eviction: nothing reached the swap device: {ev:?}"
+            );
+            m.advise(0, m.len(), Advice::PopulateWrite).unwrap();
+            let after = frames(&glue, m.range().unwrap());
+            let invs = glue.scan_for_reclaim().unwrap();
+            if frames(&glue, m.range().unwrap()) != after {
+                return Err("a page moved during the scan".into());
+            }
+            let moved = before.iter().zip(&after).filter(|(a, b)| a != b).count() as u64;
+            let changed: u64 = invs
+                .iter()
+                .filter(|i| i.cause == InvalidationCause::FrameChanged)
+                .map(|i| i.range.page_count())
+                .sum();
+            if changed == moved {
+                Ok(moved)
+            } else {
+                Err(format!("{moved} pages moved, {changed} reported: {invs:?}"))
+            }
+        });
         assert!(moved > 0, "swap-in put at least one page in a new frame");
     }
-    let _ = frames_before;
 
     drop(glue);
     drop(m);

@@ -4,6 +4,7 @@
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::Duration;
 
+use hal::{AlignedRange, PhysAddr, VirtAddr};
 use linux_glue::{Glue, GlueConfig, Invalidate};
 
 pub const PAGE: u64 = 4096;
@@ -53,4 +54,40 @@ pub fn root() -> bool {
 pub fn hole_refilled(addr: hal::VirtAddr, len: u64) -> bool {
     let (start, end) = (addr.as_u64(), addr.as_u64() + len);
     linux_glue::vma::maps_in_range(start, end).is_ok_and(|vmas| !vmas.is_empty())
+}
+
+/// How many times [`until_agree`] makes its observation.
+pub const TRIES: usize = 4;
+
+/// Makes an observation (`attempt`, given its number from 0) until it agrees with what the test
+/// expects, at most [`TRIES`] times; panics with every disagreement if it never did.
+///
+/// For observations the kernel spoils now and then without any bug: it moves a page to another
+/// frame (compaction, e.g. for a concurrent test's THP or hugetlb allocation; NUMA balancing)
+/// between two reads of its frame, and under memory pressure it reclaims a page, or holds its
+/// lock, between a check and a fault. That hits an attempt rarely and several in a row
+/// practically never, while a wrong frame or fault kind is wrong on every attempt. Each attempt
+/// must set up again what it checks (a fresh fault, a re-tracked range), so that a later attempt
+/// tests the same thing as the first.
+pub fn until_agree<T>(what: &str, mut attempt: impl FnMut(usize) -> Result<T, String>) -> T {
+    let mut seen = Vec::new();
+    for i in 0..TRIES {
+        match attempt(i) {
+            Ok(t) => return t,
+            Err(why) => {
+                eprintln!("{what}: attempt {i} disagreed: {why}");
+                seen.push(why);
+            }
+        }
+    }
+    panic!("{what}: disagreed on all {TRIES} attempts: {seen:#?}");
+}
+
+/// The frame of each 4 KiB page of `range` per pagemap (None: not present, or PFNs hidden).
+pub fn frames(glue: &Glue, range: AlignedRange<VirtAddr>) -> Vec<Option<PhysAddr>> {
+    glue.page_states(range)
+        .unwrap()
+        .iter()
+        .map(|s| s.frame)
+        .collect()
 }
