@@ -1252,12 +1252,22 @@ fn evaluate(lines: &[String]) -> Result<(), XtaskError> {
         }
     }
     match (bp, bl) {
-        (Some(p), Some(l)) => println!(
-            "  ib_write_bw average: plain {p:.3} Gb/s ({} runs), with library {l:.3} Gb/s ({} runs), ratio {:.3}x",
-            n("write_bw_plain"),
-            n("write_bw_lib"),
-            l / p
-        ),
+        (Some(p), Some(l)) => {
+            println!(
+                "  ib_write_bw average: plain {p:.3} Gb/s ({} runs), with library {l:.3} Gb/s ({} runs), ratio {:.3}x",
+                n("write_bw_plain"),
+                n("write_bw_lib"),
+                l / p
+            );
+            // As for latency, pairing takes out the runs that fell into the slow mode together.
+            let pairs = round_pairs(lines, "write_bw_plain", "write_bw_lib");
+            if let Some((m, (low, high))) = paired_ratio(&pairs) {
+                println!(
+                    "  ib_write_bw per-round ratios: median {m:.3}x over {} rounds, 95% bootstrap interval {low:.3}x to {high:.3}x",
+                    pairs.len()
+                );
+            }
+        }
         _ => println!("  ib_write_bw: no valid measurement"),
     }
     if !done {
