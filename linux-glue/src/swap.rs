@@ -341,6 +341,10 @@ pub struct Eviction {
     pub rounds: u32,
 }
 
+/// [`evict`] gives up after this many rounds in a row in which only mapped pages were left and
+/// none of them went.
+const STALLED_ROUNDS: u32 = 10;
+
 /// Pushes the anonymous pages of `range` out to swap and out of the swap cache.
 ///
 /// `MADV_PAGEOUT` writes dirty anonymous pages to swap but leaves them in the swap cache
@@ -359,6 +363,11 @@ pub fn evict(range: AlignedRange<VirtAddr>) -> Result<Eviction> {
     };
     pageout(start, len)?;
     let mut report = Eviction::default();
+    // Mapped pages left and the rounds since that number last fell while nothing waited in
+    // the swap cache: a page the kernel keeps mapped (pinned, or busy elsewhere) would
+    // otherwise cost every remaining round. Pages in the swap cache may only be waiting for
+    // writeback (slow under load), so rounds with any of them never count as stalled.
+    let (mut present_before, mut stalled) = (u64::MAX, 0u32);
     for round in 1..=60u32 {
         let entries = pm.entries(start, count)?;
         let resident = pagemap::mincore(start, count)?;
@@ -381,6 +390,15 @@ pub fn evict(range: AlignedRange<VirtAddr>) -> Result<Eviction> {
             }
         }
         if cached.is_empty() && present.is_empty() {
+            break;
+        }
+        stalled = if cached.is_empty() && report.present >= present_before {
+            stalled + 1
+        } else {
+            0
+        };
+        present_before = present_before.min(report.present);
+        if stalled >= STALLED_ROUNDS {
             break;
         }
         // Let writeback of the previous round finish before re-mapping and dropping.
