@@ -422,9 +422,10 @@ const TOO_MANY_PAGES: GlueError = GlueError::InvalidArgument {
     what: "range has too many pages for a page-state buffer",
 };
 
-/// Residency of `count` pages from `addr` via mincore(2). ENOMEM (unmapped) becomes
+/// Residency of `count` pages from `addr` via mincore(2) (for a file mapping: whether each page
+/// is in the page cache, mapped here or not). ENOMEM (unmapped) becomes
 /// [`GlueError::Unmapped`].
-pub(crate) fn mincore(addr: u64, count: u64) -> Result<Vec<bool>> {
+pub fn mincore(addr: u64, count: u64) -> Result<Vec<bool>> {
     let mut vec = Vec::new();
     vec.try_reserve_exact(count as usize)
         .map_err(|_| TOO_MANY_PAGES)?;

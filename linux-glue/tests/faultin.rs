@@ -350,22 +350,12 @@ fn drop_cached(f: &std::fs::File, addr: VirtAddr) -> bool {
         // SAFETY: fadvise on an fd the caller owns.
         let rc = unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
         assert_eq!(rc, 0);
-        if !resident(addr) {
+        if !linux_glue::pagemap::mincore(addr.as_u64(), 1).unwrap()[0] {
             return true;
         }
         std::thread::sleep(std::time::Duration::from_millis(10));
     }
     false
-}
-
-/// Whether the page at `addr` is resident per mincore(2): for a file mapping, whether it is in
-/// the page cache, mapped here or not (the caller must own the file or be able to write it).
-fn resident(addr: VirtAddr) -> bool {
-    let mut vec = 0u8;
-    // SAFETY: one page, one byte of output; mincore does not access the page.
-    let rc = unsafe { libc::mincore(addr.as_u64() as *mut libc::c_void, PAGE as usize, &mut vec) };
-    assert_eq!(rc, 0, "mincore: {}", std::io::Error::last_os_error());
-    vec & 1 != 0
 }
 
 #[test]
