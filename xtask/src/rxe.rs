@@ -1180,6 +1180,15 @@ fn evaluate(lines: &[String]) -> Result<(), XtaskError> {
     };
     let show = |k: &str| median(samples(k));
     let n = |k: &str| samples(k).len();
+    // The per-round ratios `b / a` of two latency kinds (stalled runs left out), and how many
+    // rounds gave a pair.
+    let paired = |a: &str, b: &str| {
+        let pairs: Vec<(f64, f64)> = round_pairs(lines, a, b)
+            .into_iter()
+            .filter(|(x, y)| !stalled(*x) && !stalled(*y))
+            .collect();
+        paired_ratio(&pairs).map(|r| (r, pairs.len()))
+    };
     let (lp, ll) = (show("write_lat_plain"), show("write_lat_lib"));
     let (bp, bl) = (show("write_bw_plain"), show("write_bw_lib"));
     match (lp, ll) {
@@ -1198,14 +1207,9 @@ fn evaluate(lines: &[String]) -> Result<(), XtaskError> {
                     goal_verdict(LATENCY_GOAL, (low, high))
                 );
             }
-            let pairs: Vec<(f64, f64)> = round_pairs(lines, "write_lat_plain", "write_lat_lib")
-                .into_iter()
-                .filter(|(a, b)| !stalled(*a) && !stalled(*b))
-                .collect();
-            if let Some((m, (low, high))) = paired_ratio(&pairs) {
+            if let Some(((m, (low, high)), k)) = paired("write_lat_plain", "write_lat_lib") {
                 println!(
-                    "  ib_write_lat per-round ratios (each round's two runs back to back): median {m:.3}x over {} rounds, 95% bootstrap interval {low:.3}x to {high:.3}x; in this boot the goal is {}",
-                    pairs.len(),
+                    "  ib_write_lat per-round ratios (each round's two runs back to back): median {m:.3}x over {k} rounds, 95% bootstrap interval {low:.3}x to {high:.3}x; in this boot the goal is {}",
                     goal_verdict(LATENCY_GOAL, (low, high))
                 );
             }
@@ -1227,13 +1231,6 @@ fn evaluate(lines: &[String]) -> Result<(), XtaskError> {
         println!("{line}");
     }
     if let (Some(p), Some(c)) = (lp, show("write_lat_cand")) {
-        let paired = |a: &str, b: &str| {
-            let pairs: Vec<(f64, f64)> = round_pairs(lines, a, b)
-                .into_iter()
-                .filter(|(x, y)| !stalled(*x) && !stalled(*y))
-                .collect();
-            paired_ratio(&pairs).map(|r| (r, pairs.len()))
-        };
         println!(
             "  candidate build: t_typical {c:.0} cycles ({} runs), ratio to plain {:.3}x",
             n("write_lat_cand"),
