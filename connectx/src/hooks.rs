@@ -411,7 +411,7 @@ pub unsafe extern "C" fn mlx5dv_create_qp(
         set_errno(libc::EOPNOTSUPP);
         return core::ptr::null_mut();
     };
-    mark_direct(
+    crate::interpose::enter_passthrough(
         ctx,
         "mlx5dv_create_qp: direct-verbs QP; the context passes through from now on",
     );
@@ -445,7 +445,7 @@ pub unsafe extern "C" fn mlx5dv_init_obj(obj: *mut c_void, obj_type: u64) -> c_i
         if !qp.is_null() {
             // SAFETY: a live QP.
             let ctx = unsafe { (*qp).context };
-            mark_direct(
+            crate::interpose::enter_passthrough(
                 ctx,
                 "mlx5dv_init_obj on a QP: direct-verbs data path; the context passes through from now on",
             );
@@ -457,10 +457,6 @@ pub unsafe extern "C" fn mlx5dv_init_obj(obj: *mut c_void, obj_type: u64) -> c_i
     let _g = RealCall::enter();
     // SAFETY: forwarded.
     unsafe { f(obj, obj_type) }
-}
-
-fn mark_direct(ctx: *mut ibv_context, why: &'static str) {
-    crate::interpose::enter_passthrough(ctx, why);
 }
 
 /// The process's engine if it has been created (no side effects).
