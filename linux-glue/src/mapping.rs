@@ -425,12 +425,37 @@ impl Drop for Mapping {
 mod tests {
     use super::*;
 
-    /// These tests map pages at addresses they have just freed; no other test of this binary
-    /// makes small mappings, but these two must not take each other's holes.
+    /// These tests map pages at addresses they have just freed, and must not take each other's
+    /// holes.
     static SERIAL: Mutex<()> = Mutex::new(());
 
     fn serial() -> MutexGuard<'static, ()> {
         SERIAL.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// How many times [`in_some_attempt`] tries a check that needs a freed address.
+    const TRIES: usize = 4;
+
+    /// Runs `attempt` until it succeeds, at most [`TRIES`] times; panics with every reason if it
+    /// never did.
+    ///
+    /// Another thread of this binary can take a freed address before the test maps it again:
+    /// the harness starts a thread per test, and Rust's runtime gives each new thread a small
+    /// mapped signal stack. That spoils an attempt rarely and several in a row practically
+    /// never, while memory that was never unmapped blocks every attempt. Each attempt sets up
+    /// a fresh mapping.
+    fn in_some_attempt(what: &str, mut attempt: impl FnMut() -> std::result::Result<(), String>) {
+        let mut seen = Vec::new();
+        for i in 0..TRIES {
+            match attempt() {
+                Ok(()) => return,
+                Err(why) => {
+                    eprintln!("{what}: attempt {i}: {why}");
+                    seen.push(why);
+                }
+            }
+        }
+        panic!("{what}: failed on all {TRIES} attempts: {seen:#?}");
     }
 
     /// Maps one page at exactly `addr`, failing rather than replacing anything there.
@@ -482,40 +507,54 @@ mod tests {
         m.protect(Protection::Read).unwrap();
         assert_eq!(m.read_u64(2 * PAGE).unwrap(), 0x99 ^ 2);
 
-        // Someone else's mapping lands in the hole; dropping `m` leaves it alone.
-        let foreign = map_at(m.addr + PAGE).expect("the hole is free");
-        // SAFETY: the page just mapped at `foreign`, owned by this test.
-        unsafe { std::ptr::write_volatile(foreign as *mut u64, 0xf00d) };
         drop(m);
-        // SAFETY: as above; it would fault had the drop unmapped it.
-        let kept = unsafe { std::ptr::read_volatile(foreign as *const u64) };
-        assert_eq!(kept, 0xf00d);
-        unmap_raw(foreign, PAGE).unwrap();
+
+        // Someone else's mapping lands in a hole; dropping the mapping leaves it alone.
+        in_some_attempt("drop spares a foreign mapping in a hole", || {
+            let m = Mapping::anonymous(3 * PAGE, Protection::ReadWrite).unwrap();
+            m.unmap_part(PAGE, PAGE).unwrap();
+            let foreign = map_at(m.addr + PAGE).ok_or("another thread took the hole first")?;
+            // SAFETY: the page just mapped at `foreign`, owned by this test.
+            unsafe { std::ptr::write_volatile(foreign as *mut u64, 0xf00d) };
+            drop(m);
+            // SAFETY: as above; it would fault had the drop unmapped it.
+            let kept = unsafe { std::ptr::read_volatile(foreign as *const u64) };
+            assert_eq!(kept, 0xf00d);
+            unmap_raw(foreign, PAGE).unwrap();
+            Ok(())
+        });
     }
 
     #[test]
     fn a_mapping_with_holes_does_not_move_and_unmaps_only_what_it_owns() {
         let _serial = serial();
-        let m = Mapping::anonymous(3 * PAGE, Protection::ReadWrite).unwrap();
-        m.unmap_part(0, PAGE).unwrap();
-        let addr = m.addr;
-        assert!(matches!(
-            m.move_elsewhere(),
-            Err(GlueError::InvalidArgument { .. })
-        ));
-        // The failed move dropped the mapping: all of it is free again.
-        assert_eq!(map_at(addr + PAGE), Some(addr + PAGE));
-        unmap_raw(addr + PAGE, PAGE).unwrap();
+        in_some_attempt("a failed move frees the mapping", || {
+            let m = Mapping::anonymous(3 * PAGE, Protection::ReadWrite).unwrap();
+            m.unmap_part(0, PAGE).unwrap();
+            let addr = m.addr;
+            assert!(matches!(
+                m.move_elsewhere(),
+                Err(GlueError::InvalidArgument { .. })
+            ));
+            // The failed move dropped the mapping: the rest of it is free again.
+            let freed = map_at(addr + PAGE).ok_or("the rest is still mapped")?;
+            unmap_raw(freed, PAGE).unwrap();
+            Ok(())
+        });
 
-        let m = Mapping::anonymous(3 * PAGE, Protection::ReadWrite).unwrap();
-        m.unmap_part(2 * PAGE, PAGE).unwrap();
-        let (addr, hole) = (m.addr, m.addr + 2 * PAGE);
-        let foreign = map_at(hole).expect("the hole is free");
-        m.unmap().unwrap();
-        assert_eq!(map_at(addr), Some(addr), "the owned part was unmapped");
-        unmap_raw(addr, PAGE).unwrap();
-        // SAFETY: the page mapped at `foreign` above, still ours.
-        unsafe { std::ptr::write_volatile(foreign as *mut u64, 1) };
-        unmap_raw(foreign, PAGE).unwrap();
+        in_some_attempt("unmap frees the owned part and only that", || {
+            let m = Mapping::anonymous(3 * PAGE, Protection::ReadWrite).unwrap();
+            m.unmap_part(2 * PAGE, PAGE).unwrap();
+            let (addr, hole) = (m.addr, m.addr + 2 * PAGE);
+            let foreign = map_at(hole).ok_or("another thread took the hole first")?;
+            m.unmap().unwrap();
+            let freed = map_at(addr);
+            // SAFETY: the page mapped at `foreign` above, still ours; it would fault had the
+            // unmap taken it.
+            unsafe { std::ptr::write_volatile(foreign as *mut u64, 1) };
+            unmap_raw(foreign, PAGE).unwrap();
+            unmap_raw(freed.ok_or("the owned part is still mapped")?, PAGE).unwrap();
+            Ok(())
+        });
     }
 }
