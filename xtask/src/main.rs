@@ -34,12 +34,13 @@ commands:
                               build a program and run it on qemu-system-aarch64 (virt + SMMUv3 + edu)
   rxe-test [--iters <n>] [--cmp-iters <n>] [--stress-ops <n>] [--rounds <n>] [--bw-rounds <n>]
            [--smp <n>] [--compare-only] [--no-pin] [--cmp-flags <perftest flags>]
-           [--candidate <libnprdma.so>]
+           [--candidate <libnprdma.so>] [--boots <n>]
                               libnprdma.so on Soft-RoCE in a Debian guest (qemu-system-x86_64):
                               unmodified perftest, the stress program, with/without ratios
                               (--compare-only: just the alternating with/without comparison;
                               --candidate: also a second build of the library, in the same
-                              rounds, compared run by run with this one)
+                              rounds, compared run by run with this one;
+                              --boots: boot n times and pool the latency ratios)
   test [--skip-setup]         everything CI checks: fmt, the layering rule, clippy, host tests,
                               a small nprdma demo, no_std cross builds, every firmware test on
                               QEMU, rxe-test
@@ -118,6 +119,9 @@ fn run(args: &[String]) -> Result<(), XtaskError> {
                 o.cmp_flags = f;
             }
             o.candidate = opts.value_str("--candidate")?.map(std::path::PathBuf::from);
+            if let Some(n) = opts.value_u64("--boots")? {
+                o.boots = n.clamp(1, 50);
+            }
             opts.finish()?;
             rxe::run(&o)
         }

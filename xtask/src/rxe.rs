@@ -282,6 +282,10 @@ pub struct Options {
     /// builds measured in one boot, where the difference between boots (about ±1% under
     /// TCG) does not enter.
     pub candidate: Option<PathBuf>,
+    /// Boots of the guest, one after another. With more than one, the latency ratios of all
+    /// boots are also pooled (see [`pooled_ratio`]): the ratio wanders between boots by more
+    /// than one boot's interval, so a goal is shown only across several.
+    pub boots: u64,
 }
 
 impl Default for Options {
@@ -298,6 +302,7 @@ impl Default for Options {
             cmp_flags: String::new(),
             pin: true,
             candidate: None,
+            boots: 1,
         }
     }
 }
@@ -373,15 +378,82 @@ pub fn run(opts: &Options) -> Result<(), XtaskError> {
 
     section("rxe: boot and test (qemu-system-x86_64)");
     let accel = pick_accel();
-    let log = cache.join("last-run.log");
-    let lines = run_vm(&qemu, &vmlinuz, &initrd, accel, opts, &log)?;
-    let verdict = evaluate(&lines);
-    println!(
-        "xtask: rxe-test finished in {:.0} s (full serial log: {})",
-        started.elapsed().as_secs_f64(),
-        log.display()
-    );
-    verdict
+    let boots = opts.boots.max(1);
+    let mut failed = Vec::new();
+    let mut boot_ratios = Vec::new();
+    for boot in 1..=boots {
+        let log = if boots == 1 {
+            cache.join("last-run.log")
+        } else {
+            println!("\nxtask: boot {boot} of {boots}");
+            cache.join(format!("last-run-{boot}.log"))
+        };
+        let lines = run_vm(&qemu, &vmlinuz, &initrd, accel, opts, &log)?;
+        if let Err(e) = evaluate(&lines) {
+            failed.push(format!("boot {boot}: {e}"));
+        }
+        boot_ratios
+            .push(POOLED_KINDS.map(|(kind, _)| latency_ratios(&lines, "write_lat_plain", kind)));
+        println!(
+            "xtask: rxe-test boot {boot} finished at {:.0} s (full serial log: {})",
+            started.elapsed().as_secs_f64(),
+            log.display()
+        );
+    }
+    if boots > 1 {
+        print_pooled(&boot_ratios);
+    }
+    if failed.is_empty() {
+        Ok(())
+    } else {
+        Err(XtaskError::Checks(failed))
+    }
+}
+
+/// The kinds whose per-round ratios to plain `--boots` pools, and what each is.
+const POOLED_KINDS: [(&str, &str); 3] = [
+    ("write_lat_lib", "with the library"),
+    (
+        "write_lat_off",
+        "NPRDMA=off (the control: the library loaded, passing through)",
+    ),
+    ("write_lat_cand", "the candidate build"),
+];
+
+/// The across-boots summary of `--boots`: for each kind that ran, each boot's median per-round
+/// ratio to plain, and the pooled median with its two-level interval (the goal's verdict for
+/// the library).
+fn print_pooled(boot_ratios: &[[Vec<f64>; 3]]) {
+    for (k, (_, what)) in POOLED_KINDS.iter().enumerate() {
+        let boots: Vec<Vec<f64>> = boot_ratios.iter().map(|b| b[k].clone()).collect();
+        if boots.iter().all(Vec::is_empty) {
+            continue;
+        }
+        let medians: Vec<String> = boots
+            .iter()
+            .map(|r| median(r.clone()).map_or("-".into(), |m| format!("{m:.3}x")))
+            .collect();
+        println!(
+            "\nxtask: ib_write_lat per-round ratios to plain, {what}, over {} boots: boot medians {}",
+            boots.len(),
+            medians.join(", ")
+        );
+        match pooled_ratio(&boots) {
+            Some((m, (low, high))) => println!(
+                "  pooled: median {m:.3}x over {} rounds, 95% two-level bootstrap interval (boots, then their rounds) {low:.3}x to {high:.3}x{}",
+                boots.iter().map(Vec::len).sum::<usize>(),
+                if k == 0 {
+                    format!(
+                        "; across these boots the goal is {}",
+                        goal_verdict(LATENCY_GOAL, (low, high))
+                    )
+                } else {
+                    String::new()
+                }
+            ),
+            None => println!("  pooled: too few boots with valid rounds (need 2)"),
+        }
+    }
 }
 
 /// Downloads the guest packages (and the kernel `linux-image-amd64` depends on) unless a
@@ -1057,10 +1129,15 @@ fn round_pairs(lines: &[String], a: &str, b: &str) -> Vec<(f64, f64)> {
 /// which the ratio of medians leaves in; a round where the mode switched between its two runs
 /// is one outlier for the median to ignore.
 fn paired_ratio(pairs: &[(f64, f64)]) -> Option<(f64, (f64, f64))> {
-    if pairs.len() < 2 {
+    ratio_median(&pairs.iter().map(|(a, b)| b / a).collect::<Vec<_>>())
+}
+
+/// The median of some per-round ratios and its 95% percentile-bootstrap interval (see
+/// [`paired_ratio`]); `None` with fewer than two.
+fn ratio_median(ratios: &[f64]) -> Option<(f64, (f64, f64))> {
+    if ratios.len() < 2 {
         return None;
     }
-    let ratios: Vec<f64> = pairs.iter().map(|(a, b)| b / a).collect();
     let interval = bootstrap_interval(|pick| {
         median(
             (0..ratios.len())
@@ -1068,7 +1145,41 @@ fn paired_ratio(pairs: &[(f64, f64)]) -> Option<(f64, (f64, f64))> {
                 .collect(),
         )
     })?;
-    Some((median(ratios)?, interval))
+    Some((median(ratios.to_vec())?, interval))
+}
+
+/// The per-round ratios `b / a` of two latency kinds in one boot, rounds with a stalled run
+/// (see [`stall_limit`]) left out.
+fn latency_ratios(lines: &[String], a: &str, b: &str) -> Vec<f64> {
+    let limit = stall_limit(&parse_metrics(lines));
+    round_pairs(lines, a, b)
+        .into_iter()
+        .filter(|(x, y)| *x <= limit && *y <= limit)
+        .map(|(x, y)| y / x)
+        .collect()
+}
+
+/// The median of the per-round ratios of several boots pooled, and a 95% two-level bootstrap
+/// interval for it: each resample draws boots with replacement and then, within each drawn
+/// boot, its rounds with replacement (2,000 times, fixed seed). Drawing boots carries the
+/// boot-to-boot wander (about ±1% under TCG, more than one boot's interval) into the interval,
+/// which pooling the rounds as if from one boot would hide. Boots without ratios are left out;
+/// `None` with fewer than two left.
+fn pooled_ratio(boots: &[Vec<f64>]) -> Option<(f64, (f64, f64))> {
+    let boots: Vec<&Vec<f64>> = boots.iter().filter(|b| !b.is_empty()).collect();
+    if boots.len() < 2 {
+        return None;
+    }
+    let all: Vec<f64> = boots.iter().flat_map(|b| b.iter().copied()).collect();
+    let interval = bootstrap_interval(|pick| {
+        let mut resample = Vec::with_capacity(all.len());
+        for _ in 0..boots.len() {
+            let boot = boots[pick(boots.len())];
+            resample.extend((0..boot.len()).map(|_| boot[pick(boot.len())]));
+        }
+        median(resample)
+    })?;
+    Some((median(all)?, interval))
 }
 
 /// What the interval says of a latency goal (`goal`, as a ratio).
@@ -1123,6 +1234,26 @@ fn fast_mode_line(plain: &[f64], lib: &[f64], fastest: f64) -> Option<String> {
     ))
 }
 
+/// Latency runs above this are stalls. Under TCG, rxe's deferred work sometimes starves until
+/// the next 4 ms tick and a whole run crawls (rxe-vm/REPORT.md problem 9): a latency run 10x
+/// above the fastest run of any kind is such a stall, shown but left out of the medians and
+/// the pairs.
+fn stall_limit(metrics: &BTreeMap<String, Vec<f64>>) -> f64 {
+    LATENCY_KINDS
+        .iter()
+        .flat_map(|k| metrics.get(*k).cloned().unwrap_or_default())
+        .fold(f64::INFINITY, f64::min)
+        * 10.0
+}
+
+/// The latency metrics of the comparison: plain, with the library, `NPRDMA=off`, candidate.
+const LATENCY_KINDS: [&str; 4] = [
+    "write_lat_plain",
+    "write_lat_lib",
+    "write_lat_off",
+    "write_lat_cand",
+];
+
 /// Passes iff the guest finished and every test passed; prints the with/without ratios
 /// (reported, not asserted: timing under emulation is noise-prone).
 fn evaluate(lines: &[String]) -> Result<(), XtaskError> {
@@ -1145,27 +1276,14 @@ fn evaluate(lines: &[String]) -> Result<(), XtaskError> {
     println!(
         "\nxtask: with/without libnprdma.so in the same boot (medians of the valid runs; TCG timing is noisy):"
     );
-    // Under TCG, rxe's deferred work sometimes starves until the next 4 ms tick and a whole run
-    // crawls (rxe-vm/REPORT.md problem 9): a latency run 10x above the fastest run of either
-    // kind is such a stall, shown but left out of the medians and the pairs.
-    let fastest = [
-        "write_lat_plain",
-        "write_lat_lib",
-        "write_lat_off",
-        "write_lat_cand",
-    ]
-    .iter()
-    .flat_map(|k| metrics.get(*k).cloned().unwrap_or_default())
-    .fold(f64::INFINITY, f64::min);
-    let stalled = |x: f64| x > fastest * 10.0;
-    for k in [
-        "write_lat_plain",
-        "write_lat_lib",
-        "write_lat_off",
-        "write_lat_cand",
-        "write_bw_plain",
-        "write_bw_lib",
-    ] {
+    let limit = stall_limit(&metrics);
+    let fastest = limit / 10.0;
+    let stalled = |x: f64| x > limit;
+    for k in LATENCY_KINDS
+        .iter()
+        .copied()
+        .chain(["write_bw_plain", "write_bw_lib"])
+    {
         if let Some(v) = metrics.get(k) {
             println!("  samples {k}: {v:?}");
         }
@@ -1183,11 +1301,8 @@ fn evaluate(lines: &[String]) -> Result<(), XtaskError> {
     // The per-round ratios `b / a` of two latency kinds (stalled runs left out), and how many
     // rounds gave a pair.
     let paired = |a: &str, b: &str| {
-        let pairs: Vec<(f64, f64)> = round_pairs(lines, a, b)
-            .into_iter()
-            .filter(|(x, y)| !stalled(*x) && !stalled(*y))
-            .collect();
-        paired_ratio(&pairs).map(|r| (r, pairs.len()))
+        let ratios = latency_ratios(lines, a, b);
+        ratio_median(&ratios).map(|r| (r, ratios.len()))
     };
     let (lp, ll) = (show("write_lat_plain"), show("write_lat_lib"));
     let (bp, bl) = (show("write_bw_plain"), show("write_bw_lib"));
@@ -1431,6 +1546,59 @@ mod tests {
         let (m2, _) = paired_ratio(&switched).unwrap();
         assert!((m2 - 1.02).abs() < 1e-9, "{m2}");
         assert_eq!(paired_ratio(&pairs[..1]), None);
+    }
+
+    #[test]
+    fn pooling_carries_the_wander_between_boots_into_the_interval() {
+        // Three boots, each tight around its own level (1.00x, 1.02x, 1.04x).
+        let boot = |level: f64| -> Vec<f64> {
+            (0..31)
+                .map(|i| level + f64::from(i % 5) * 0.001 - 0.002)
+                .collect()
+        };
+        let boots = vec![boot(1.00), boot(1.02), boot(1.04)];
+        let (m, (low, high)) = pooled_ratio(&boots).unwrap();
+        assert!((m - 1.02).abs() < 1e-9, "{m}");
+        // One boot alone pins its own level down to within a few thousandths ...
+        let (_, (blow, bhigh)) = ratio_median(&boots[0]).unwrap();
+        assert!(bhigh - blow < 0.005, "{blow}-{bhigh}");
+        // ... pooled as if from one boot, the rounds would claim nearly as much; drawing boots
+        // first keeps the spread between them in the interval.
+        let (_, (flow, fhigh)) = ratio_median(&boots.concat()).unwrap();
+        assert!(fhigh - flow < 0.025, "{flow}-{fhigh}");
+        assert!(low <= 1.001 && high >= 1.039, "{low}-{high}");
+        // Identical boots give the single boot's interval, so pooling costs nothing when
+        // boots agree.
+        let same = vec![boot(1.01), boot(1.01), boot(1.01)];
+        let (_, (slow, shigh)) = pooled_ratio(&same).unwrap();
+        assert!(shigh <= 1.013 && slow >= 1.007, "{slow}-{shigh}");
+        // Empty boots are left out; one boot cannot be pooled.
+        assert_eq!(pooled_ratio(&[boot(1.0), Vec::new()]), None);
+        assert!(pooled_ratio(&[boot(1.0), Vec::new(), boot(1.0)]).is_some());
+    }
+
+    #[test]
+    fn a_boots_latency_ratios_leave_out_rounds_with_a_stall() {
+        let lines: Vec<String> = [
+            "NPRDMA-ROUND: 1",
+            "NPRDMA-METRIC: write_lat_plain 100",
+            "NPRDMA-METRIC: write_lat_lib 102",
+            "NPRDMA-ROUND: 2",
+            "NPRDMA-METRIC: write_lat_lib 5000",
+            "NPRDMA-METRIC: write_lat_plain 110",
+            "NPRDMA-ROUND: 3",
+            "NPRDMA-METRIC: write_lat_plain 120",
+            "NPRDMA-METRIC: write_lat_lib 126",
+        ]
+        .iter()
+        .map(|l| l.to_string())
+        .collect();
+        let r = latency_ratios(&lines, "write_lat_plain", "write_lat_lib");
+        assert_eq!(r.len(), 2, "{r:?}");
+        assert!(
+            (r[0] - 1.02).abs() < 1e-9 && (r[1] - 1.05).abs() < 1e-9,
+            "{r:?}"
+        );
     }
 
     #[test]
