@@ -389,20 +389,27 @@ pub fn run(opts: &Options) -> Result<(), XtaskError> {
             cache.join(format!("last-run-{boot}.log"))
         };
         let lines = run_vm(&qemu, &vmlinuz, &initrd, accel, opts, &log)?;
-        if let Err(e) = evaluate(&lines) {
+        let verdict = evaluate(&lines);
+        println!(
+            "xtask: rxe-test {} {:.0} s (full serial log: {})",
+            if boots == 1 {
+                "finished in"
+            } else {
+                "boot done at"
+            },
+            started.elapsed().as_secs_f64(),
+            log.display()
+        );
+        if boots == 1 {
+            return verdict;
+        }
+        if let Err(e) = verdict {
             failed.push(format!("boot {boot}: {e}"));
         }
         boot_ratios
             .push(POOLED_KINDS.map(|(kind, _)| latency_ratios(&lines, "write_lat_plain", kind)));
-        println!(
-            "xtask: rxe-test boot {boot} finished at {:.0} s (full serial log: {})",
-            started.elapsed().as_secs_f64(),
-            log.display()
-        );
     }
-    if boots > 1 {
-        print_pooled(&boot_ratios);
-    }
+    print_pooled(&boot_ratios);
     if failed.is_empty() {
         Ok(())
     } else {
