@@ -169,9 +169,22 @@ impl RealModule {
     }
 }
 
+/// Whether `cmd` is one of the module's requests (its magic) with an argument of `len` bytes.
+fn module_request_fits(cmd: u32, len: usize) -> bool {
+    sys::ioc_type(cmd) == abi::IOCTL_MAGIC && sys::ioc_size(cmd) == len
+}
+
 impl ModuleBackend for RealModule {
     fn ioctl(&self, cmd: u32, arg: &mut [u8]) -> Result<(), i32> {
-        sys::ioctl_ptr(&self.fd, cmd, arg.as_mut_ptr()).map(|_| ())
+        // The kernel copies as many bytes as the request encodes: refuse a buffer of any other
+        // size, and requests that are not this module's.
+        if !module_request_fits(cmd, arg.len()) {
+            return Err(libc::EINVAL);
+        }
+        // SAFETY: one of the module's requests (checked magic), whose argument is exactly
+        // `arg.len()` bytes (checked size), a plain struct with no buffer the module writes
+        // through (abi.rs); `arg` is live and writable for the call.
+        unsafe { sys::ioctl_ptr(&self.fd, cmd, arg.as_mut_ptr()) }.map(|_| ())
     }
 
     fn map(&self, offset: u64, len: u64) -> Result<SharedMemory> {
@@ -964,5 +977,27 @@ impl ModuleBackend for FakeModule {
             });
         }
         Ok(SharedMemory::heap(Arc::clone(block)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_real_module_takes_only_its_own_requests_with_buffers_of_their_size() {
+        let register = std::mem::size_of::<abi::RegisterArgs>();
+        assert!(module_request_fits(abi::IOC_REGISTER, register));
+        assert!(module_request_fits(
+            abi::IOC_VERSION,
+            std::mem::size_of::<abi::VersionArgs>()
+        ));
+        // A buffer smaller or larger than the request's argument would let the kernel copy
+        // past it, or leave part of it unread.
+        assert!(!module_request_fits(abi::IOC_REGISTER, 8));
+        assert!(!module_request_fits(abi::IOC_REGISTER, register + 8));
+        // Another driver's request of the same size.
+        let foreign = sys::ioc(sys::IOC_READ | sys::IOC_WRITE, b'f', 1, register);
+        assert!(!module_request_fits(foreign, register));
     }
 }

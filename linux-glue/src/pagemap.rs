@@ -258,7 +258,9 @@ impl PagemapReader {
             return_mask: mask,
             ..Default::default()
         };
-        let n = sys::ioctl_ptr(&self.pagemap, PAGEMAP_SCAN, &mut arg)?;
+        // SAFETY: PAGEMAP_SCAN takes a `PmScanArg`; its output vector is `out`, live and
+        // `vec_len` entries long for the call.
+        let n = unsafe { sys::ioctl_ptr(&self.pagemap, PAGEMAP_SCAN, &mut arg) }?;
         Ok((n as usize, arg.walk_end))
     }
 

@@ -28,6 +28,14 @@ pub(crate) fn os_error(op: &'static str) -> GlueError {
 pub(crate) const fn ioc(dir: u32, ty: u8, nr: u8, size: usize) -> u32 {
     (dir << 30) | ((size as u32 & 0x3fff) << 16) | ((ty as u32) << 8) | nr as u32
 }
+/// The argument size a request number encodes (bits 16-29 of the generic layout).
+pub(crate) const fn ioc_size(request: u32) -> usize {
+    ((request >> 16) & 0x3fff) as usize
+}
+/// The type (magic) byte a request number encodes (bits 8-15).
+pub(crate) const fn ioc_type(request: u32) -> u8 {
+    (request >> 8) as u8
+}
 /// `_IOC_WRITE`: user space writes the argument.
 pub(crate) const IOC_WRITE: u32 = 1;
 /// `_IOC_READ`: user space reads the argument.
@@ -43,10 +51,18 @@ pub(crate) const IOC_READ: u32 = 2;
 compile_error!("linux-glue encodes ioctl numbers with the asm-generic layout only");
 
 /// `ioctl(fd, request, arg)` with a pointer argument; returns the non-negative result or errno.
-pub(crate) fn ioctl_ptr<T>(fd: &impl AsRawFd, request: u32, arg: *mut T) -> Result<i32, i32> {
-    // SAFETY: the caller passes a request number whose argument type is `T`, and `arg` points to
-    // a live, writable `T` for the duration of the call; the kernel reads/writes at most
-    // size_of::<T>() bytes there (encoded in the request). No memory is retained after return.
+///
+/// # Safety
+/// `request` is one whose argument is a `T` (the kernel reads and writes at most the size the
+/// request encodes, which must be at most `size_of::<T>()`); `arg` points to a live, writable
+/// `T` for the duration of the call; and any address inside the `T` that the kernel writes
+/// through (an output buffer) is valid for what the request writes there.
+pub(crate) unsafe fn ioctl_ptr<T>(
+    fd: &impl AsRawFd,
+    request: u32,
+    arg: *mut T,
+) -> Result<i32, i32> {
+    // SAFETY: the caller's contract above; no memory is retained after the call returns.
     let rc = unsafe { libc::ioctl(fd.as_raw_fd(), request as _, arg) };
     if rc < 0 { Err(errno()) } else { Ok(rc) }
 }

@@ -212,9 +212,12 @@ impl Uffd {
             features: FEATURE_EVENT_REMAP | FEATURE_EVENT_REMOVE | FEATURE_EVENT_UNMAP,
             ioctls: 0,
         };
-        sys::ioctl_ptr(&fd, UFFDIO_API, &mut api).map_err(|errno| GlueError::Unavailable {
-            feature: "userfaultfd events REMOVE/UNMAP/REMAP",
-            why: format!("UFFDIO_API errno {errno}"),
+        // SAFETY: UFFDIO_API takes a `UffdioApi` (no addresses in it).
+        unsafe { sys::ioctl_ptr(&fd, UFFDIO_API, &mut api) }.map_err(|errno| {
+            GlueError::Unavailable {
+                feature: "userfaultfd events REMOVE/UNMAP/REMAP",
+                why: format!("UFFDIO_API errno {errno}"),
+            }
         })?;
         Ok(Self { fd })
     }
@@ -227,13 +230,16 @@ impl Uffd {
             mode: REGISTER_MODE_WP,
             ioctls: 0,
         };
-        sys::ioctl_ptr(&self.fd, UFFDIO_REGISTER, &mut reg).map(|_| ())
+        // SAFETY: UFFDIO_REGISTER takes a `UffdioRegister`; the range in it is only registered,
+        // never written through.
+        unsafe { sys::ioctl_ptr(&self.fd, UFFDIO_REGISTER, &mut reg) }.map(|_| ())
     }
 
     /// Unregisters `[start, start + len)`.
     pub(crate) fn unregister(&self, start: u64, len: u64) -> Result<(), i32> {
         let mut range = UffdioRange { start, len };
-        sys::ioctl_ptr(&self.fd, UFFDIO_UNREGISTER, &mut range).map(|_| ())
+        // SAFETY: UFFDIO_UNREGISTER takes a `UffdioRange`, never written through.
+        unsafe { sys::ioctl_ptr(&self.fd, UFFDIO_UNREGISTER, &mut range) }.map(|_| ())
     }
 
     /// Answers an unexpected fault: clears write protection (which also wakes the waiter) for
@@ -246,10 +252,13 @@ impl Uffd {
         };
         if flags & PAGEFAULT_FLAG_WP != 0 {
             let mut wp = UffdioWriteprotect { range, mode: 0 };
-            let _ = sys::ioctl_ptr(&self.fd, UFFDIO_WRITEPROTECT, &mut wp);
+            // SAFETY: UFFDIO_WRITEPROTECT takes a `UffdioWriteprotect`; mode 0 only clears
+            // write protection of the range.
+            let _ = unsafe { sys::ioctl_ptr(&self.fd, UFFDIO_WRITEPROTECT, &mut wp) };
         } else {
             let mut r = range;
-            let _ = sys::ioctl_ptr(&self.fd, UFFDIO_WAKE, &mut r);
+            // SAFETY: UFFDIO_WAKE takes a `UffdioRange` and only wakes waiters.
+            let _ = unsafe { sys::ioctl_ptr(&self.fd, UFFDIO_WAKE, &mut r) };
         }
     }
 

@@ -343,7 +343,9 @@ pub(crate) fn procmap_query(maps: &File, addr: u64) -> Result<Option<VmaInfo>, i
         vma_name_addr: name.as_mut_ptr() as u64,
         ..Default::default()
     };
-    match sys::ioctl_ptr(maps, PROCMAP_QUERY, &mut q) {
+    // SAFETY: PROCMAP_QUERY takes a `ProcmapQuery`; the only buffer it writes through is
+    // `name`, live and `vma_name_size` bytes long for the call (the build-ID buffer is absent).
+    match unsafe { sys::ioctl_ptr(maps, PROCMAP_QUERY, &mut q) } {
         Ok(_) => {}
         Err(e) if e == libc::ENOENT => return Ok(None),
         Err(e) => return Err(e),
