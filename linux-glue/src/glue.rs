@@ -406,8 +406,10 @@ impl Glue {
     }
 
     /// Compares the pages handed out (by resolve or fault-in) with what pagemap shows now and
-    /// delivers an invalidation for each page that was swapped out, dropped or moved to another
-    /// frame. This is how reclaim is noticed: the kernel tells user space nothing about it.
+    /// delivers an invalidation for each page that was swapped out, dropped (or unmapped) or
+    /// moved to another frame. This is how reclaim is noticed: the kernel tells user space
+    /// nothing about it. If part of the state cannot be read, the rest is still scanned and
+    /// what was found is delivered to the sink before the first error is returned.
     pub fn scan_for_reclaim(&self) -> Result<Vec<Invalidate>> {
         self.inner.scan_for_reclaim()
     }
@@ -663,18 +665,46 @@ impl Inner {
         }
     }
 
+    /// The page entries of `count` pages from `addr` for the reclaim scan: as
+    /// [`entries`](Self::entries), except that pages no longer mapped read as absent (as
+    /// pagemap shows them), where mincore refuses the whole range. A tracked page that was
+    /// unmapped is gone from the device's point of view like a dropped one, and one unmapped
+    /// page must not hide the state of the others.
+    fn entries_for_scan(&self, addr: u64, count: u64) -> Result<Vec<PagemapEntry>> {
+        match self.entries(addr, count) {
+            Ok((entries, _)) => Ok(entries),
+            Err(GlueError::Unmapped { .. }) => (0..count)
+                .map(|i| match pagemap::mincore(addr + (i << PAGE_SHIFT), 1) {
+                    Ok(present) => Ok(PagemapEntry(if present[0] { 1 << 63 } else { 0 })),
+                    Err(GlueError::Unmapped { .. }) => Ok(PagemapEntry(0)),
+                    Err(e) => Err(e),
+                })
+                .collect(),
+            Err(e) => Err(e),
+        }
+    }
+
     pub(crate) fn scan_for_reclaim(&self) -> Result<Vec<Invalidate>> {
         self.counters.scans.fetch_add(1, Ordering::Relaxed);
         let pfn_visible =
             self.caps.pfn_visible && self.config.state_source == StatePreference::Auto;
         let mut out = Vec::new();
+        // A run that cannot be read is skipped, not the rest: what the scan found elsewhere is
+        // delivered (and untracked) before the error is returned.
+        let mut failed = None;
         {
             let mut reg = self.lock();
             for r in reg.regions_mut() {
                 let mut lost = Vec::new();
                 for (first, count) in r.tracked.runs() {
                     let addr = r.start() + (first << PAGE_SHIFT);
-                    let (entries, _) = self.entries(addr, count)?;
+                    let entries = match self.entries_for_scan(addr, count) {
+                        Ok(entries) => entries,
+                        Err(e) => {
+                            failed.get_or_insert(e);
+                            continue;
+                        }
+                    };
                     for (i, e) in entries.iter().enumerate() {
                         let idx = first + i as u64;
                         let then = r.tracked.get(idx).flatten();
@@ -701,7 +731,10 @@ impl Inner {
             }
         }
         self.deliver(&out);
-        Ok(out)
+        match failed {
+            Some(e) => Err(e),
+            None => Ok(out),
+        }
     }
 
     fn handle_event(&self, uffd: &Uffd, ev: UffdEvent) {

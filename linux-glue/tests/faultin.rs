@@ -483,6 +483,76 @@ fn file_reclaim_is_found(attempt: usize) -> Result<(), String> {
 }
 
 #[test]
+fn the_scan_reports_unmapped_file_pages_and_goes_on_to_later_regions() {
+    // File mappings are not watched by userfaultfd, so only the scan notices their unmapping;
+    // mincore refuses a range with a hole, which must neither fail the scan nor hide the
+    // regions after it.
+    for state_source in [StatePreference::Mincore, StatePreference::Auto] {
+        until_agree("unmapped file pages", |attempt| {
+            unmapped_file_pages_are_found(state_source, attempt)
+        });
+    }
+}
+
+/// One run of the test above.
+fn unmapped_file_pages_are_found(
+    state_source: StatePreference,
+    attempt: usize,
+) -> Result<(), String> {
+    let path = std::env::temp_dir().join(format!(
+        "linux-glue-unmapped-{}-{state_source:?}-{attempt}",
+        std::process::id()
+    ));
+    std::fs::write(&path, vec![5u8; 4 * PAGE as usize]).unwrap();
+    let f = std::fs::File::open(&path).unwrap();
+    let maps: Vec<Mapping> = (0..2)
+        .map(|_| Mapping::file(&f, 4 * PAGE, Protection::Read, false).unwrap())
+        .collect();
+    std::fs::remove_file(&path).unwrap();
+    let (glue, rx) = Glue::new(GlueConfig {
+        state_source,
+        ..Default::default()
+    })
+    .unwrap();
+    let ids: Vec<_> = maps
+        .iter()
+        .map(|m| {
+            let id = glue.register(m.addr(), m.len(), Access::Read).unwrap();
+            glue.fault_in(m.range().unwrap(), Access::Read).unwrap();
+            id
+        })
+        .collect();
+    // Page 1 of each mapping goes; it was handed out, so it must be reported.
+    for m in &maps {
+        m.unmap_part(PAGE, PAGE).unwrap();
+    }
+    if maps.iter().any(|m| hole_refilled(m.at(PAGE), PAGE)) {
+        return Err("another thread mapped into a hole first".into());
+    }
+    let invs = glue
+        .scan_for_reclaim()
+        .map_err(|e| format!("the scan failed: {e}"))?;
+    let mut seen: Vec<_> = invs
+        .iter()
+        .map(|i| (i.region, i.range.start(), i.range.page_count(), i.cause))
+        .collect();
+    seen.sort_by_key(|s| s.1);
+    let mut want: Vec<_> = maps
+        .iter()
+        .zip(&ids)
+        .map(|(m, id)| (*id, m.at(PAGE), 1, linux_glue::InvalidationCause::Dropped))
+        .collect();
+    want.sort_by_key(|w| w.1);
+    if seen != want {
+        return Err(format!("reported {seen:?}, expected {want:?}"));
+    }
+    assert_eq!(rx.try_iter().count(), 2, "both delivered to the sink");
+    let again = glue.scan_for_reclaim().unwrap();
+    assert!(again.is_empty(), "reported again: {again:?}");
+    Ok(())
+}
+
+#[test]
 fn hugetlb_pages_resolve_with_their_page_size() {
     if !root() {
         skip("hugetlb", "reserving huge pages needs root");
