@@ -808,7 +808,23 @@ impl<'a, B: RegisterBus + ?Sized, M: Deref<Target: DmaMemory>, D: DelayNs> Smmuv
             DmaDirection::ToDevice,
         )?;
         if let Err(e) = self.install(stream, &cd, &descriptor, context) {
-            let _ = cd.free(&self.dma);
+            // The STE may already point at the CD (the last invalidation or sync failed): it
+            // must abort again, and the SMMU must have dropped what it cached of it, before
+            // the CD's memory can be reused.
+            let retired = self
+                .retire_ste(stream)
+                .and_then(|()| self.invalidate_asid(context.asid));
+            if retired.is_ok() {
+                let _ = cd.free(&self.dma);
+            } else if let Some(s) = self.streams.get_mut(slot) {
+                // Not confirmed: the SMMU may still fetch the CD. Keep it, with the stream
+                // recorded, so that `detach` retries and `shutdown` frees it with the SMMU off.
+                *s = Some(Attached {
+                    stream,
+                    asid: context.asid,
+                    cd,
+                });
+            }
             return Err(e);
         }
         if let Some(s) = self.streams.get_mut(slot) {
@@ -819,6 +835,15 @@ impl<'a, B: RegisterBus + ?Sized, M: Deref<Target: DmaMemory>, D: DelayNs> Smmuv
             });
         }
         Ok(())
+    }
+
+    /// Writes an aborting STE for `stream` and waits until the SMMU has dropped its cached
+    /// copy of the old one (CFGI_STE, then CMD_SYNC).
+    fn retire_ste(&mut self, stream: StreamId) -> Result<()> {
+        self.write_ste(stream.0, &StreamTableEntry::abort(), 0..8)?;
+        self.dma.sync_for_device(self.strtab.region());
+        self.push(Command::CfgiSte { stream, leaf: true }.encode())?;
+        self.sync()
     }
 
     fn install(
@@ -848,16 +873,16 @@ impl<'a, B: RegisterBus + ?Sized, M: Deref<Target: DmaMemory>, D: DelayNs> Smmuv
 
     /// Makes `stream` abort again, drops its cached configuration and TLB entries, and frees
     /// its CD.
+    ///
+    /// A stream whose [`attach`](Self::attach) failed without confirming that its STE aborts
+    /// again is still recorded as attached; detaching it retries that.
     pub fn detach(&mut self, stream: StreamId) -> Result<()> {
         let slot = self
             .streams
             .iter()
             .position(|a| a.as_ref().is_some_and(|a| a.stream == stream))
             .ok_or(SmmuError::StreamNotAttached { stream: stream.0 })?;
-        self.write_ste(stream.0, &StreamTableEntry::abort(), 0..8)?;
-        self.dma.sync_for_device(self.strtab.region());
-        self.push(Command::CfgiSte { stream, leaf: true }.encode())?;
-        self.sync()?;
+        self.retire_ste(stream)?;
         let attached = self.streams.get_mut(slot).and_then(Option::take);
         if let Some(attached) = attached {
             self.invalidate_asid(attached.asid)?;

@@ -114,6 +114,11 @@ pub struct Smmuv3Model {
     pub overflow_signal: OverflowSignal,
     /// Stop consuming commands (to test timeouts).
     pub frozen: bool,
+    /// Freeze (see `frozen`) when this many commands have been consumed: a failure in the
+    /// middle of a driver's command sequence.
+    pub freeze_after: Option<u64>,
+    /// Reject (CERROR_ILL) the command fetched when this many have been consumed, once.
+    pub reject_after: Option<u64>,
     cr0: u32,
     cr1: u32,
     cr2: u32,
@@ -160,6 +165,8 @@ impl Smmuv3Model {
             idr,
             overflow_signal: OverflowSignal::QemuGerror,
             frozen: false,
+            freeze_after: None,
+            reject_after: None,
             cr0: 0,
             cr1: 0,
             cr2: 0,
@@ -238,6 +245,10 @@ impl Smmuv3Model {
         let mask = (1u32 << (log2 + 1)) - 1;
         let base = queue_addr(self.cmdq_base, log2, 16);
         while (self.cmdq_cons & mask) != (self.cmdq_prod & mask) {
+            if self.freeze_after == Some(self.stats.commands) {
+                self.frozen = true;
+                return;
+            }
             let index = u64::from(self.cmdq_cons & ((1 << log2) - 1));
             let at = PhysAddr::new(base + index * 16);
             let dw0 = self.mem.read_phys_u64(at).unwrap_or(0);
@@ -245,7 +256,13 @@ impl Smmuv3Model {
                 .mem
                 .read_phys_u64(PhysAddr::new(at.as_u64() + 8))
                 .unwrap_or(0);
-            if let Err(code) = self.execute(dw0, dw1) {
+            let rejected = if self.reject_after == Some(self.stats.commands) {
+                self.reject_after = None;
+                Err(CERROR_ILL)
+            } else {
+                self.execute(dw0, dw1)
+            };
+            if let Err(code) = rejected {
                 self.cmdq_cons = (self.cmdq_cons & mask) | (code << 24);
                 self.gerror ^= GERROR_CMDQ_ERR;
                 self.stats.rejected += 1;

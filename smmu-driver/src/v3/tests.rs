@@ -732,6 +732,59 @@ fn a_sync_the_smmu_never_consumes_times_out() {
 }
 
 #[test]
+fn a_failed_attach_never_frees_a_cd_that_a_live_ste_may_point_at() {
+    let mem = memory();
+    let bus = bus_with(&mem, IdRegisters::QEMU_7_2);
+    let mut pt = table(&mem);
+    let frame = mem.allocate(1, DmaDirection::Bidirectional).unwrap();
+    map_page(&mut pt, WINDOW, frame.bus_addr());
+    let mut smmu = driver(&bus, &mem, Smmuv3Config::default());
+    let idle = mem.used_pages();
+    let context = ContextConfig::for_table(9, &pt);
+
+    // attach: CFGI_STE, SYNC, dword 0 (V), CFGI_STE, SYNC. The second CFGI_STE is refused,
+    // after the STE became valid: the driver makes it abort again before freeing the CD.
+    let done = bus.lock().stats.commands;
+    bus.lock().reject_after = Some(done + 2);
+    let r = smmu.attach(SID, &context);
+    assert!(
+        matches!(r, Err(SmmuError::CommandRejected { opcode: 0x03, .. })),
+        "{r:?}"
+    );
+    assert_eq!(
+        mem.used_pages(),
+        idle,
+        "the CD was freed after the rollback"
+    );
+    assert_eq!(bus.lock().translate(0x10, WINDOW, false), None);
+    assert_eq!(
+        smmu.detach(SID),
+        Err(SmmuError::StreamNotAttached { stream: 0x10 })
+    );
+    smmu.attach(SID, &context).unwrap();
+    smmu.detach(SID).unwrap();
+
+    // The last SYNC never completes, nor does the rollback's: the SMMU may still fetch the
+    // CD, so it is kept and the stream stays recorded until a detach confirms the abort.
+    let done = bus.lock().stats.commands;
+    bus.lock().freeze_after = Some(done + 3);
+    let r = smmu.attach(SID, &context);
+    assert!(
+        matches!(r, Err(SmmuError::CommandSyncTimeout { .. })),
+        "{r:?}"
+    );
+    assert_eq!(mem.used_pages(), idle + 1, "the CD is kept");
+    {
+        let mut m = bus.lock();
+        m.freeze_after = None;
+        m.frozen = false;
+    }
+    smmu.detach(SID).unwrap();
+    assert_eq!(mem.used_pages(), idle);
+    assert_eq!(bus.lock().translate(0x10, WINDOW, false), None);
+}
+
+#[test]
 fn detach_and_shutdown_clean_up() {
     let mem = memory();
     let bus = bus_with(&mem, IdRegisters::QEMU_7_2);
