@@ -37,6 +37,10 @@ pub enum Admission {
     /// Beyond the receive window (the user is not draining deliveries): drop, send nothing;
     /// the sender re-sends after its timeout.
     OutOfWindow,
+    /// Another copy of this block was admitted and its write has not been reported yet: drop
+    /// the payload, send nothing (that write's result answers the sender). Two writes of one
+    /// block in flight could let the second land after the transfer was delivered.
+    InFlight,
 }
 
 /// The result of writing an admitted block.
@@ -87,6 +91,8 @@ pub struct ReceiverStats {
     pub aborted_dropped: u64,
     /// Arriving blocks beyond the window, dropped.
     pub out_of_window: u64,
+    /// Arriving copies of blocks whose write was in flight, dropped.
+    pub in_flight_dropped: u64,
     /// NACKs produced.
     pub nacks: u64,
     /// Resolved notices produced.
@@ -104,6 +110,7 @@ impl ReceiverStats {
         retired_dropped: 0,
         aborted_dropped: 0,
         out_of_window: 0,
+        in_flight_dropped: 0,
         nacks: 0,
         resolved: 0,
         delivered_complete: 0,
@@ -114,6 +121,10 @@ impl ReceiverStats {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum RxBlock {
     Missing,
+    /// Admitted for writing (copy `attempt`); the write's result is not reported yet.
+    Writing {
+        attempt: u16,
+    },
     /// The write of `attempt` faulted; waiting for the caller's resolution.
     Faulted {
         attempt: u16,
@@ -135,6 +146,8 @@ struct RxTransfer<const B: usize> {
     tid: TransferId,
     block_count: u32,
     written: u32,
+    /// Blocks in [`RxBlock::Writing`]: the transfer is not delivered while any is.
+    in_flight: u32,
     blocks: [RxBlock; B],
     phase: RxPhase,
 }
@@ -145,6 +158,7 @@ impl<const B: usize> RxTransfer<B> {
             tid,
             block_count: 0,
             written: 0,
+            in_flight: 0,
             blocks: [RxBlock::Missing; B],
             phase: RxPhase::Unseen,
         }
@@ -218,6 +232,10 @@ impl<const T: usize, const B: usize> Receiver<T, B> {
     /// Decides whether to write an arriving block. Errors mean the sender broke the protocol
     /// (block count beyond the agreed maximum or changing within a transfer, bad length); the
     /// block must then be dropped.
+    ///
+    /// Every [`Admission::Write`] must be followed by [`written`](Self::written) for the same
+    /// header, whatever became of the write: until then the block counts as in flight, no
+    /// other copy of it is admitted, and its transfer is not delivered.
     pub fn admit(&mut self, header: &BlockHeader) -> Result<Admission> {
         self.validate(header)?;
         self.retire_before(header.oldest_open);
@@ -254,16 +272,27 @@ impl<const T: usize, const B: usize> Receiver<T, B> {
             }
             RxPhase::Open | RxPhase::Complete => {}
         }
+        let count = t.block_count;
         match t.block_mut(header.block) {
             Some(RxBlock::Written) => {
                 self.stats.duplicates_dropped += 1;
                 Ok(Admission::Duplicate(ack))
             }
-            Some(_) => Ok(Admission::Write),
+            Some(RxBlock::Writing { .. }) => {
+                self.stats.in_flight_dropped += 1;
+                Ok(Admission::InFlight)
+            }
+            Some(state) => {
+                *state = RxBlock::Writing {
+                    attempt: header.attempt,
+                };
+                t.in_flight += 1;
+                Ok(Admission::Write)
+            }
             None => Err(ProtocolError::BlockOutOfRange {
                 tid: header.tid.0,
                 block: u64::from(header.block),
-                count: t.block_count,
+                count,
             }),
         }
     }
@@ -290,6 +319,13 @@ impl<const T: usize, const B: usize> Receiver<T, B> {
         let Some(t) = self.slots.get_mut(idx) else {
             return Err(ProtocolError::UnknownTransfer { tid: header.tid.0 });
         };
+        // The admitted write is over, whatever the transfer's phase now.
+        if header.block_count == t.block_count
+            && let Some(state @ RxBlock::Writing { .. }) = t.block_mut(header.block)
+        {
+            *state = RxBlock::Missing;
+            t.in_flight = t.in_flight.saturating_sub(1);
+        }
         match t.phase {
             RxPhase::Unseen => return Err(ProtocolError::UnknownTransfer { tid: header.tid.0 }),
             RxPhase::Aborted(_) => return Ok(None),
@@ -416,6 +452,10 @@ impl<const T: usize, const B: usize> Receiver<T, B> {
     /// The next finished transfer, in id order; each is delivered exactly once.
     pub fn poll_delivery(&mut self) -> Option<Delivery> {
         let front = self.slots.front()?;
+        if front.in_flight > 0 {
+            // A write may still land in the transfer's memory: not the user's yet.
+            return None;
+        }
         let status = match front.phase {
             RxPhase::Complete => DeliveryStatus::Complete,
             RxPhase::Aborted(reason) => DeliveryStatus::Aborted(reason),

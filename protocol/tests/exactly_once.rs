@@ -312,7 +312,7 @@ impl World {
             Admission::Duplicate(ack) | Admission::Retired(ack) => {
                 self.send(false, Message::Ack(ack), &[])
             }
-            Admission::Aborted | Admission::OutOfWindow => {}
+            Admission::Aborted | Admission::OutOfWindow | Admission::InFlight => {}
         }
         while let Some(d) = self.rx.poll_delivery() {
             if d.status == DeliveryStatus::Complete {

@@ -956,3 +956,57 @@ fn current_attempt_for_transports_without_attempt_numbers() {
     assert_eq!(tx.current_attempt(t, 2), None);
     assert_eq!(tx.current_attempt(TransferId(8), 0), None);
 }
+
+#[test]
+fn a_second_copy_is_not_written_while_the_first_is_in_flight_and_delivery_waits_for_it() {
+    let mut tx = sender();
+    let mut rx = receiver();
+    tx.submit(desc(1, 2)).unwrap();
+    let sends = blocks(&mut tx, 0);
+    let (b0, b1) = (&sends[0].header, &sends[1].header);
+    // Block 1 lands; block 0 is admitted, and a duplicated copy of it arrives before its
+    // write has been reported.
+    ok(&mut rx, b1);
+    assert_eq!(rx.admit(b0).unwrap(), Admission::Write);
+    assert_eq!(rx.admit(b0).unwrap(), Admission::InFlight);
+    assert_eq!(rx.stats().in_flight_dropped, 1);
+    assert_eq!(rx.poll_delivery(), None, "block 0 is not written yet");
+    let reply = rx.written(b0, WriteOutcome::Written).unwrap();
+    assert!(matches!(reply, Some(Message::Ack(_))), "{reply:?}");
+    assert_eq!(
+        rx.poll_delivery().map(|d| d.status),
+        Some(DeliveryStatus::Complete)
+    );
+    // Once written, further copies are duplicates, never writes.
+    assert!(matches!(rx.admit(b0).unwrap(), Admission::Retired(_)));
+
+    // A transfer aborted while one of its writes is in flight is delivered only after that
+    // write has been reported: until then the write may still land in its memory.
+    tx.submit(desc(2, 2)).unwrap();
+    let sends = blocks(&mut tx, 1);
+    let h = &sends[0].header;
+    assert_eq!(rx.admit(h).unwrap(), Admission::Write);
+    let abort = Abort {
+        tid: h.tid,
+        reason: AbortReason::Cancelled,
+        oldest_open: h.tid,
+    };
+    assert!(rx.on_abort(&abort).is_some());
+    assert_eq!(rx.poll_delivery(), None, "a write is in flight");
+    assert_eq!(rx.written(h, WriteOutcome::Written).unwrap(), None);
+    assert!(matches!(
+        rx.poll_delivery().map(|d| d.status),
+        Some(DeliveryStatus::Aborted(_))
+    ));
+
+    // A faulted write ends the flight: the next copy is written again.
+    tx.submit(desc(3, 1)).unwrap();
+    let sends = blocks(&mut tx, 2);
+    let h = &sends[0].header;
+    assert_eq!(rx.admit(h).unwrap(), Admission::Write);
+    assert!(matches!(
+        rx.written(h, fault(FaultReason::NotPresent)).unwrap(),
+        Some(Message::Nack(_))
+    ));
+    assert_eq!(rx.admit(h).unwrap(), Admission::Write);
+}

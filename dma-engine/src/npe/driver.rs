@@ -1069,7 +1069,7 @@ impl<B: RegisterBus, const CH: usize, const PEERS: usize, const T: usize, const 
                 self.queue_message(cfg.peer, cfg.session, Message::Ack(ack));
                 self.post_write(slot, WqOp::Release, 0)
             }
-            Ok(Admission::Aborted) | Ok(Admission::OutOfWindow) => {
+            Ok(Admission::Aborted) | Ok(Admission::OutOfWindow) | Ok(Admission::InFlight) => {
                 self.post_write(slot, WqOp::Release, 0)
             }
             Err(_) => {
