@@ -121,6 +121,34 @@ fn a_duplicate_nack_changes_nothing() {
     assert_eq!(rig.read_dest(0, 1, 0, a.len()).unwrap(), a);
 }
 
+#[test]
+fn duplicated_blocks_are_written_once_and_never_after_delivery() {
+    // The fabric delivers every data frame twice, back to back: the second copy reaches the
+    // destination while the first one's commit is still in the engine's write queue.
+    let mut rig = Rig::new(2, Strategy::RetransmitOnly, 4, 16 * 1024).unwrap();
+    let a = pattern(3 * BLOCK as usize, 7);
+    rig.write_source(0, 1, 0, &a).unwrap();
+    rig.set_frame_hook(Box::new(|frame| {
+        if frame.payload.is_some() {
+            vec![frame.clone(), frame]
+        } else {
+            vec![frame]
+        }
+    }));
+    rig.submit(0, 1, 0, 0, 3 * BLOCK).unwrap().unwrap();
+    rig.run().unwrap();
+    let done = rig.completions(0, 1).unwrap();
+    assert_eq!(done.len(), 1);
+    assert_eq!(done[0].status, CompletionStatus::Ok);
+    let dst = rig.driver_stats(1);
+    assert_eq!(dst.commits, 3, "one write per block: {dst:?}");
+    assert_eq!(dst.releases, 3, "each copy dropped unwritten: {dst:?}");
+    let delivered = rig.deliveries(0, 1).unwrap();
+    assert_eq!(delivered.len(), 1);
+    assert_eq!(delivered[0].status, DeliveryStatus::Complete);
+    assert_eq!(rig.read_dest(0, 1, 0, a.len()).unwrap(), a);
+}
+
 fn nack_frame(rig: &Rig, tid: u32, fatal: bool) -> Frame {
     let message = Message::Nack(Nack {
         tid: TransferId(tid),
