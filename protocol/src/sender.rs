@@ -542,6 +542,44 @@ impl<const T: usize, const B: usize> Sender<T, B> {
         None
     }
 
+    /// Processes the timers that passed at `now` (ACK timeouts, the end of a NACK's backoff, a
+    /// source fault not resolved within `source_fault_timeout`, which aborts its transfer)
+    /// without taking anything to send. For a caller that holds a connection's transmissions
+    /// back (while it waits for a source page) but must not stop its clock.
+    pub fn process_timers(&mut self, now: u64) {
+        let Self {
+            transfers, stats, ..
+        } = self;
+        for t in transfers.iter_mut() {
+            if t.phase == Phase::Active && t.next_deadline <= now {
+                t.expire(now, stats);
+            }
+        }
+    }
+
+    /// The earliest timer of [`process_timers`](Self::process_timers) (`None`: no timer runs).
+    pub fn next_timer(&self) -> Option<u64> {
+        self.transfers
+            .iter()
+            .filter(|t| t.phase == Phase::Active && t.next_deadline != u64::MAX)
+            .map(|t| t.next_deadline)
+            .min()
+    }
+
+    /// Whether `block` of `tid` is waiting for its source page (reported by
+    /// [`source_fault`](Self::source_fault), neither resolved nor aborted since).
+    pub fn awaits_source(&self, tid: TransferId, block: u32) -> bool {
+        match locate_in(&self.transfers, self.next_tid, tid) {
+            Located::Open(idx) => self
+                .transfers
+                .get(idx)
+                .filter(|t| t.phase == Phase::Active)
+                .and_then(|t| t.block(block))
+                .is_some_and(|state| matches!(state, TxBlock::SourceFault { .. })),
+            _ => false,
+        }
+    }
+
     /// The earliest time at which [`poll_transmit`](Self::poll_transmit) may have something
     /// new; a value at or before `now` means "poll now". `None`: nothing pending at all.
     pub fn next_deadline(&self) -> Option<u64> {

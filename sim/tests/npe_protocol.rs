@@ -6,7 +6,9 @@
 use dma_engine::npe::DmaError;
 use dma_engine::npe::desc::InlineMsg;
 use protocol::wire::{Message, Nack};
-use protocol::{BlockRange, CompletionStatus, DeliveryStatus, Envelope, FaultReason, TransferId};
+use protocol::{
+    AbortReason, BlockRange, CompletionStatus, DeliveryStatus, Envelope, FaultReason, TransferId,
+};
 use sim::des::ModelTime;
 use sim::npe::Frame;
 use sim::vqfdb::{Eviction, Rig, Strategy};
@@ -146,6 +148,38 @@ fn duplicated_blocks_are_written_once_and_never_after_delivery() {
     let delivered = rig.deliveries(0, 1).unwrap();
     assert_eq!(delivered.len(), 1);
     assert_eq!(delivered[0].status, DeliveryStatus::Complete);
+    assert_eq!(rig.read_dest(0, 1, 0, a.len()).unwrap(), a);
+}
+
+#[test]
+fn a_source_fault_nobody_resolves_aborts_after_its_timeout_and_frees_the_channel() {
+    let mut rig = Rig::new(2, Strategy::RetransmitOnly, 4, 16 * 1024).unwrap();
+    let a = pattern(3 * BLOCK as usize, 3);
+    rig.write_source(0, 1, 0, &a).unwrap();
+    let page = rig.src_va(0, 1, BLOCK).unwrap();
+    rig.evict(0, page, Eviction::Major).unwrap();
+    rig.lose_fault_requests(0, true);
+    rig.submit(0, 1, 0, 0, 3 * BLOCK).unwrap().unwrap();
+    rig.run().unwrap();
+    let done = rig.completions(0, 1).unwrap();
+    assert_eq!(done.len(), 1, "the transfer ended: {done:?}");
+    assert_eq!(
+        done[0].status,
+        CompletionStatus::Aborted(AbortReason::SourceFaultTimeout { block: 1 })
+    );
+    assert_eq!(rig.driver_stats(0).source_waits_abandoned, 1);
+    let delivered = rig.deliveries(0, 1).unwrap();
+    assert_eq!(delivered.len(), 1);
+    assert!(matches!(delivered[0].status, DeliveryStatus::Aborted(_)));
+
+    // The channel is not parked any more: the next transfer goes through.
+    rig.lose_fault_requests(0, false);
+    rig.write_source(0, 1, 0, &a).unwrap();
+    rig.submit(0, 1, 0, 0, 3 * BLOCK).unwrap().unwrap();
+    rig.run().unwrap();
+    let done = rig.completions(0, 1).unwrap();
+    assert_eq!(done.len(), 2, "{done:?}");
+    assert_eq!(done[1].status, CompletionStatus::Ok);
     assert_eq!(rig.read_dest(0, 1, 0, a.len()).unwrap(), a);
 }
 

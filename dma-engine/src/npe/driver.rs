@@ -252,6 +252,9 @@ pub struct NpeStats {
     pub engine_errors: u64,
     /// Polls that stopped draining a queue because a driver queue was full.
     pub back_pressure: u64,
+    /// Source faults whose block stopped waiting without a resolution (its transfer was
+    /// aborted, e.g. after `source_fault_timeout`).
+    pub source_waits_abandoned: u64,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -1288,6 +1291,7 @@ impl<B: RegisterBus, const CH: usize, const PEERS: usize, const T: usize, const 
                 refresh_head(&self.bus, &mut ch.hw)?;
             }
         }
+        self.expire_parked(now)?;
         let mut progress = true;
         while progress {
             progress = false;
@@ -1362,6 +1366,41 @@ impl<B: RegisterBus, const CH: usize, const PEERS: usize, const T: usize, const 
         Ok(())
     }
 
+    /// Runs the timers of parked channels, which get no transmissions: a source fault the
+    /// fault service never resolves must still abort its transfer after
+    /// `source_fault_timeout` (docs/protocol.md §8.1), and then the channel is free again.
+    fn expire_parked(&mut self, now: u64) -> Result<()> {
+        let mut any = false;
+        for ch in self.channels.iter_mut().flatten() {
+            if ch.parked > 0 {
+                ch.sender.process_timers(now);
+                any = true;
+            }
+        }
+        if !any {
+            return Ok(());
+        }
+        let mut i = 0;
+        while let Some(w) = self.waiters.get(i).copied() {
+            if let WaiterKind::Source {
+                channel,
+                tid,
+                block,
+            } = w.kind
+            {
+                let ch = self.channel_mut(channel)?;
+                if !ch.sender.awaits_source(tid, block) {
+                    ch.parked = ch.parked.saturating_sub(1);
+                    self.waiters.swap_remove(i);
+                    self.stats.source_waits_abandoned += 1;
+                    continue;
+                }
+            }
+            i += 1;
+        }
+        Ok(())
+    }
+
     fn ring_doorbells(&mut self) -> Result<()> {
         let any = self.wq_dirty
             || self.control.tail_dirty
@@ -1391,7 +1430,13 @@ impl<B: RegisterBus, const CH: usize, const PEERS: usize, const T: usize, const 
                 || ch.fault_pending
                 || ch.hw.sq.in_use() >= batch
                 || ch.hw.sq.free() == 0;
-            let Some(deadline) = ch.sender.next_deadline() else {
+            // A parked channel sends nothing, but its timers run (`expire_parked`).
+            let deadline = if ch.parked > 0 {
+                ch.sender.next_timer()
+            } else {
+                ch.sender.next_deadline()
+            };
+            let Some(deadline) = deadline else {
                 continue;
             };
             // A blocked channel is woken by its completion or resolution, not by a timer.

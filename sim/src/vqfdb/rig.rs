@@ -93,6 +93,15 @@ impl Rig {
         Ok(out)
     }
 
+    /// Makes the fault service of `node` lose (`true`) or serve (`false`) its faults from now
+    /// on (the driver's requests and the SMMU's records): a fault nobody resolves, which the
+    /// protocol's timeouts must end.
+    pub fn lose_fault_requests(&mut self, node: usize, lose: bool) {
+        if let Some(n) = self.world.nodes.get_mut(node) {
+            n.lose_requests = lose;
+        }
+    }
+
     /// Takes the page holding `va` away from `node`.
     pub fn evict(&mut self, node: usize, va: u64, how: Eviction) -> VqResult<()> {
         let now = self.world.q.now();

@@ -105,6 +105,9 @@ pub(crate) struct Node {
     pub(crate) in_pairs: Vec<usize>,
     pub(crate) next_pair: usize,
     pub(crate) requests: Vec<(u64, Access)>,
+    /// The fault service loses this node's faults, the driver's requests and the SMMU's
+    /// records alike (a test of the timeouts that bound a fault nobody resolves).
+    pub(crate) lose_requests: bool,
 }
 
 pub(crate) struct World<'p> {
@@ -442,6 +445,7 @@ impl<'p> World<'p> {
                 in_pairs: in_pairs[n].clone(),
                 next_pair: 0,
                 requests: Vec::new(),
+                lose_requests: false,
             });
         }
         let total = pairs.iter().map(|p| p.quota).sum();
@@ -666,6 +670,13 @@ impl<'p> World<'p> {
         let Some(inflight) = node.faults.inflight.remove(&page) else {
             return Ok(());
         };
+        if node.lose_requests {
+            // Lost: stalled accesses are terminated, and nobody hears of the page again.
+            for token in inflight.resume {
+                node.mm.smmu.resume(token, now, false)?;
+            }
+            return Ok(());
+        }
         if node.mm.mem.needs_frame(page) {
             node.mm.ensure_free_frame(now)?;
         }
@@ -743,7 +754,10 @@ impl<'p> World<'p> {
             self.request_engine(n, done);
         }
         // Fault requests of the driver go to the fault service.
-        let requests = std::mem::take(&mut self.nodes[n].requests);
+        let mut requests = std::mem::take(&mut self.nodes[n].requests);
+        if self.nodes[n].lose_requests {
+            requests.clear();
+        }
         let mut resolved_now = false;
         for (va, access) in requests {
             let page = va & !(PAGE - 1);
