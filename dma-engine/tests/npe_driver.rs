@@ -201,6 +201,61 @@ fn submit_applies_back_pressure_and_poll_writes_spec_descriptors() {
 }
 
 #[test]
+fn addresses_and_keys_the_descriptors_cannot_carry_are_refused() {
+    let dma = dram();
+    let bus = stub(0x4E50_4501);
+    let mut npe = Driver::new(&bus, &dma, NpeConfig::new(2, 15)).unwrap();
+    let channel = ChannelConfig {
+        peer: 3,
+        pdid: 1,
+        peer_key: 7,
+        session: 0xabc,
+    };
+    // SEND_BLOCK's DST_PDID has 16 bits: a wider key would be cut and then refused by the
+    // peer on every block.
+    assert!(matches!(
+        npe.open_channel(
+            &dma,
+            0,
+            ChannelConfig {
+                peer_key: 0x1_0007,
+                ..channel
+            }
+        ),
+        Err(DmaError::InvalidConfig { .. })
+    ));
+    npe.open_channel(&dma, 0, channel).unwrap();
+    // Virtual addresses have 49 bits: an address above would be cut to another one.
+    let desc = |src: u64, dest: u64| TransferDesc {
+        src,
+        dest,
+        len: 0x2000,
+        key: 7,
+        tag: 0,
+    };
+    let top = 1u64 << 49;
+    for (src, dest) in [
+        (top, 0x20_0000),
+        (0x10_0000, top | 0x20_0000),
+        (top - 0x1000, 0x20_0000),
+        (0x10_0000, u64::MAX - 0xfff),
+    ] {
+        assert!(
+            matches!(
+                npe.submit(0, desc(src, dest)),
+                Err(DmaError::InvalidTransfer { .. })
+            ),
+            "{src:#x} -> {dest:#x}"
+        );
+    }
+    assert_eq!(npe.open_transfers(0), Ok(0));
+    assert_eq!(
+        npe.submit(0, desc(top - 0x2000, top - 0x2000)),
+        Ok(TransferId(0))
+    );
+}
+
+#[test]
 fn error_codes_are_stable() {
     assert_eq!(
         DmaError::QueueFull {

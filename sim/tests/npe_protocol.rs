@@ -183,6 +183,48 @@ fn a_source_fault_nobody_resolves_aborts_after_its_timeout_and_frees_the_channel
     assert_eq!(rig.read_dest(0, 1, 0, a.len()).unwrap(), a);
 }
 
+#[test]
+fn a_block_for_an_address_beyond_49_bits_is_refused_before_it_touches_memory() {
+    // The first block's header gets bit 52 set in its destination: cut to 49 bits, the
+    // address would be the block's real destination, so a driver that let the engine mask it
+    // would write the payload there and only then notice.
+    let mut rig = Rig::new(2, Strategy::RetransmitOnly, 4, 16 * 1024).unwrap();
+    let data = pattern(2 * BLOCK as usize, 4);
+    rig.write_source(0, 1, 0, &data).unwrap();
+    let before = rig.read_dest(0, 1, 0, BLOCK as usize).unwrap();
+    let mut done = false;
+    rig.set_frame_hook(Box::new(move |mut frame| {
+        if let Ok((envelope, _)) = Envelope::decode(frame.msg.as_bytes())
+            && let Message::Block(mut header) = envelope.message
+            && !done
+        {
+            done = true;
+            header.dest |= 1 << 52;
+            let bytes = Envelope::new(envelope.session, Message::Block(header)).to_bytes();
+            frame.msg = InlineMsg::new(&bytes).unwrap();
+        }
+        vec![frame]
+    }));
+    rig.submit(0, 1, 0, 0, 2 * BLOCK).unwrap().unwrap();
+    rig.run().unwrap();
+    let done = rig.completions(0, 1).unwrap();
+    assert_eq!(done.len(), 1);
+    assert!(
+        matches!(done[0].status, CompletionStatus::Aborted(_)),
+        "{done:?}"
+    );
+    assert!(
+        rig.driver_stats(1).commits <= 1,
+        "{:?}",
+        rig.driver_stats(1)
+    );
+    assert_eq!(
+        rig.read_dest(0, 1, 0, BLOCK as usize).unwrap(),
+        before,
+        "the refused block's destination is untouched"
+    );
+}
+
 fn nack_frame(rig: &Rig, tid: u32, fatal: bool) -> Frame {
     let message = Message::Nack(Nack {
         tid: TransferId(tid),

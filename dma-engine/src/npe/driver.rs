@@ -497,6 +497,12 @@ impl<B: RegisterBus, const CH: usize, const PEERS: usize, const T: usize, const 
         if slot.is_some() {
             return Err(DmaError::ChannelInUse { channel });
         }
+        if u16::try_from(cfg.peer_key).is_err() {
+            // SEND_BLOCK carries the destination PDID in 16 bits (docs/dma-engine.md §4.1).
+            return Err(DmaError::InvalidConfig {
+                what: "peer_key wider than the descriptor's 16-bit destination PDID",
+            });
+        }
         let sender = Sender::new(sender_config(&self.cfg.timing, 0)?)?;
         let hw = Self::setup_channel(&self.bus, dma, &self.cfg, channel, cfg.pdid)?;
         if let Some(slot) = self.channels.get_mut(usize::from(channel)) {
@@ -583,6 +589,12 @@ impl<B: RegisterBus, const CH: usize, const PEERS: usize, const T: usize, const 
     /// with [`poll_completion`](Self::poll_completion), then submit again. The blocks go out
     /// at the next [`poll`](Self::poll).
     pub fn submit(&mut self, channel: u8, desc: TransferDesc) -> Result<TransferId> {
+        // The descriptors carry 49-bit virtual addresses (desc::VA_MASK).
+        if !within_va(desc.src, desc.len) || !within_va(desc.dest, desc.len) {
+            return Err(DmaError::InvalidTransfer {
+                what: "source or destination beyond the engine's 49-bit virtual addresses",
+            });
+        }
         let ch = self.channel_mut(channel)?;
         let open = ch.sender.open_transfers();
         match ch.sender.submit(desc) {
@@ -1032,8 +1044,11 @@ impl<B: RegisterBus, const CH: usize, const PEERS: usize, const T: usize, const 
         let admission = rx.receiver.admit(&header);
         match admission {
             Ok(Admission::Write) => {
-                if header.key != u32::from(cfg.pdid) {
-                    // A key this receiver does not own: refuse for good, write nothing.
+                if header.key != u32::from(cfg.pdid)
+                    || !within_va(header.dest, u64::from(header.len))
+                {
+                    // A key this receiver does not own, or an address the engine cannot
+                    // reach (COMMIT carries 49 bits): refuse for good, write nothing.
                     let reply = rx.receiver.written(
                         &header,
                         WriteOutcome::Fault {
@@ -1563,4 +1578,10 @@ fn drain_completions<B: RegisterBus>(
         regs.cq_head().set(hw.cq.index);
     }
     Ok(errors)
+}
+
+/// Whether `[addr, addr + len)` lies within the engine's 49-bit virtual address space.
+fn within_va(addr: u64, len: u64) -> bool {
+    addr.checked_add(len.saturating_sub(1))
+        .is_some_and(|last| last <= super::desc::VA_MASK)
 }
