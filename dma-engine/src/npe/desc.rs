@@ -500,7 +500,14 @@ impl RqEntry {
         out
     }
 
-    /// Decodes an entry.
+    /// The receive slot an entry holds if its word 0 says BLOCK (KIND 2), whatever else is
+    /// wrong with it: the slot must be released even when the entry cannot be decoded.
+    pub fn block_slot(bytes: &[u8; RQ_ENTRY]) -> Option<u8> {
+        let w0 = RqWord0(word(bytes, 0));
+        (w0.kind() == 2).then(|| w0.slot())
+    }
+
+    /// Decodes an entry; reserved bits, an unknown KIND or a malformed message are errors.
     pub fn decode(bytes: &[u8; RQ_ENTRY]) -> Result<Self, DmaError> {
         let w0 = RqWord0(word(bytes, 0));
         let w1 = RqWord1(word(bytes, 1));
@@ -790,6 +797,18 @@ mod tests {
         assert_eq!(word(&b, 0), 1 | 2 << 1 | 7 << 8 | 4096 << 32);
         assert_eq!(word(&b, 1), 0x3f_ffff | 0xffff << 22 | 0x3fff << 38);
         assert_eq!(RqEntry::decode(&b).unwrap(), rq);
+        assert_eq!(RqEntry::block_slot(&b), Some(7));
+        // A BLOCK entry with a reserved bit set does not decode, but still names its slot.
+        let mut broken = b;
+        broken[8 * 3] = 1;
+        assert!(RqEntry::decode(&broken).is_err());
+        assert_eq!(RqEntry::block_slot(&broken), Some(7));
+        // A MSG entry holds no slot.
+        let msg = RqEntry {
+            kind: RqKind::Msg,
+            ..rq
+        };
+        assert_eq!(RqEntry::block_slot(&msg.encode()), None);
         let wq = WqEntry {
             op: WqOp::Commit {
                 pdid: 1,

@@ -921,9 +921,13 @@ impl<B: RegisterBus, const CH: usize, const PEERS: usize, const T: usize, const 
             match entry {
                 Ok(entry) => self.receive(now, host, &entry)?,
                 Err(_) => {
-                    // An entry the engine should never write; if it names a slot, free it.
+                    // An entry the engine should never write; if it names a slot, free it
+                    // (otherwise each such entry would lose a receive slot for good).
                     self.stats.malformed += 1;
                     self.stats.engine_errors += 1;
+                    if let Some(slot) = RqEntry::block_slot(&buf) {
+                        self.post_write(slot, WqOp::Release, 0)?;
+                    }
                 }
             }
         }
