@@ -94,7 +94,7 @@ struct SimArgs {
     /// Transfers in flight per node pair.
     #[arg(long, default_value_t = 4)]
     depth: usize,
-    /// Buffer slots per node pair and direction.
+    /// Buffer slots per node pair and direction (at least --depth, at most 1024).
     #[arg(long, default_value_t = 16)]
     slots: usize,
     /// SMMU model: mmu500 (register-accurate, with the SMMUv2 driver) or walker (stand-in).

@@ -119,6 +119,18 @@ fn bad_knobs_are_one_line_errors() {
         run(&big, &mut |_, _| {}),
         Err(SimError::Config(_))
     ));
+    // Slot counts that would overflow the buffer size, or be cut to 32 bits, are refused.
+    for slots in [1025, 1 << 32, 1 << 60] {
+        let many = SimConfig {
+            slots,
+            ..SimConfig::default()
+        };
+        let e = run(&many, &mut |_, _| {}).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            format!("--slots must be at most 1024 (got {slots})")
+        );
+    }
     let crowd = SimConfig {
         nodes: 20,
         ..SimConfig::default()

@@ -185,6 +185,10 @@ pub fn run_with_hook(
     world.report()
 }
 
+/// The most slots per pair and direction (`--slots`): 128 MiB of buffer per pair and
+/// direction at the largest transfer size.
+const MAX_SLOTS: usize = 1024;
+
 fn validate(cfg: &SimConfig) -> VqResult<()> {
     let topo = Topology::new(cfg.nodes)?;
     let max_size = (super::node::MAX_BLOCKS as u32) * 4096;
@@ -211,6 +215,13 @@ fn validate(cfg: &SimConfig) -> VqResult<()> {
         return Err(SimError::Config(format!(
             "--slots ({}) must be at least --depth ({})",
             cfg.slots, cfg.depth
+        )));
+    }
+    if cfg.slots > MAX_SLOTS {
+        // Slot indices are 32-bit, and every slot is memory of the modelled nodes.
+        return Err(SimError::Config(format!(
+            "--slots must be at most {MAX_SLOTS} (got {})",
+            cfg.slots
         )));
     }
     if cfg.transfers == 0 {
