@@ -131,15 +131,16 @@ pub struct SwapFile {
 static SWAP_SEQ: AtomicU64 = AtomicU64::new(0);
 
 /// Writes the version-1 swap header: `union swap_header` in include/linux/swap.h (`info`:
-/// 1024 boot bytes, then version, last_page, nr_badpages, uuid[16], volume_name[16]; the
-/// magic `SWAPSPACE2` in the last 10 bytes of the first page).
+/// 1024 boot bytes, then version (1024), last_page (1028), nr_badpages (1032), uuid[16]
+/// (1036), volume_name[16] (1052); the magic `SWAPSPACE2` in the last 10 bytes of the first
+/// page). The UUID stays zero; the volume name says who made the file.
 fn write_swap_header(f: &mut File, pages: u64) -> std::io::Result<()> {
     let mut page = vec![0u8; PAGE as usize];
     page[1024..1028].copy_from_slice(&1u32.to_ne_bytes());
     let last = u32::try_from(pages - 1).unwrap_or(u32::MAX);
     page[1028..1032].copy_from_slice(&last.to_ne_bytes());
     let tag = b"linux-glue-swap";
-    page[1048..1048 + tag.len()].copy_from_slice(tag);
+    page[1052..1052 + tag.len()].copy_from_slice(tag);
     page[PAGE as usize - 10..].copy_from_slice(b"SWAPSPACE2");
     f.seek(SeekFrom::Start(0))?;
     f.write_all(&page)?;
@@ -411,4 +412,33 @@ pub fn evict(range: AlignedRange<VirtAddr>) -> Result<Eviction> {
         }
     }
     Ok(report)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_swap_header_follows_union_swap_header() {
+        let path = std::env::temp_dir().join(format!("linux-glue-header-{}", std::process::id()));
+        let mut f = File::options()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&path)
+            .unwrap();
+        write_swap_header(&mut f, 16).unwrap();
+        let page = fs::read(&path).unwrap();
+        fs::remove_file(&path).unwrap();
+        let u32_at = |at: usize| u32::from_ne_bytes(page[at..at + 4].try_into().unwrap());
+        assert_eq!(page.len(), PAGE as usize);
+        assert_eq!((u32_at(1024), u32_at(1028), u32_at(1032)), (1, 15, 0));
+        assert!(
+            page[1036..1052].iter().all(|&b| b == 0),
+            "the UUID is left zero"
+        );
+        assert_eq!(&page[1052..1068], b"linux-glue-swap\0", "the volume name");
+        assert_eq!(&page[PAGE as usize - 10..], b"SWAPSPACE2");
+    }
 }

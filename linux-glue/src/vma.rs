@@ -47,7 +47,8 @@ pub struct VmaInfo {
     pub executable: bool,
     /// MAP_SHARED.
     pub shared: bool,
-    /// Offset into the file (pages for files, 0 for anonymous memory).
+    /// Offset into the file in bytes (0 for anonymous memory), as `/proc/self/maps` and
+    /// `PROCMAP_QUERY` give it.
     pub offset: u64,
     /// Inode of the backing file (0 for anonymous memory).
     pub inode: u64,
