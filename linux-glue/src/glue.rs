@@ -625,7 +625,7 @@ impl Inner {
                 let in_huge = cursor.contains(addr);
                 if e.present() {
                     present += 1;
-                    r.tracked.track(pages, first + i as u64, e.pfn(), in_huge);
+                    r.tracked.track(pages, first + i as u64, e.pfn(), in_huge)?;
                 }
             }
             let huge_blocks = huge.iter().map(|&(s, e)| (e - s) / HUGE_2M).sum();

@@ -161,20 +161,40 @@ const TRACKED_HUGE: u64 = 1 << 62;
 const PFN_BITS: u64 = (1 << 55) - 1;
 
 impl Tracked {
-    fn ensure(&mut self, pages: u64) {
+    /// Allocates the table for a region of `pages` pages, failing (not aborting) when it
+    /// cannot: registration is cheap for any size, the table is 8 bytes per page.
+    fn ensure(&mut self, pages: u64) -> crate::Result<()> {
         if self.table.is_empty() {
-            self.table = vec![0; pages as usize];
+            let too_large = crate::GlueError::InvalidArgument {
+                what: "region too large for its table of tracked pages",
+            };
+            let pages = usize::try_from(pages).map_err(|_| too_large.clone())?;
+            let mut table = Vec::new();
+            table.try_reserve_exact(pages).map_err(|_| too_large)?;
+            table.resize(pages, 0);
+            self.table = table;
         }
+        Ok(())
     }
 
-    pub(crate) fn track(&mut self, pages: u64, index: u64, pfn: Option<u64>, huge: bool) {
-        self.ensure(pages);
+    /// Records that page `index` of a region of `pages` pages was handed out with frame `pfn`.
+    /// An error (the table cannot be allocated) means the page is not tracked: the caller must
+    /// not hand it out.
+    pub(crate) fn track(
+        &mut self,
+        pages: u64,
+        index: u64,
+        pfn: Option<u64>,
+        huge: bool,
+    ) -> crate::Result<()> {
+        self.ensure(pages)?;
         if let Some(slot) = self.table.get_mut(index as usize) {
             if *slot == 0 {
                 self.count += 1;
             }
             *slot = TRACKED | if huge { TRACKED_HUGE } else { 0 } | (pfn.unwrap_or(0) & PFN_BITS);
         }
+        Ok(())
     }
 
     pub(crate) fn untrack(&mut self, first: u64, end: u64) {
@@ -583,9 +603,9 @@ mod tests {
     fn events_bump_the_sequence_and_untrack() {
         let mut reg = reg_with(&[(0x10000, 0x4000)]);
         let r = reg.get_mut(RegionId(1)).unwrap();
-        r.tracked.track(4, 0, Some(7), false);
-        r.tracked.track(4, 1, Some(8), false);
-        r.tracked.track(4, 3, Some(9), false);
+        r.tracked.track(4, 0, Some(7), false).unwrap();
+        r.tracked.track(4, 1, Some(8), false).unwrap();
+        r.tracked.track(4, 3, Some(9), false).unwrap();
         assert_eq!(r.tracked.runs(), vec![(0, 2), (3, 1)]);
         reg.apply(&UffdEvent::Remove {
             start: 0x11000,
@@ -694,5 +714,18 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn a_table_too_large_to_allocate_is_an_error_not_an_abort() {
+        let mut t = Tracked::default();
+        // 2^50 pages (a 4 EiB region): 8 PiB of table.
+        assert!(matches!(
+            t.track(1 << 50, 0, Some(1), false),
+            Err(crate::GlueError::InvalidArgument { .. })
+        ));
+        assert!(t.runs().is_empty(), "nothing tracked");
+        t.track(4, 2, Some(1), false).unwrap();
+        assert_eq!(t.runs(), vec![(2, 1)]);
     }
 }

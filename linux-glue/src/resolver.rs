@@ -252,7 +252,7 @@ impl Resolver {
             for i in 0..small_pages {
                 let this = base_pfn.map(|b| b + i);
                 r.tracked
-                    .track(region_pages, first + i, this, small_pages > 1);
+                    .track(region_pages, first + i, this, small_pages > 1)?;
             }
             return Ok(Resolution {
                 addr: VirtAddr::new(page),
