@@ -426,6 +426,21 @@ impl<B: ModuleBackend> ModuleClient<B> {
         if a.status != 0 {
             return Err(status_error(a.status, a.region_id, addr.as_u64(), len));
         }
+        // The module holds the region now: a reply this side cannot use gives it back.
+        self.finish_register(&a, addr, len, access)
+            .inspect_err(|_| {
+                self.release_region(a.region_id);
+            })
+    }
+
+    /// The region from a successful `IOC_REGISTER` reply: its table mapped and checked.
+    fn finish_register(
+        &self,
+        a: &RegisterArgs,
+        addr: VirtAddr,
+        len: u64,
+        access: Access,
+    ) -> Result<ModuleRegion> {
         let range = AlignedRange::new(addr, len, PageSize::Size4K)?;
         if a.table_entries != range.page_count() {
             return Err(GlueError::Malformed {
@@ -454,6 +469,17 @@ impl<B: ModuleBackend> ModuleClient<B> {
             table,
             entries: a.table_entries,
         })
+    }
+
+    /// Unregisters region `id` on a path that already has an error to report (best effort:
+    /// a failure here would only hide that error).
+    fn release_region(&self, id: u64) {
+        let mut a = UnregisterArgs {
+            hdr: AbiHeader::for_struct::<UnregisterArgs>(),
+            region_id: id,
+            ..Default::default()
+        };
+        let _ = self.call(abi::IOC_UNREGISTER, &mut a);
     }
 
     /// Unregisters a region (its table mapping is dropped with it).

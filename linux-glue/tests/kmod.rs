@@ -352,3 +352,43 @@ fn the_real_backend_says_the_module_is_not_loaded() {
         14
     );
 }
+
+/// The fake behind a transport whose table mappings fail while `fail` is set.
+struct FlakyMaps {
+    fake: Arc<FakeModule>,
+    fail: std::sync::atomic::AtomicBool,
+}
+
+impl ModuleBackend for FlakyMaps {
+    fn ioctl(&self, cmd: u32, arg: &mut [u8]) -> Result<(), i32> {
+        self.fake.ioctl(cmd, arg)
+    }
+    fn map(&self, offset: u64, len: u64) -> linux_glue::Result<linux_glue::kmod::SharedMemory> {
+        if self.fail.load(std::sync::atomic::Ordering::Relaxed) {
+            return Err(linux_glue::GlueError::InvalidArgument {
+                what: "mapping refused by the test",
+            });
+        }
+        self.fake.map(offset, len)
+    }
+}
+
+#[test]
+fn a_registration_whose_table_cannot_be_mapped_is_given_back_to_the_module() {
+    let flaky = Arc::new(FlakyMaps {
+        fake: Arc::new(FakeModule::new()),
+        fail: std::sync::atomic::AtomicBool::new(true),
+    });
+    let c = ModuleClient::connect(Arc::clone(&flaky)).unwrap();
+    let r = range(0x7000_0000, 4 * PAGE);
+    assert!(matches!(
+        c.register(r.start(), r.len(), Access::Write),
+        Err(GlueError::InvalidArgument { .. })
+    ));
+    // Had the module kept the region, this would be AlreadyRegistered.
+    flaky
+        .fail
+        .store(false, std::sync::atomic::Ordering::Relaxed);
+    let region = c.register(r.start(), r.len(), Access::Write).unwrap();
+    c.unregister(region).unwrap();
+}
