@@ -130,6 +130,47 @@ fn resume_before_fsr_clear_hangs_the_master_until_a_correct_resume() {
 }
 
 #[test]
+fn a_fault_of_another_master_during_a_stall_does_not_block_the_resume() {
+    // HUPCF: while channel 0 is stalled, channel 1 (same context) faults too. Not recorded,
+    // it sets FSR.MULTI, and MMU-500 ignores RESUME until FSR holds nothing but SS.
+    let soc = Soc::zynqmp().unwrap();
+    let dram = &**soc.dram();
+    let mut smmu = smmu(&soc, DriverConfig::DEFAULT);
+    let mut table = table(dram);
+    let src = page_with(dram, 1, |i| (i * 3 + 1) as u8);
+    let dst = page_with(dram, 2, |_| 0);
+    map(&mut table, DST, &dst, 2);
+    let cb = context(&mut smmu, &table, FaultModel::Stall, true, &[GDMA0, GDMA1]);
+    let (mut ch0, mut ch1) = (channel(&soc, 0), channel(&soc, 1));
+    ch0.start(&copy(SRC, DST, 4096)).unwrap();
+    let first = smmu.take_context_fault(cb).unwrap().unwrap();
+    assert_eq!(first.record.unwrap().stream, StreamId(u32::from(GDMA0)));
+    ch1.start(&copy(SRC, DST + 4096, 4096)).unwrap();
+    assert_eq!(
+        soc.lock().smmu.fsr(0),
+        Some(1 << 31 | 1 << 30),
+        "MULTI | SS"
+    );
+    table
+        .map(
+            Iova::new(SRC),
+            src.bus_addr(),
+            PageSize::Size4K,
+            &rw(),
+            &mut NoTlb,
+        )
+        .unwrap();
+    smmu.resume(cb, ResumeAction::Retry).unwrap();
+    assert_eq!(smmu.stats().multi, 1);
+    assert_eq!(soc.lock().smmu.stats().resumes_ignored, 0);
+    assert_eq!(ch0.wait(), Ok(Completion { bytes: 4096 }));
+    assert_eq!(ch1.wait(), Ok(Completion { bytes: 4096 }));
+    let copied = contents(&dst, 8192);
+    assert_eq!(&copied[..4096], &contents(&src, 4096)[..]);
+    assert_eq!(&copied[4096..], &contents(&src, 4096)[..]);
+}
+
+#[test]
 fn service_context_resumes_a_minor_fault_and_terminates_a_major_one() {
     use boards::zynqmp::scenario::{Fill, Pager};
     let soc = Soc::zynqmp().unwrap();

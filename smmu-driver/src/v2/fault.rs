@@ -329,7 +329,16 @@ impl<B: RegisterBus, D: DelayNs> SmmuV2<B, D> {
             regs.resume().write(tnr);
             regs.fsr().set(state.deferred_fsr);
         } else {
-            // The FSR write (in take_context_fault) must reach the SMMU before RESUME.
+            // With HUPCF another transaction of the context may have faulted while this one
+            // was stalled: not recorded, it only set MULTI, and MMU-500 ignores RESUME while
+            // FSR has any bit but SS (SMMU notes §0 item 18). Clear exactly that bit (W1C); a
+            // newly recorded fault is left for take_context_fault.
+            let fsr = regs.fsr().get();
+            if fsr & FSR_MULTI != 0 && fsr & FSR_FAULT_BITS == 0 {
+                regs.fsr().set(FSR_MULTI);
+                self.stats.multi += 1;
+            }
+            // The FSR writes must reach the SMMU before RESUME.
             regs.barrier(Barrier::DsbSt);
             regs.resume().write(tnr);
         }
