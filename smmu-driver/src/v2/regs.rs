@@ -159,8 +159,8 @@ pub mod fields {
         /// SMR(n), stream match register (GR0 0x800 + 4n; `SMMU_SMRn`, UG1087 `SMMU_SMRn`:
         /// VALID 31, MASK 30:16, ID 14:0 on ZynqMP; Linux `ARM_SMMU_SMR_*`).
         pub SMR [
-            /// Stream ID to match.
-            ID OFFSET(0) NUMBITS(16) [],
+            /// Stream ID to match (bit 15 is reserved without EXIDS).
+            ID OFFSET(0) NUMBITS(15) [],
             /// Stream ID bits to ignore (1 = don't care). 15 bits without EXIDS.
             MASK OFFSET(16) NUMBITS(15) [],
             /// The entry takes part in matching (without EXIDS).

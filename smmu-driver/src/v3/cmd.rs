@@ -264,7 +264,7 @@ impl Command {
 /// Splits `pages` 4 KiB pages from `start` into range TLBIs: each covers `(NUM + 1) <<
 /// SCALE` pages. Each step takes the top five significant bits of what is left, so the
 /// remainder shrinks by at least five bits per command: at most four commands for a run of
-/// up to 2^20 pages. `ttl` is the leaf level hint for every command.
+/// fewer than 2^20 pages, one more per further five bits. `ttl` is the leaf level hint for every command.
 pub fn range_commands(
     asid: u16,
     start: Iova,

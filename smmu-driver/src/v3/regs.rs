@@ -8,7 +8,8 @@
 //!
 //! Access widths: QEMU 7.2 accepts 64-bit accesses only for `GERROR_IRQ_CFG0`,
 //! `STRTAB_BASE`, `CMDQ_BASE` and `EVENTQ_BASE`; any other 64-bit access reads 0 and is
-//! ignored (SMMU notes §3.4, verified). So only those three are `u64` registers here, and
+//! ignored (SMMU notes §3.4, verified). The driver does not use `GERROR_IRQ_CFG0` (no MSIs), so
+//! only the other three are `u64` registers here, and
 //! every other register (the queue PROD/CONS indexes included) is a 32-bit access.
 //!
 //! The generated helper items of `register_bitfields!` carry no docs, hence the `allow`.
