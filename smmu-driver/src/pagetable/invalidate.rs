@@ -53,17 +53,27 @@ impl TlbInvalidation {
             .is_some_and(|off| off < self.len())
     }
 
-    /// The address of every entry: one TLBI per item.
+    /// The address of every entry: one TLBI per item. A run built by hand that would pass
+    /// the top of the address space stops there (the runs this crate reports never do).
     pub fn addresses(&self) -> impl Iterator<Item = Iova> + '_ {
         let step = self.granule.bytes();
-        (0..self.count).map(move |i| Iova::new(self.start.as_u64() + i * step))
+        (0..self.count).map_while(move |i| {
+            i.checked_mul(step)
+                .and_then(|off| self.start.as_u64().checked_add(off))
+                .map(Iova::new)
+        })
     }
 
     fn extends(&mut self, next: &TlbInvalidation) -> bool {
         let adjacent = self.start.as_u64().checked_add(self.len()) == Some(next.start.as_u64());
         if adjacent && self.granule == next.granule && self.leaf_only == next.leaf_only {
-            self.count += next.count;
-            true
+            match self.count.checked_add(next.count) {
+                Some(count) => {
+                    self.count = count;
+                    true
+                }
+                None => false,
+            }
         } else {
             false
         }
@@ -183,4 +193,38 @@ pub trait TlbMaintenance {
     /// the operation with the broken entry left invalid, and the caller must treat the whole
     /// context as suspect (invalidate by ASID once the SMMU works again).
     fn invalidate_now(&mut self, invalidations: &Invalidations) -> Result<()>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_hand_built_run_past_the_top_of_the_address_space_stops_there() {
+        let top = TlbInvalidation {
+            start: Iova::new(u64::MAX - 0x2fff),
+            count: 8,
+            granule: PageSize::Size4K,
+            leaf_only: true,
+        };
+        let addresses: Vec<u64> = top.addresses().map(|a| a.as_u64()).collect();
+        assert_eq!(
+            addresses,
+            vec![u64::MAX - 0x2fff, u64::MAX - 0x1fff, u64::MAX - 0xfff]
+        );
+        // Merging two runs whose counts add past u64 leaves them apart.
+        let mut first = TlbInvalidation {
+            start: Iova::new(0),
+            count: u64::MAX,
+            granule: PageSize::Size4K,
+            leaf_only: true,
+        };
+        let next = TlbInvalidation {
+            start: Iova::new(u64::MAX),
+            count: 2,
+            ..first
+        };
+        assert!(!first.extends(&next));
+        assert_eq!(first.count, u64::MAX);
+    }
 }
