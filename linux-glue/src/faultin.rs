@@ -19,9 +19,11 @@ pub enum FaultInMethod {
     /// real store (so the kernel takes a write fault and breaks COW) that cannot lose a
     /// concurrent writer's update: if another thread changed the word in between, the CAS fails
     /// and is retried with the new value. (`fetch_add(0)` is not used: LLVM may lower an
-    /// idempotent read-modify-write to a fenced load, which would not write-fault.) A touch
-    /// after a concurrent munmap raises SIGSEGV, which populate would report as ENOMEM; this is
-    /// why it is only the fallback.
+    /// idempotent read-modify-write to a fenced load, which would not write-fault.) The live
+    /// VMAs are checked just before the touch (the registration's snapshot may be stale), but
+    /// a munmap or mprotect racing with the touch, or a file mapping past its file's end, still
+    /// raises SIGSEGV/SIGBUS, which populate would report as an error; this is why it is only
+    /// the fallback.
     Touch,
 }
 

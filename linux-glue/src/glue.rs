@@ -463,6 +463,38 @@ fn validate_coverage(vmas: &[VmaInfo], start: u64, end: u64, access: Access) -> 
     Err(GlueError::Unmapped { addr: cur })
 }
 
+/// Whether `vmas` (sorted, as `vmas_in` gives them) map all of `[start, end)` so that a CPU
+/// access of kind `access` cannot fault for a missing or forbidding VMA.
+fn check_touchable(vmas: &[VmaInfo], start: u64, end: u64, access: Access) -> Result<()> {
+    let mut cur = start;
+    for v in vmas {
+        let (s, e) = (v.start.as_u64(), v.end.as_u64());
+        if e <= cur {
+            continue;
+        }
+        if s > cur {
+            break;
+        }
+        if v.backing == Backing::Special {
+            return Err(GlueError::UnsupportedMapping {
+                addr: cur,
+                reason: "special mapping (vDSO/vvar, VM_IO or VM_PFNMAP)",
+            });
+        }
+        if !v.readable {
+            return Err(GlueError::NotReadable { addr: cur });
+        }
+        if access == Access::Write && !v.writable {
+            return Err(GlueError::NotWritable { addr: cur });
+        }
+        cur = e;
+        if cur >= end {
+            return Ok(());
+        }
+    }
+    Err(GlueError::Unmapped { addr: cur })
+}
+
 impl Inner {
     pub(crate) fn lock(&self) -> MutexGuard<'_, Registry> {
         // A panic while holding the lock leaves consistent bookkeeping (updates are applied
@@ -575,9 +607,18 @@ impl Inner {
         };
         match method {
             FaultInMethod::Touch => {
-                // SAFETY: callers checked the range against the registered, live VMAs and
-                // their permissions for `access` just before; a concurrent munmap/mprotect by
-                // the application is the residual risk documented on FaultInMethod::Touch.
+                // The registration's VMA snapshot may be stale (userfaultfd reports neither a
+                // file mapping's munmap nor any mprotect), and touching memory that is not
+                // there, or not writable, is a SIGSEGV rather than an error: check the live
+                // VMAs now.
+                let end = addr
+                    .checked_add(len)
+                    .ok_or(GlueError::Overflow { start: addr, len })?;
+                check_touchable(&self.vmas_in(addr, end)?, addr, end, access)?;
+                // SAFETY: the whole range was just found mapped, readable and (for `access`
+                // Write) writable in the live VMAs; a concurrent munmap/mprotect by the
+                // application, or a file mapping past its file's end, is the residual risk
+                // documented on FaultInMethod::Touch.
                 unsafe { faultin::touch(addr, len, access) };
             }
             _ => faultin::populate(addr, len, access)?,

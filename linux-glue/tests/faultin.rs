@@ -194,6 +194,49 @@ fn the_touch_fallback_faults_in_without_losing_concurrent_writes() {
 }
 
 #[test]
+fn the_touch_fallback_checks_the_live_mappings_not_the_registration_snapshot() {
+    // Changes userfaultfd does not report: an mprotect of registered memory, and the munmap of
+    // a registered file mapping. Touching either would be a SIGSEGV in this process.
+    let (glue, _rx) = Glue::new(GlueConfig {
+        fault_in: FaultInMethod::Touch,
+        ..Default::default()
+    })
+    .unwrap();
+    let m = Mapping::anonymous(4 * PAGE, Protection::ReadWrite).unwrap();
+    glue.register(m.addr(), m.len(), Access::Write).unwrap();
+    m.protect(Protection::Read).unwrap();
+    assert!(matches!(
+        glue.fault_in(m.range().unwrap(), Access::Write),
+        Err(linux_glue::GlueError::NotWritable { .. })
+    ));
+    // Reads are still fine (the pages are readable); with stable frames a read of private
+    // writable memory is a write touch, which the live VMA now forbids.
+    m.protect(Protection::None).unwrap();
+    assert!(matches!(
+        glue.fault_in(m.range().unwrap(), Access::Read),
+        Err(linux_glue::GlueError::NotReadable { .. })
+    ));
+
+    let path = std::env::temp_dir().join(format!("linux-glue-touch-{}", std::process::id()));
+    std::fs::write(&path, vec![1u8; 4 * PAGE as usize]).unwrap();
+    let f = std::fs::File::open(&path).unwrap();
+    let file = Mapping::file(&f, 4 * PAGE, Protection::Read, false).unwrap();
+    std::fs::remove_file(&path).unwrap();
+    glue.register(file.addr(), file.len(), Access::Read)
+        .unwrap();
+    let range = file.range().unwrap();
+    file.unmap().unwrap();
+    if hole_refilled(range.start(), range.len()) {
+        skip("touch after munmap", "another thread mapped into the hole");
+        return;
+    }
+    assert!(matches!(
+        glue.fault_in(range, Access::Read),
+        Err(linux_glue::GlueError::Unmapped { .. })
+    ));
+}
+
+#[test]
 fn huge_pages_are_resolved_as_2m_blocks() {
     let (glue, _rx) = glue();
     let caps = glue.capabilities();
