@@ -219,6 +219,9 @@ pub struct GlobalErrors {
 struct Attached {
     stream: StreamId,
     asid: u16,
+    /// What the context translates with (TTB0, input and output sizes, MAIR): streams may
+    /// share an ASID only when these agree.
+    translation: (PhysAddr, u8, u8, u64),
     cd: AlignedDma,
 }
 
@@ -784,6 +787,24 @@ impl<'a, B: RegisterBus + ?Sized, M: Deref<Target: DmaMemory>, D: DelayNs> Smmuv
                 what: "stream already attached: detach it first",
             });
         }
+        let translation = (
+            context.ttb0,
+            context.input_bits,
+            context.output_bits.min(self.caps.output_bits),
+            context.mair,
+        );
+        // TLB entries are tagged by ASID, not by stream (IHI 0070 §5.4, CD.ASID): two
+        // contexts with one ASID and different tables would use each other's translations.
+        if self
+            .streams
+            .iter()
+            .flatten()
+            .any(|a| a.asid == context.asid && a.translation != translation)
+        {
+            return Err(SmmuError::InvalidConfig {
+                what: "ASID in use by a stream with another page table",
+            });
+        }
         let Some(slot) = self.streams.iter().position(Option::is_none) else {
             return Err(SmmuError::ResourceExhausted {
                 what: "attached SMMUv3 streams",
@@ -822,6 +843,7 @@ impl<'a, B: RegisterBus + ?Sized, M: Deref<Target: DmaMemory>, D: DelayNs> Smmuv
                 *s = Some(Attached {
                     stream,
                     asid: context.asid,
+                    translation,
                     cd,
                 });
             }
@@ -831,6 +853,7 @@ impl<'a, B: RegisterBus + ?Sized, M: Deref<Target: DmaMemory>, D: DelayNs> Smmuv
             *s = Some(Attached {
                 stream,
                 asid: context.asid,
+                translation,
                 cd,
             });
         }

@@ -785,6 +785,32 @@ fn a_failed_attach_never_frees_a_cd_that_a_live_ste_may_point_at() {
 }
 
 #[test]
+fn streams_share_an_asid_only_with_the_same_page_table() {
+    let mem = memory();
+    let bus = bus_with(&mem, IdRegisters::QEMU_7_2);
+    let (a, b) = (table(&mem), table(&mem));
+    let mut smmu = driver(&bus, &mem, Smmuv3Config::default());
+    smmu.attach(SID, &ContextConfig::for_table(9, &a)).unwrap();
+    // The same table under the same ASID: the TLB entries they share are right for both.
+    smmu.attach(StreamId(0x11), &ContextConfig::for_table(9, &a))
+        .unwrap();
+    // Another table under that ASID would hit the first one's cached translations.
+    assert_eq!(
+        smmu.attach(StreamId(0x12), &ContextConfig::for_table(9, &b)),
+        Err(SmmuError::InvalidConfig {
+            what: "ASID in use by a stream with another page table"
+        })
+    );
+    smmu.attach(StreamId(0x12), &ContextConfig::for_table(10, &b))
+        .unwrap();
+    // Once no stream uses ASID 9 any more, it is free for another table.
+    smmu.detach(SID).unwrap();
+    smmu.detach(StreamId(0x11)).unwrap();
+    smmu.attach(StreamId(0x13), &ContextConfig::for_table(9, &b))
+        .unwrap();
+}
+
+#[test]
 fn detach_and_shutdown_clean_up() {
     let mem = memory();
     let bus = bus_with(&mem, IdRegisters::QEMU_7_2);
