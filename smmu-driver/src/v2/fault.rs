@@ -277,7 +277,9 @@ impl<B: RegisterBus, D: DelayNs> SmmuV2<B, D> {
             self.caps.stream_id_mask(),
         );
         let context = self.context_mut(cb)?;
-        if stalled && record.is_some() {
+        if stalled {
+            // Also without a record (FSR = SS | MULTI): CFIE is masked above, and only a
+            // RESUME can release the transaction and restore it.
             context.stall_pending = true;
         }
         if defer {
