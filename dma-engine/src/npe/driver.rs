@@ -864,8 +864,11 @@ impl<B: RegisterBus, const CH: usize, const PEERS: usize, const T: usize, const 
                     shadow.block,
                     shadow.attempt,
                     FaultReason::NotPresent,
-                )?;
+                );
+                // The channel leaves FAULT_WAIT whatever the sender said: with the interrupt
+                // already acknowledged, nothing else would ever release it.
                 regs.resume().write(RESUME::SKIP::SET);
+                let disposition = disposition?;
                 if disposition == Disposition::Applied {
                     ch.parked += 1;
                     let channel = index as u8;
@@ -884,9 +887,11 @@ impl<B: RegisterBus, const CH: usize, const PEERS: usize, const T: usize, const 
                 }
             }
             FaultClass::Denied(reason) => {
-                ch.sender
-                    .source_fault(now, shadow.tid, shadow.block, shadow.attempt, reason)?;
+                let applied =
+                    ch.sender
+                        .source_fault(now, shadow.tid, shadow.block, shadow.attempt, reason);
                 regs.resume().write(RESUME::SKIP::SET);
+                applied?;
             }
         }
         Ok(())
