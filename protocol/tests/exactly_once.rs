@@ -13,6 +13,7 @@ use std::collections::{BinaryHeap, HashMap, HashSet};
 
 use hal::{PageSize, PhysAddr, VirtAddr};
 use proptest::prelude::*;
+use protocol::wire::BlockHeader;
 use protocol::{
     Access, Admission, BlockRange, CompletionStatus, DeliveryStatus, Envelope, FaultReason,
     Message, PageEntry, PageStateTable, Receiver, ReceiverConfig, Sender, SenderConfig,
@@ -67,14 +68,33 @@ struct Params {
     churn: u32,
     /// Percent of block writes during which the page is swapped out and back in.
     mid_write: u32,
+    /// Percent of admitted writes that land (and are reported) only 1..=max_delay later, as
+    /// on the SoC where the engine writes between `admit` and `written`: other copies of the
+    /// block, and the transfer's abort, can arrive meanwhile.
+    defer_write: u32,
     max_attempts: u16,
 }
 
 enum Event {
-    ToRx { bytes: Vec<u8>, payload: Vec<u8> },
-    ToTx { bytes: Vec<u8> },
-    RxResolve { tid: TransferId, block: u32 },
-    TxSourceResolve { tid: TransferId, block: u32 },
+    ToRx {
+        bytes: Vec<u8>,
+        payload: Vec<u8>,
+    },
+    ToTx {
+        bytes: Vec<u8>,
+    },
+    RxResolve {
+        tid: TransferId,
+        block: u32,
+    },
+    RxWrite {
+        header: BlockHeader,
+        payload: Vec<u8>,
+    },
+    TxSourceResolve {
+        tid: TransferId,
+        block: u32,
+    },
 }
 
 #[derive(Default, Debug)]
@@ -85,6 +105,7 @@ struct Outcome {
     deliveries: Vec<(u32, DeliveryStatus)>,
     retransmissions: u64,
     duplicates_dropped: u64,
+    in_flight_dropped: u64,
     retired_dropped: u64,
     nacks: u64,
     page_changed_nacks: u64,
@@ -106,6 +127,8 @@ struct World {
     dest: Vec<u8>,
     lens: Vec<u64>,
     written: HashSet<(u32, u32)>,
+    /// Transfers handed to the receiver's user: no write may land in them any more.
+    delivered: HashSet<u32>,
     out: Outcome,
 }
 
@@ -161,6 +184,7 @@ impl World {
             dest: vec![0; region as usize],
             lens,
             written: HashSet::new(),
+            delivered: HashSet::new(),
             out: Outcome::default(),
         }
     }
@@ -254,59 +278,11 @@ impl World {
         assert_eq!(payload.len(), h.len as usize);
         match self.rx.admit(&h).unwrap() {
             Admission::Write => {
-                assert!(
-                    !self.written.contains(&(h.tid.0, h.block)),
-                    "block {}/{} written twice",
-                    h.tid.0,
-                    h.block
-                );
-                let page = VirtAddr::new(h.dest & !(PAGE - 1));
-                let snapshot = self.pages.generation();
-                let mut to_scratch = !self.pages.lookup(page).unwrap().present;
-                if self.rng.pct(self.p.mid_write) {
-                    // Swapped out and back in during the write: the bytes went to the
-                    // scratch page, yet the page is present again afterwards.
-                    self.pages.invalidate(page, PAGE).unwrap();
-                    self.pages
-                        .mark_present(page, PageSize::Size4K, PhysAddr::new(self.next_frame), true)
-                        .unwrap();
-                    self.next_frame += PAGE;
-                    to_scratch = true;
-                }
-                if !to_scratch {
-                    let at = (h.dest - DEST_BASE) as usize;
-                    self.dest[at..at + payload.len()].copy_from_slice(&payload);
-                }
-                let outcome = match self.pages.check(
-                    VirtAddr::new(h.dest),
-                    u64::from(h.len),
-                    Access::Write,
-                    snapshot,
-                ) {
-                    Ok(()) => {
-                        self.written.insert((h.tid.0, h.block));
-                        WriteOutcome::Written
-                    }
-                    Err(fault) => {
-                        if fault.reason == FaultReason::PageChanged {
-                            self.out.page_changed_nacks += 1;
-                        }
-                        let delay = 1 + self.rng.below(40);
-                        self.schedule(
-                            delay,
-                            Event::RxResolve {
-                                tid: h.tid,
-                                block: h.block,
-                            },
-                        );
-                        WriteOutcome::Fault {
-                            reason: fault.reason,
-                            fatal: false,
-                        }
-                    }
-                };
-                if let Some(reply) = self.rx.written(&h, outcome).unwrap() {
-                    self.send(false, reply, &[]);
+                if self.rng.pct(self.p.defer_write) {
+                    let delay = 1 + self.rng.below(self.p.max_delay);
+                    self.schedule(delay, Event::RxWrite { header: h, payload });
+                } else {
+                    self.land(h, payload);
                 }
             }
             Admission::Duplicate(ack) | Admission::Retired(ack) => {
@@ -314,6 +290,10 @@ impl World {
             }
             Admission::Aborted | Admission::OutOfWindow | Admission::InFlight => {}
         }
+        self.drain_deliveries();
+    }
+
+    fn drain_deliveries(&mut self) {
         while let Some(d) = self.rx.poll_delivery() {
             if d.status == DeliveryStatus::Complete {
                 assert_eq!(
@@ -323,8 +303,74 @@ impl World {
                     d.tid.0
                 );
             }
+            self.delivered.insert(d.tid.0);
             self.out.deliveries.push((d.tid.0, d.status));
         }
+    }
+
+    /// An admitted block's write lands and is reported.
+    fn land(&mut self, h: BlockHeader, payload: Vec<u8>) {
+        assert!(
+            !self.delivered.contains(&h.tid.0),
+            "a write of {}/{} landed after the transfer was delivered",
+            h.tid.0,
+            h.block
+        );
+        assert!(
+            !self.written.contains(&(h.tid.0, h.block)),
+            "block {}/{} written twice",
+            h.tid.0,
+            h.block
+        );
+        let page = VirtAddr::new(h.dest & !(PAGE - 1));
+        let snapshot = self.pages.generation();
+        let mut to_scratch = !self.pages.lookup(page).unwrap().present;
+        if self.rng.pct(self.p.mid_write) {
+            // Swapped out and back in during the write: the bytes went to the
+            // scratch page, yet the page is present again afterwards.
+            self.pages.invalidate(page, PAGE).unwrap();
+            self.pages
+                .mark_present(page, PageSize::Size4K, PhysAddr::new(self.next_frame), true)
+                .unwrap();
+            self.next_frame += PAGE;
+            to_scratch = true;
+        }
+        if !to_scratch {
+            let at = (h.dest - DEST_BASE) as usize;
+            self.dest[at..at + payload.len()].copy_from_slice(&payload);
+        }
+        let outcome = match self.pages.check(
+            VirtAddr::new(h.dest),
+            u64::from(h.len),
+            Access::Write,
+            snapshot,
+        ) {
+            Ok(()) => {
+                self.written.insert((h.tid.0, h.block));
+                WriteOutcome::Written
+            }
+            Err(fault) => {
+                if fault.reason == FaultReason::PageChanged {
+                    self.out.page_changed_nacks += 1;
+                }
+                let delay = 1 + self.rng.below(40);
+                self.schedule(
+                    delay,
+                    Event::RxResolve {
+                        tid: h.tid,
+                        block: h.block,
+                    },
+                );
+                WriteOutcome::Fault {
+                    reason: fault.reason,
+                    fatal: false,
+                }
+            }
+        };
+        if let Some(reply) = self.rx.written(&h, outcome).unwrap() {
+            self.send(false, reply, &[]);
+        }
+        self.drain_deliveries();
     }
 
     fn process(&mut self, event: Event) {
@@ -359,6 +405,7 @@ impl World {
                     self.send(false, Message::Resolved(resolved), &[]);
                 }
             }
+            Event::RxWrite { header, payload } => self.land(header, payload),
             Event::TxSourceResolve { tid, block } => {
                 self.tx
                     .source_resolved(tid, BlockRange::single(block))
@@ -421,6 +468,7 @@ impl World {
                     self.out.nacks = s.nacks;
                     self.out.duplicate_nacks = s.duplicate_nacks;
                     self.out.duplicates_dropped = self.rx.stats().duplicates_dropped;
+                    self.out.in_flight_dropped = self.rx.stats().in_flight_dropped;
                     self.out.retired_dropped = self.rx.stats().retired_dropped;
                     return self.out;
                 }
@@ -455,7 +503,7 @@ fn params(
         any::<u64>(),
         1usize..=12,
         (0..=max_loss, 0u32..=30, 1u64..=40),
-        (0u32..=50, 0u32..=20, 0u32..=10, 0u32..=15),
+        (0u32..=50, 0u32..=20, 0u32..=10, 0u32..=15, 0u32..=60),
         max_attempts,
     )
         .prop_map(
@@ -463,7 +511,7 @@ fn params(
                 seed,
                 transfers,
                 (loss, dup, max_delay),
-                (absent, src_fault, churn, mid_write),
+                (absent, src_fault, churn, mid_write, defer_write),
                 max_attempts,
             )| Params {
                 seed,
@@ -475,6 +523,7 @@ fn params(
                 src_fault,
                 churn,
                 mid_write,
+                defer_write,
                 max_attempts,
             },
         )
@@ -530,6 +579,7 @@ fn the_channel_model_exercises_every_path() {
         src_fault: 15,
         churn: 10,
         mid_write: 15,
+        defer_write: 40,
         max_attempts: 40,
     };
     let out = World::new(p).run();
@@ -542,4 +592,5 @@ fn the_channel_model_exercises_every_path() {
     assert!(out.source_faults > 0, "{out:?}");
     assert!(out.duplicates_dropped + out.retired_dropped > 0, "{out:?}");
     assert!(out.duplicate_nacks > 0, "{out:?}");
+    assert!(out.in_flight_dropped > 0, "{out:?}");
 }
