@@ -280,9 +280,12 @@ impl Engine {
 
     /// Logs a pass-through (or other notable) reason once and records it for doctor.
     pub(crate) fn note(&self, reason: &str) {
-        if crate::log::once(reason) {
-            self.status.page().add_reason(reason);
-        }
+        // The log line once per process; the status page of every engine that met the reason
+        // records it (one engine per process in use, several in the tests).
+        crate::log::once(reason);
+        static PAGE_WRITERS: Mutex<()> = Mutex::new(());
+        let _serial = lock(&PAGE_WRITERS);
+        self.status.page().add_reason(reason);
     }
 
     /// Publishes the cache's gauges to the status page.
@@ -486,12 +489,58 @@ impl Engine {
         }
     }
 
-    /// Called before the provider closes `ctx`: restores its operations.
+    /// Called before the provider closes `ctx`: forgets what the application left open in it,
+    /// then restores its operations.
+    ///
+    /// Closing a context with QPs and MRs still open is allowed (the kernel destroys them
+    /// with it), but the library's records of them must go first, while the context is alive:
+    /// a later eviction would otherwise deregister a window of a freed context, and their pins
+    /// would stay counted against the budget.
     ///
     /// # Safety
     /// `ctx` is a live context about to be closed.
     pub(crate) unsafe fn on_close(&self, ctx: *mut ibv_context) {
-        if let Some(rec) = registry::remove_ctx(ctx as usize) {
+        let c = ctx as usize;
+        for q in registry::qps_of(self)
+            .into_iter()
+            .filter(|q| q.ctx.ctx == c)
+        {
+            self.on_destroy_qp(q.qp as *mut ibv_qp);
+        }
+        for s in registry::srqs_of(self).into_iter().filter(|s| s.ctx == c) {
+            let windows = s.track.lock().drain();
+            self.release(&windows);
+        }
+        let (regions, passthrough): (Vec<usize>, Vec<usize>) = {
+            let st = lock(&self.state);
+            (
+                st.by_mr
+                    .iter()
+                    .filter(|(_, id)| st.regions.get(id).is_some_and(|r| r.ctx == c))
+                    .map(|(mr, _)| *mr)
+                    .collect(),
+                st.passthrough_mrs.keys().copied().collect(),
+            )
+        };
+        for mr in regions {
+            // SAFETY: a live MR of the live context (the application registered it there and
+            // has not deregistered it).
+            if unsafe { self.dereg_mr(mr as *mut ibv_mr) } != 0 {
+                self.forget_region_of_mr(mr);
+            }
+        }
+        for mr in passthrough {
+            // SAFETY: pass-through MRs in the map are live (removed at their deregistration).
+            if unsafe { (*(mr as *mut ibv_mr)).context } as usize == c
+                && let Some(len) = lock(&self.state).passthrough_mrs.remove(&mr)
+            {
+                // Left to the kernel's cleanup at close, like the application's other objects.
+                self.counters()
+                    .passthrough_bytes
+                    .fetch_sub(len, Ordering::Relaxed);
+            }
+        }
+        if let Some(rec) = registry::remove_ctx(c) {
             // SAFETY: still live (closed after this returns).
             unsafe {
                 (*ctx).ops = rec.orig;
@@ -792,6 +841,24 @@ impl Engine {
             .fetch_sub(len, Ordering::Relaxed);
         self.publish(&st);
         0
+    }
+
+    /// Forgets the region of `mr` whose deregistration failed while its context closes (the
+    /// kernel destroys it with the context): its directory pin, keys and bytes are no longer
+    /// counted. Its windows went in the failed [`dereg_mr`](Self::dereg_mr).
+    fn forget_region_of_mr(&self, mr: usize) {
+        let mut st = lock(&self.state);
+        let Some(id) = st.by_mr.remove(&mr) else {
+            return;
+        };
+        st.by_lkey.retain(|_, r| *r != id);
+        if let Some(r) = st.regions.remove(&id) {
+            st.cache.uncharge_fixed(r.dir_pinned);
+            self.counters()
+                .registered_bytes
+                .fetch_sub(r.len, Ordering::Relaxed);
+        }
+        self.publish(&st);
     }
 
     /// `ibv_rereg_mr` on a virtual region.
@@ -1098,8 +1165,30 @@ impl Engine {
     }
 
     /// Forgets a QP before the provider destroys it.
+    /// Destroys the library's side of `qp` at once (a context being closed: the kernel
+    /// destroys the QP with it).
     pub(crate) fn on_destroy_qp(&self, qp: *mut ibv_qp) {
-        if let Some(ctl) = registry::remove_qp(qp as usize) {
+        if let Some(ctl) = self.begin_destroy_qp(qp) {
+            self.finish_destroy_qp(ctl);
+        }
+    }
+
+    /// First half of `ibv_destroy_qp`, before the provider's: the data path no longer finds
+    /// the QP. Its windows stay pinned until [`finish_destroy_qp`](Self::finish_destroy_qp):
+    /// the NIC may still be executing its work requests.
+    pub(crate) fn begin_destroy_qp(&self, qp: *mut ibv_qp) -> Option<Arc<QpCtl>> {
+        registry::remove_qp(qp as usize)
+    }
+
+    /// The provider refused to destroy the QP (e.g. `EBUSY`): it is alive, and managed again.
+    pub(crate) fn abort_destroy_qp(&self, ctl: Arc<QpCtl>) {
+        registry::add_qp(ctl);
+    }
+
+    /// Second half of `ibv_destroy_qp`, once the provider has destroyed the QP: its leases,
+    /// batch, windows, hold and scratch buffer go.
+    pub(crate) fn finish_destroy_qp(&self, ctl: Arc<QpCtl>) {
+        {
             // CQs remember the QP of their last completion: forget it (its number may be reused).
             for cq in [ctl.send_cq, ctl.recv_cq] {
                 if let Some(c) = registry::cq(cq) {

@@ -82,6 +82,7 @@ struct Fake {
     pinned: FastMap<usize, u64>,
     peak: FastMap<usize, u64>,
     fail_next_reg: FastMap<usize, i32>,
+    fail_next_destroy: FastMap<usize, i32>,
     no_atomics: FastMap<usize, bool>,
     next_key: u32,
     next_qpn: u32,
@@ -150,6 +151,12 @@ pub fn mr_count(ctx: *mut ibv_context) -> usize {
 /// Makes the next registration on `ctx` fail with `errno`.
 pub fn fail_next_registration(ctx: *mut ibv_context, errno: i32) {
     fake().fail_next_reg.insert(ctx as usize, errno);
+}
+
+/// Makes the next `ibv_destroy_qp` of `qp` fail with `errno` (as a QP still attached to a
+/// multicast group fails with `EBUSY`), leaving the QP alive.
+pub fn fail_next_destroy(qp: *mut ibv_qp, errno: i32) {
+    fake().fail_next_destroy.insert(qp as usize, errno);
 }
 
 /// Work requests the fake has executed so far (all contexts).
@@ -725,6 +732,9 @@ unsafe extern "C" fn fake_create_qp_ex(
 
 unsafe extern "C" fn fake_destroy_qp(qp: *mut ibv_qp) -> c_int {
     let mut f = fake();
+    if let Some(e) = f.fail_next_destroy.remove(&(qp as usize)) {
+        return e;
+    }
     let Some(qpn) = f.qpns.remove(&(qp as usize)) else {
         return libc::EINVAL;
     };

@@ -194,10 +194,20 @@ pub unsafe fn create_qp(
 /// # Safety
 /// As `ibv_destroy_qp`.
 pub unsafe fn destroy_qp(eng: &Arc<Engine>, qp: *mut ibv_qp) -> c_int {
-    eng.on_destroy_qp(qp);
-    let _g = RealCall::enter();
-    // SAFETY: forwarded.
-    unsafe { (eng.real.destroy_qp)(qp) }
+    let managed = eng.begin_destroy_qp(qp);
+    let rc = {
+        let _g = RealCall::enter();
+        // SAFETY: forwarded.
+        unsafe { (eng.real.destroy_qp)(qp) }
+    };
+    if let Some(ctl) = managed {
+        if rc == 0 {
+            eng.finish_destroy_qp(ctl);
+        } else {
+            eng.abort_destroy_qp(ctl);
+        }
+    }
+    rc
 }
 
 /// `ibv_modify_qp`.

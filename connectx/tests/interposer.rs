@@ -1211,6 +1211,86 @@ fn destroying_a_qp_releases_its_leases() {
 }
 
 #[test]
+fn a_qp_the_provider_refuses_to_destroy_stays_managed() {
+    let p = pair(1 << 20, 16 * 1024);
+    let mut a = Buf::new(64 * 1024);
+    let mut b = Buf::new(64 * 1024);
+    fill(&mut a, 3);
+    let amr = p.a.reg(&mut a, ALL_ACCESS);
+    let bmr = p.b.reg(&mut b, ALL_ACCESS);
+    let write = |wr_id: u64, at: usize| {
+        let mut s = [sge(&a, at, 4 * KIB, keys(amr).0)];
+        let mut wr = rdma(
+            IBV_WR_RDMA_WRITE,
+            wr_id,
+            &mut s,
+            b.as_ptr() as u64 + at as u64,
+            keys(bmr).1,
+            true,
+        );
+        assert_eq!(post_send(p.qa, &mut wr).0, 0);
+        let wc = poll(p.a.cq, 1);
+        assert_eq!((wc[0].wr_id, wc[0].status), (wr_id, IBV_WC_SUCCESS));
+    };
+    write(1, 0);
+    // EBUSY (e.g. still attached to a multicast group): the QP lives on, so the library
+    // must go on translating its work requests and keep its windows.
+    fake::fail_next_destroy(p.qa, libc::EBUSY);
+    assert_eq!(p.a.destroy_qp(p.qa), libc::EBUSY);
+    write(2, 32 * KIB);
+    assert_eq!(&b[32 * KIB..36 * KIB], &a[32 * KIB..36 * KIB]);
+    assert_eq!(p.a.destroy_qp(p.qa), 0);
+}
+
+#[test]
+fn closing_a_context_with_everything_still_open_releases_every_pin() {
+    let p = pair(1 << 20, 16 * 1024);
+    let mut a = Buf::new(256 * 1024);
+    let mut b = Buf::new(256 * 1024);
+    let amr = p.a.reg(&mut a, ALL_ACCESS);
+    let bmr = p.b.reg(&mut b, ALL_ACCESS);
+    let mut ro = Buf::new(16 * KIB);
+    let odp =
+        p.a.reg(&mut ro, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_ON_DEMAND);
+    assert!(!odp.is_null());
+    for i in 0..4u64 {
+        let mut s = [sge(&a, (i * 64) as usize * KIB, 4 * KIB, keys(amr).0)];
+        let mut wr = rdma(
+            IBV_WR_RDMA_WRITE,
+            i,
+            &mut s,
+            b.as_ptr() as u64 + i * 64 * 1024,
+            keys(bmr).1,
+            true,
+        );
+        assert_eq!(post_send(p.qa, &mut wr).0, 0);
+    }
+    assert_eq!(poll(p.a.cq, 4).len(), 4);
+    let open = p.a.eng().status().page().report();
+    assert!(
+        open.pinned_bytes > 0 && open.registered_bytes > 0,
+        "{open:?}"
+    );
+    // Neither the MRs nor the QP are destroyed first: the kernel would clean them up with
+    // the context, and the library must forget them (and their pins) before that.
+    let closed = {
+        // SAFETY: the live context of host A, closed once.
+        unsafe { nprdma::interpose::close_device(p.a.eng(), p.a.ctx) }
+    };
+    assert_eq!(closed, 0);
+    let closed = p.a.eng().status().page().report();
+    assert_eq!(
+        (
+            closed.pinned_bytes,
+            closed.registered_bytes,
+            closed.passthrough_bytes
+        ),
+        (0, 0, 0),
+        "{closed:?}"
+    );
+}
+
+#[test]
 fn rereg_access_and_translation() {
     let h = Host::with_library(1 << 20, 16 * 1024);
     let mut buf = Buf::new(256 * 1024);
