@@ -943,7 +943,10 @@ impl Engine {
             return IBV_REREG_MR_ERR_INPUT;
         }
         header.dir_len = r.dir.len() as u64;
+        let region_ctx = r.ctx;
         if flags & IBV_REREG_MR_CHANGE_PD != 0 {
+            // SAFETY: the directory MR, live.
+            let old_lkey = unsafe { (*mr).lkey };
             let rc = {
                 let _g = RealCall::enter();
                 // SAFETY: our directory MR; only the PD changes.
@@ -960,6 +963,14 @@ impl Engine {
             };
             if rc != 0 {
                 return rc;
+            }
+            // The provider may have given the MR new keys (ibv_rereg_mr(3); mlx5 can): SGEs
+            // carry the new lkey from now on.
+            // SAFETY: as above.
+            let new_lkey = unsafe { (*mr).lkey };
+            if new_lkey != old_lkey {
+                st.by_lkey.remove(&(region_ctx, old_lkey));
+                st.by_lkey.insert((region_ctx, new_lkey), id);
             }
         }
         {

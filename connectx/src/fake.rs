@@ -598,11 +598,23 @@ unsafe extern "C" fn fake_rereg_mr(
     if flags != IBV_REREG_MR_CHANGE_PD {
         return IBV_REREG_MR_ERR_INPUT;
     }
-    if let Some(m) = f.mrs.get_mut(&key) {
-        m.pd = pd as usize;
-    }
+    // Like mlx5, which may give the MR a new mkey: the keys change (ibv_rereg_mr(3) says
+    // they may), and the old ones are invalid from now on.
+    let Some(mut m) = f.mrs.remove(&key) else {
+        return IBV_REREG_MR_ERR_INPUT;
+    };
+    m.pd = pd as usize;
+    let new_key = f.next_key;
+    f.next_key = f.next_key.wrapping_add(0x100 + 7);
+    f.mrs.insert(new_key, m);
+    f.mr_keys.insert(mr as usize, new_key);
     // SAFETY: a live MR.
-    unsafe { (*mr).pd = pd };
+    unsafe {
+        (*mr).pd = pd;
+        (*mr).lkey = new_key;
+        (*mr).rkey = new_key;
+        (*mr).handle = new_key;
+    }
     0
 }
 

@@ -1291,6 +1291,49 @@ fn closing_a_context_with_everything_still_open_releases_every_pin() {
 }
 
 #[test]
+fn a_pd_change_that_gives_the_mr_new_keys_keeps_it_translated() {
+    let mut a = Host::with_library(1 << 20, 16 * 1024);
+    let b = Host::with_library(1 << 20, 16 * 1024);
+    let mut src = Buf::new(64 * 1024);
+    let mut dst = Buf::new(64 * 1024);
+    fill(&mut src, 5);
+    let smr = a.reg(&mut src, IBV_ACCESS_LOCAL_WRITE);
+    let old = keys(smr).0;
+    let pd2 = fake::alloc_pd(a.ctx);
+    // SAFETY: a live MR moved to another live PD of its context.
+    let rc = unsafe {
+        nprdma::interpose::rereg_mr(
+            a.eng(),
+            smr,
+            IBV_REREG_MR_CHANGE_PD,
+            pd2,
+            core::ptr::null_mut(),
+            0,
+            0,
+        )
+    };
+    assert_eq!(rc, 0);
+    let new = keys(smr).0;
+    assert_ne!(new, old, "this provider gives the MR new keys");
+    a.pd = pd2;
+    let p = connected(a, b);
+    let dmr = p.b.reg(&mut dst, ALL_ACCESS);
+    let mut s = [sge(&src, 0, 8 * KIB, new)];
+    let mut wr = rdma(
+        IBV_WR_RDMA_WRITE,
+        9,
+        &mut s,
+        dst.as_ptr() as u64,
+        keys(dmr).1,
+        true,
+    );
+    assert_eq!(post_send(p.qa, &mut wr).0, 0);
+    let wc = poll(p.a.cq, 1);
+    assert_eq!((wc[0].wr_id, wc[0].status), (9, IBV_WC_SUCCESS));
+    assert_eq!(&dst[..8 * KIB], &src[..8 * KIB]);
+}
+
+#[test]
 fn rereg_access_and_translation() {
     let h = Host::with_library(1 << 20, 16 * 1024);
     let mut buf = Buf::new(256 * 1024);
