@@ -2,8 +2,9 @@
 //! provider: virtual registrations, the window cache, QP and CQ records, work-request
 //! translation and completion rewriting. The design is docs/connectx.md.
 //!
-//! Locking order (never taken in the other direction): a QP's `send` lock → a CQ's lock → a
-//! queue's tracker lock → the engine's `state` lock → the registry.
+//! Locking order (never taken in the other direction): a QP's `send` lock → a CQ's lock → the
+//! engine's `state` lock → a queue's tracker lock (a deregistration forgets its region in the
+//! trackers under `state`) → the registry.
 
 use core::ffi::{c_int, c_void};
 use std::cell::Cell;
