@@ -1146,6 +1146,16 @@ impl Engine {
         {
             self.drop_lessee(ctl.ctx.ctx, ctl.qp_num);
         }
+        if rc == 0 && mask & IBV_QP_STATE != 0 && a.qp_state == IBV_QPS_RESET {
+            // RESET discards the queued work requests without completions: the NIC touches
+            // none of their buffers again, so their windows go. The records stay, for
+            // completions already in the CQ (as when the QP is destroyed).
+            let windows = {
+                let _side = ctl.send.lock();
+                ctl.track.lock().take_all_windows()
+            };
+            self.release(&windows);
+        }
         rc
     }
 

@@ -781,6 +781,9 @@ unsafe extern "C" fn fake_modify_qp(qp: *mut ibv_qp, attr: *mut ibv_qp_attr, mas
         unsafe { (*qp).state = a.qp_state };
         if a.qp_state == IBV_QPS_ERR {
             flush_rq(&mut f, qpn);
+        } else if a.qp_state == IBV_QPS_RESET {
+            // RESET discards the queue without completions (IBA 10.3.1).
+            q.rq.clear();
         }
     }
     0

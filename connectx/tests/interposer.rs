@@ -1178,6 +1178,38 @@ fn posted_receives_beyond_the_budget_fail_with_enomem() {
 }
 
 #[test]
+fn a_reset_gives_back_the_windows_of_the_receives_it_discarded() {
+    let p = pair(64 * 1024, 16 * 1024);
+    let mut b = Buf::new(1 << 20);
+    let bmr = p.b.reg(&mut b, IBV_ACCESS_LOCAL_WRITE);
+    let (bl, _) = keys(bmr);
+    let base = (b.as_ptr() as usize).next_multiple_of(16 * KIB) - b.as_ptr() as usize;
+    let post = |i: usize| {
+        let mut rs = [sge(&b, base + i * 64 * KIB, 16 * KIB, bl)];
+        let mut r = ibv_recv_wr {
+            wr_id: i as u64,
+            next: core::ptr::null_mut(),
+            sg_list: rs.as_mut_ptr(),
+            num_sge: 1,
+        };
+        post_recv(p.qb, &mut r)
+    };
+    // Three receives fill the 64 KiB budget (a 4 KiB directory, three 16 KiB windows).
+    assert_eq!([post(0), post(1), post(2)], [0, 0, 0]);
+    assert_eq!(post(3), libc::ENOMEM);
+    // RESET discards them without completions, so their windows are free again: receives
+    // elsewhere in the buffer fit once the QP is connected anew.
+    let mut reset = ibv_qp_attr {
+        qp_state: IBV_QPS_RESET,
+        ..Default::default()
+    };
+    assert_eq!(p.b.modify(p.qb, &mut reset, IBV_QP_STATE), 0);
+    p.b.connect(p.qb, qp_num(p.qa), ALL_ACCESS);
+    assert_eq!([post(4), post(5), post(6)], [0, 0, 0]);
+    assert!(p.b.peak() <= 64 * 1024);
+}
+
+#[test]
 fn destroying_a_qp_releases_its_leases() {
     let p = pair(1 << 20, 16 * 1024);
     let mut a = Buf::new(64 * 1024);
