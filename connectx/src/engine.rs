@@ -1027,9 +1027,17 @@ impl Engine {
             .max_send_wr
             .saturating_add(cap.max_send_wr / 2 + SQ_RESERVE)
             .min(c.max_qp_wr.max(cap.max_send_wr));
-        let sge = |n: u32| n.max(1).saturating_mul(2).max(n + 2).min(c.max_sge.max(n));
-        cap.max_send_sge = sge(cap.max_send_sge);
-        cap.max_recv_sge = sge(cap.max_recv_sge);
+        cap.max_send_sge = Self::widen_sge(rec, cap.max_send_sge);
+        cap.max_recv_sge = Self::widen_sge(rec, cap.max_recv_sge);
+    }
+
+    /// An SGE limit of `n` widened for splits (each application SGE may cross a window
+    /// boundary), within the device's limit.
+    pub(crate) fn widen_sge(rec: &CtxRec, n: u32) -> u32 {
+        n.max(1)
+            .saturating_mul(2)
+            .max(n.saturating_add(2))
+            .min(rec.caps.max_sge.max(n))
     }
 
     /// Records a QP the provider created.

@@ -83,6 +83,8 @@ struct Fake {
     peak: FastMap<usize, u64>,
     fail_next_reg: FastMap<usize, i32>,
     fail_next_destroy: FastMap<usize, i32>,
+    /// Each SRQ's SGE limit (`max_sge` at creation).
+    srq_max_sge: FastMap<usize, u32>,
     no_atomics: FastMap<usize, bool>,
     next_key: u32,
     next_qpn: u32,
@@ -125,6 +127,8 @@ pub fn real_verbs() -> RealVerbs {
         modify_qp: fake_modify_qp,
         destroy_cq: fake_destroy_cq,
         destroy_srq: fake_destroy_srq,
+        create_srq: fake_create_srq,
+        query_srq: fake_query_srq,
         qp_to_qp_ex: fake_qp_to_qp_ex,
     }
 }
@@ -328,16 +332,63 @@ pub fn create_cq(ctx: *mut ibv_context) -> *mut ibv_cq {
 /// # Safety
 /// `pd` is a live PD of the fake.
 pub unsafe fn create_srq(pd: *mut ibv_pd) -> *mut ibv_srq {
+    // SAFETY: forwarded contract.
+    unsafe { create_srq_with(pd, 32) }
+}
+
+/// Creates a shared receive queue in `pd` taking receives of at most `max_sge` SGEs.
+///
+/// # Safety
+/// `pd` is a live PD of the fake.
+pub unsafe fn create_srq_with(pd: *mut ibv_pd, max_sge: u32) -> *mut ibv_srq {
     let srq: *mut ibv_srq = alloc_zeroed();
     // SAFETY: freshly allocated; `pd` is live.
     unsafe {
         (*srq).context = (*pd).context;
         (*srq).pd = pd;
     }
-    fake()
-        .srqs
-        .insert(srq as usize, (pd as usize, VecDeque::new()));
+    let mut f = fake();
+    f.srqs.insert(srq as usize, (pd as usize, VecDeque::new()));
+    f.srq_max_sge.insert(srq as usize, max_sge);
     srq
+}
+
+unsafe extern "C" fn fake_create_srq(
+    pd: *mut ibv_pd,
+    attr: *mut ibv_srq_init_attr,
+) -> *mut ibv_srq {
+    if pd.is_null() || attr.is_null() {
+        set_errno(libc::EINVAL);
+        return core::ptr::null_mut();
+    }
+    // SAFETY: the caller's attributes.
+    let a = unsafe { &mut (*attr).attr };
+    if a.max_sge == 0 || a.max_sge > 32 {
+        set_errno(libc::EINVAL);
+        return core::ptr::null_mut();
+    }
+    a.max_wr = a.max_wr.max(1024);
+    // SAFETY: a live PD of the fake.
+    unsafe { create_srq_with(pd, a.max_sge) }
+}
+
+unsafe extern "C" fn fake_query_srq(srq: *mut ibv_srq, attr: *mut ibv_srq_attr) -> c_int {
+    let f = fake();
+    let Some(&max_sge) = f.srq_max_sge.get(&(srq as usize)) else {
+        return libc::EINVAL;
+    };
+    if attr.is_null() {
+        return libc::EINVAL;
+    }
+    // SAFETY: the caller's attribute struct.
+    unsafe {
+        *attr = ibv_srq_attr {
+            max_wr: 1024,
+            max_sge,
+            srq_limit: 0,
+        };
+    }
+    0
 }
 
 unsafe extern "C" fn fake_destroy_cq(cq: *mut ibv_cq) -> c_int {
@@ -493,9 +544,12 @@ unsafe extern "C" fn fake_read_ts(cq: *mut ibv_cq_ex) -> u64 {
 }
 
 unsafe extern "C" fn fake_destroy_srq(srq: *mut ibv_srq) -> c_int {
-    if fake().srqs.remove(&(srq as usize)).is_none() {
+    let mut f = fake();
+    if f.srqs.remove(&(srq as usize)).is_none() {
         return libc::EINVAL;
     }
+    f.srq_max_sge.remove(&(srq as usize));
+    drop(f);
     free(srq);
     0
 }
@@ -1210,6 +1264,11 @@ unsafe extern "C" fn fake_post_srq_recv(
 ) -> c_int {
     let list = copy_recv_list(wr);
     let mut f = fake();
+    let max_sge = f.srq_max_sge.get(&(srq as usize)).copied().unwrap_or(0);
+    // As rxe and mlx5: a receive with more SGEs than the SRQ takes is refused.
+    if list.iter().any(|(_, _, sges)| sges.len() as u32 > max_sge) {
+        return libc::EINVAL;
+    }
     let Some(s) = f.srqs.get_mut(&(srq as usize)) else {
         return libc::EINVAL;
     };

@@ -340,6 +340,26 @@ pub unsafe extern "C" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
     guard(libc::EIO, || unsafe { ip::destroy_cq(eng, cq) })
 }
 
+/// Interposed `ibv_create_srq`.
+///
+/// # Safety
+/// As `ibv_create_srq`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ibv_create_srq(
+    pd: *mut ibv_pd,
+    attr: *mut ibv_srq_init_attr,
+) -> *mut ibv_srq {
+    let eng = engine_or!(core::ptr::null_mut());
+    if ip::nested() {
+        // SAFETY: forwarded.
+        return unsafe { (eng.real.create_srq)(pd, attr) };
+    }
+    // SAFETY: the application's arguments.
+    guard(core::ptr::null_mut(), || unsafe {
+        ip::create_srq(eng, pd, attr)
+    })
+}
+
 /// Interposed `ibv_destroy_srq`.
 ///
 /// # Safety

@@ -245,6 +245,50 @@ pub unsafe fn destroy_cq(eng: &Arc<Engine>, cq: *mut ibv_cq) -> c_int {
     rc
 }
 
+/// `ibv_create_srq`: with room for split receives, as for QPs ([`Engine::widen_caps`]).
+///
+/// # Safety
+/// As `ibv_create_srq`.
+pub unsafe fn create_srq(
+    eng: &Arc<Engine>,
+    pd: *mut ibv_pd,
+    attr: *mut ibv_srq_init_attr,
+) -> *mut ibv_srq {
+    let forward = |a: *mut ibv_srq_init_attr| {
+        let _g = RealCall::enter();
+        // SAFETY: forwarded.
+        unsafe { (eng.real.create_srq)(pd, a) }
+    };
+    if pd.is_null() || attr.is_null() || eng.cfg.mode == Mode::Off {
+        return forward(attr);
+    }
+    // SAFETY: a live PD.
+    let ctx = unsafe { (*pd).context } as usize;
+    let Some(rec) = registry::ctx(ctx) else {
+        return forward(attr);
+    };
+    if rec.passthrough().is_some() {
+        return forward(attr);
+    }
+    // SAFETY: the application's attributes.
+    let app = unsafe { *attr };
+    let mut a = app;
+    a.attr.max_sge = Engine::widen_sge(&rec, app.attr.max_sge);
+    let mut srq = forward(&mut a);
+    if srq.is_null() {
+        a = app;
+        srq = forward(&mut a);
+    }
+    if !srq.is_null() {
+        // The application sees the limit it asked for (the room is the library's) and the
+        // provider's other values.
+        a.attr.max_sge = app.attr.max_sge.min(a.attr.max_sge);
+        // SAFETY: the application's attributes, written back as the provider would.
+        unsafe { *attr = a };
+    }
+    srq
+}
+
 /// `ibv_destroy_srq`.
 ///
 /// # Safety

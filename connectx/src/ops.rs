@@ -112,11 +112,22 @@ pub(crate) unsafe extern "C" fn wrapped_post_srq_recv(
             return unsafe { orig(srq, wr, bad) };
         }
         let Some(s) = registry::srq_or_insert(srq as usize, || {
+            // The SRQ's own SGE limit (the application chose it at creation, often below the
+            // device's): a split receive must fit it, or the provider refuses the post.
+            let mut attr = ibv_srq_attr::default();
+            let max_sge = {
+                let _g = crate::engine::RealCall::enter();
+                // SAFETY: a live SRQ and a writable attribute struct.
+                match unsafe { (rec.engine.real.query_srq)(srq, &mut attr) } {
+                    0 => attr.max_sge.min(rec.caps.max_sge),
+                    _ => rec.caps.max_sge,
+                }
+            };
             Some(SrqCtl {
                 engine: rec.engine.clone(),
                 ctx,
                 orig_post: orig,
-                max_sge: rec.caps.max_sge as usize,
+                max_sge: max_sge as usize,
                 track: crate::spin::SpinLock::new(crate::completion::RecvTracker::with_tag(
                     crate::engine::random_u64(),
                 )),

@@ -43,6 +43,10 @@ pub type ModifyQpFn = unsafe extern "C" fn(*mut ibv_qp, *mut ibv_qp_attr, c_int)
 pub type DestroyCqFn = unsafe extern "C" fn(*mut ibv_cq) -> c_int;
 /// `ibv_destroy_srq`.
 pub type DestroySrqFn = unsafe extern "C" fn(*mut ibv_srq) -> c_int;
+/// `ibv_create_srq`.
+pub type CreateSrqFn = unsafe extern "C" fn(*mut ibv_pd, *mut ibv_srq_init_attr) -> *mut ibv_srq;
+/// `ibv_query_srq`.
+pub type QuerySrqFn = unsafe extern "C" fn(*mut ibv_srq, *mut ibv_srq_attr) -> c_int;
 /// `ibv_qp_to_qp_ex`.
 pub type QpToQpExFn = unsafe extern "C" fn(*mut ibv_qp) -> *mut ibv_qp_ex;
 
@@ -77,6 +81,10 @@ pub struct RealVerbs {
     pub destroy_cq: DestroyCqFn,
     /// `ibv_destroy_srq`.
     pub destroy_srq: DestroySrqFn,
+    /// `ibv_create_srq`.
+    pub create_srq: CreateSrqFn,
+    /// `ibv_query_srq`.
+    pub query_srq: QuerySrqFn,
     /// `ibv_qp_to_qp_ex`.
     pub qp_to_qp_ex: QpToQpExFn,
 }
@@ -122,6 +130,8 @@ impl RealVerbs {
             modify_qp: resolve!("ibv_modify_qp", "IBVERBS_1.1", ModifyQpFn),
             destroy_cq: resolve!("ibv_destroy_cq", "IBVERBS_1.1", DestroyCqFn),
             destroy_srq: resolve!("ibv_destroy_srq", "IBVERBS_1.1", DestroySrqFn),
+            create_srq: resolve!("ibv_create_srq", "IBVERBS_1.1", CreateSrqFn),
+            query_srq: resolve!("ibv_query_srq", "IBVERBS_1.1", QuerySrqFn),
             qp_to_qp_ex: resolve!("ibv_qp_to_qp_ex", "IBVERBS_1.6", QpToQpExFn),
         })
     }

@@ -43,6 +43,9 @@ int main(void)
 	OFF(ibv_qp, state); OFF(ibv_qp, qp_type); OFF(ibv_qp, mutex); OFF(ibv_qp, cond);
 	OFF(ibv_qp, events_completed);
 	SZ(ibv_sge); OFF(ibv_sge, addr); OFF(ibv_sge, length); OFF(ibv_sge, lkey);
+	SZ(ibv_srq_attr); OFF(ibv_srq_attr, max_wr); OFF(ibv_srq_attr, max_sge);
+	OFF(ibv_srq_attr, srq_limit);
+	SZ(ibv_srq_init_attr); OFF(ibv_srq_init_attr, srq_context); OFF(ibv_srq_init_attr, attr);
 	SZ(ibv_send_wr);
 	OFF(ibv_send_wr, wr_id); OFF(ibv_send_wr, next); OFF(ibv_send_wr, sg_list);
 	OFF(ibv_send_wr, num_sge); OFF(ibv_send_wr, opcode); OFF(ibv_send_wr, send_flags);

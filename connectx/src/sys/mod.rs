@@ -404,6 +404,23 @@ pub struct ibv_qp_cap {
     pub max_inline_data: u32,
 }
 
+/// `struct ibv_srq_attr`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ibv_srq_attr {
+    pub max_wr: u32,
+    pub max_sge: u32,
+    pub srq_limit: u32,
+}
+
+/// `struct ibv_srq_init_attr`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct ibv_srq_init_attr {
+    pub srq_context: *mut c_void,
+    pub attr: ibv_srq_attr,
+}
+
 /// `struct ibv_qp_init_attr`.
 #[repr(C)]
 #[derive(Clone, Copy)]
@@ -958,6 +975,19 @@ check_layout!(
         max_send_sge: l::OFF_IBV_QP_CAP_MAX_SEND_SGE,
         max_recv_sge: l::OFF_IBV_QP_CAP_MAX_RECV_SGE,
         max_inline_data: l::OFF_IBV_QP_CAP_MAX_INLINE_DATA,
+    }
+);
+check_layout!(
+    ibv_srq_attr = l::SIZE_IBV_SRQ_ATTR {
+        max_wr: l::OFF_IBV_SRQ_ATTR_MAX_WR,
+        max_sge: l::OFF_IBV_SRQ_ATTR_MAX_SGE,
+        srq_limit: l::OFF_IBV_SRQ_ATTR_SRQ_LIMIT,
+    }
+);
+check_layout!(
+    ibv_srq_init_attr = l::SIZE_IBV_SRQ_INIT_ATTR {
+        srq_context: l::OFF_IBV_SRQ_INIT_ATTR_SRQ_CONTEXT,
+        attr: l::OFF_IBV_SRQ_INIT_ATTR_ATTR,
     }
 );
 check_layout!(
