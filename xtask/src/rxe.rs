@@ -56,6 +56,7 @@ const GUEST_BINARIES: &[(&str, &str)] = &[
     ("usr/bin/rdma", "usr/bin/rdma"),
     ("usr/bin/ibv_devices", "usr/bin/ibv_devices"),
     ("usr/bin/ibv_rc_pingpong", "usr/bin/ibv_rc_pingpong"),
+    ("usr/bin/ibv_srq_pingpong", "usr/bin/ibv_srq_pingpong"),
     ("usr/bin/ib_write_lat", "usr/bin/ib_write_lat"),
     ("usr/bin/ib_write_bw", "usr/bin/ib_write_bw"),
     ("usr/bin/ib_read_lat", "usr/bin/ib_read_lat"),
@@ -176,6 +177,8 @@ XF=$(arg cmp_flags | tr ',' ' ')
 if [ "$SUITE" = all ]; then
 run ibv_rc_pingpong lib $L ibv_rc_pingpong -d rxe0 -g $GIDX -n 200
 run ibv_rc_pingpong_events lib $L ibv_rc_pingpong -d rxe0 -g $GIDX -n 200 -e
+# 16 QPs sharing an SRQ created for one SGE per receive (ibv_create_srq, widened by the library).
+run ibv_srq_pingpong lib $L ibv_srq_pingpong -d rxe0 -g $GIDX -n 200
 run ib_write_lat lib $L ib_write_lat -d rxe0 -x $GIDX -n $ITERS -F
 run ib_write_bw lib $L ib_write_bw -d rxe0 -x $GIDX -n $ITERS -F --report_gbits
 run ib_read_lat lib $L ib_read_lat -d rxe0 -x $GIDX -n $ITERS -F
