@@ -223,9 +223,14 @@ impl Syndrome {
         }
     }
 
-    /// For an abort: whether FAR holds the faulting address (FnV clear).
+    /// Whether FAR holds an address for this exception (Arm ARM, FAR_ELx): for instruction and
+    /// data aborts with FnV clear, PC alignment faults and watchpoints; UNKNOWN otherwise.
     pub const fn far_valid(&self) -> bool {
-        !(self.is_abort() && (self.iss() >> 10) & 1 == 1)
+        match self.class() {
+            0x20 | 0x21 | 0x24 | 0x25 => (self.iss() >> 10) & 1 == 0,
+            0x22 | 0x34 | 0x35 => true,
+            _ => false,
+        }
     }
 
     /// For an abort: whether it happened on the stage-1 table walk for stage 2 (S1PTW).
@@ -296,6 +301,11 @@ mod tests {
             s.to_string()
                 .ends_with("synchronous external abort, write, FAR not valid")
         );
+        // Neither an undefined instruction (EC 0x00) nor a BRK (EC 0x3c) sets FAR.
+        assert!(!Syndrome(0x0200_0000).far_valid());
+        assert!(!Syndrome(0xf200_0000).far_valid());
+        // A PC alignment fault (EC 0x22) does.
+        assert!(Syndrome(0x8a00_0000).far_valid());
         // Permission fault at level 3 on the walk for stage 2 (S1PTW, bit 7).
         let s = Syndrome(0x9200_008f);
         assert_eq!(s.class(), 0x24);

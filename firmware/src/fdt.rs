@@ -160,6 +160,7 @@ impl<'a> Fdt<'a> {
             depth: 0,
             cells: [Cells::DEFAULT; MAX_DEPTH],
             done: false,
+            root_seen: false,
         }
     }
 
@@ -223,6 +224,8 @@ pub struct Nodes<'a> {
     depth: usize,
     cells: [Cells; MAX_DEPTH],
     done: bool,
+    /// The root node was read: the structure block has exactly one (Devicetree 5.4.2).
+    root_seen: bool,
 }
 
 impl<'a> Nodes<'a> {
@@ -312,7 +315,14 @@ impl<'a> Iterator for Nodes<'a> {
         loop {
             let at = self.offset;
             match be32(self.fdt.structs, at) {
-                Some(FDT_BEGIN_NODE) => return self.begin_node(at),
+                Some(FDT_BEGIN_NODE) if self.depth == 0 && self.root_seen => {
+                    // A second top-level node.
+                    return self.malformed(at);
+                }
+                Some(FDT_BEGIN_NODE) => {
+                    self.root_seen |= self.depth == 0;
+                    return self.begin_node(at);
+                }
                 Some(FDT_END_NODE) => {
                     let Some(d) = self.depth.checked_sub(1) else {
                         return self.malformed(at);

@@ -225,6 +225,20 @@ fn structure_errors_are_typed() {
     let r: Result<Vec<_>> = Fdt::new(&blob).unwrap().nodes().collect();
     assert!(matches!(r, Err(FirmwareError::FdtMalformed { .. })));
 
+    // A second root node (the structure block has exactly one, Devicetree 5.4.2): it could
+    // smuggle in memory nodes.
+    let blob = Builder::default()
+        .begin("")
+        .end()
+        .begin("")
+        .begin("memory@0")
+        .prop("device_type", b"memory\0")
+        .end()
+        .end()
+        .finish();
+    let r: Result<Vec<_>> = Fdt::new(&blob).unwrap().nodes().collect();
+    assert!(matches!(r, Err(FirmwareError::FdtMalformed { .. })), "{r:?}");
+
     // END_NODE without BEGIN_NODE.
     let blob = Builder::default().end().finish();
     let r: Result<Vec<_>> = Fdt::new(&blob).unwrap().nodes().collect();
