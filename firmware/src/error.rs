@@ -81,6 +81,16 @@ pub enum FirmwareError {
         size: u64,
     },
 
+    /// A buffer range is not free RAM: not inside the Normal-mapped part of a RAM region, or
+    /// overlapping the device tree (which the program keeps reading).
+    #[error("{base:#x}+{size:#x} is not free RAM mapped as Normal memory")]
+    NotFreeRam {
+        /// Start of the range.
+        base: u64,
+        /// Size of the range.
+        size: u64,
+    },
+
     /// The host bridge has no 32-bit memory window to place BARs in.
     #[error("the PCI host bridge has no 32-bit memory window")]
     PciNoMemoryWindow,
@@ -279,6 +289,7 @@ impl FirmwareError {
             Self::RegionNotMappable { .. } => 21,
             Self::UnsupportedExceptionLevel { .. } => 22,
             Self::NotDeviceMemory { .. } => 23,
+            Self::NotFreeRam { .. } => 24,
             Self::PciBusNumbersExhausted { .. } => 30,
             Self::PciTooManyFunctions { .. } => 31,
             Self::PciAddressOutOfRange { .. } => 32,

@@ -212,6 +212,26 @@ impl Boot {
         }
         Ok(())
     }
+
+    /// Checks that `[base, base + size)` may become a program's own buffer (a DMA pool): RAM
+    /// the identity map made Normal memory (whole 2 MiB blocks), clear of the device tree,
+    /// which [`dtb`](Self::dtb) keeps borrowing for the whole run. Keeping clear of the image
+    /// is the caller's part (pools start past its end).
+    pub fn check_free_ram(&self, base: u64, size: u64) -> Result<()> {
+        let not_free = FirmwareError::NotFreeRam { base, size };
+        let end = base.checked_add(size).ok_or(not_free)?;
+        if size == 0 || !mmu::inside_normal(&self.ram, base, end) {
+            return Err(not_free);
+        }
+        if let Some(fdt) = &self.dtb {
+            let blob = fdt.as_bytes();
+            let (start, len) = (blob.as_ptr() as u64, blob.len() as u64);
+            if base < start.saturating_add(len) && start < end {
+                return Err(not_free);
+            }
+        }
+        Ok(())
+    }
 }
 
 /// Declares the program in a firmware binary: `program!("NAME", PLATFORM, run)` defines the
@@ -282,12 +302,46 @@ mod tests {
     }
 
     #[test]
+    fn free_ram_is_normal_mapped_and_clear_of_the_device_tree() {
+        let mut b = boot();
+        assert_eq!(b.check_free_ram(0x4100_0000, 32 << 20), Ok(()));
+        for (base, size) in [
+            (0x4f00_0000, 32 << 20), // runs past the end of RAM
+            (0x3ff0_0000, 1 << 20),  // below RAM
+            (0x4100_0000, 0),
+            (u64::MAX, 2),
+        ] {
+            assert_eq!(
+                b.check_free_ram(base, size),
+                Err(FirmwareError::NotFreeRam { base, size }),
+                "{base:#x}+{size:#x}"
+            );
+        }
+        // The device tree, wherever the loader put it, is not free.
+        let blob: &'static [u8] = fdt::tests::VIRT_DTB;
+        b.dtb = Some(fdt::Fdt::new(blob).unwrap());
+        let at = blob.as_ptr() as u64;
+        let mut ram = heapless::Vec::new();
+        ram.push(MemRegion::new(at & !((1 << 21) - 1), 64 << 20))
+            .unwrap();
+        b.ram = ram;
+        let base = at & !0xfff;
+        assert_eq!(
+            b.check_free_ram(base, 0x2000),
+            Err(FirmwareError::NotFreeRam { base, size: 0x2000 })
+        );
+        let after = (at + blob.len() as u64).next_multiple_of(0x1000);
+        assert_eq!(b.check_free_ram(after, 0x1000), Ok(()));
+    }
+
+    #[test]
     fn error_codes_are_stable_and_distinct() {
         let errors = [
             FirmwareError::Hal(hal::HalError::EmptyRange),
             FirmwareError::FdtBadMagic { found: 0 },
             FirmwareError::PageTablesExhausted { available: 4 },
             FirmwareError::NotDeviceMemory { base: 0, size: 0 },
+            FirmwareError::NotFreeRam { base: 0, size: 0 },
             FirmwareError::PciNoMemoryWindow,
             FirmwareError::EduLiveness {
                 wrote: 0,
@@ -302,6 +356,6 @@ mod tests {
             },
         ];
         let codes: Vec<u32> = errors.iter().map(FirmwareError::code).collect();
-        assert_eq!(codes, [1, 10, 20, 23, 50, 41, 80, 81]);
+        assert_eq!(codes, [1, 10, 20, 23, 24, 50, 41, 80, 81]);
     }
 }

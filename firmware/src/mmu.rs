@@ -33,6 +33,21 @@ pub const L1_BLOCK: u64 = 1 << 30;
 /// Size of a level-2 block.
 pub const L2_BLOCK: u64 = 1 << 21;
 
+/// The part of `region` the identity map makes Normal memory: its 2 MiB blocks, rounded
+/// inward (`None` if no whole block fits).
+pub fn normal_part(region: &MemRegion) -> Option<(u64, u64)> {
+    let start = region.base.checked_next_multiple_of(L2_BLOCK)?;
+    let end = region.end()? / L2_BLOCK * L2_BLOCK;
+    (start < end).then_some((start, end))
+}
+
+/// Whether `[start, end)` lies inside the Normal part ([`normal_part`]) of one of `ram`.
+pub fn inside_normal(ram: &[MemRegion], start: u64, end: u64) -> bool {
+    ram.iter()
+        .filter_map(normal_part)
+        .any(|(lo, hi)| lo <= start && end <= hi)
+}
+
 /// MAIR attribute index of Device-nGnRnE.
 pub const ATTR_DEVICE: u64 = 0;
 /// MAIR attribute index of Normal write-back memory.

@@ -61,6 +61,9 @@ _start:
 3:  msr     cptr_el3, xzr
     msr     vbar_el3, x2
 4:  isb
+    // SP_ELx for the vectors: select it first, since a loader may enter with SPSel = 0 (then
+    // `mov sp` would set SP_EL0, and MSR SP_EL0 below is UNDEFINED with SPSel = 0).
+    msr     spsel, #1
     adrp    x1, __exception_stack_top
     add     x1, x1, :lo12:__exception_stack_top
     mov     sp, x1
@@ -453,6 +456,15 @@ fn enable_mmu(
     let non_cacheable = non_cacheable.as_slice();
     // Code, data and stacks must stay write-back and executable.
     let (image_start, image_end) = image_range();
+    // And they must lie in RAM the map makes Normal (whole 2 MiB blocks): otherwise the first
+    // instruction fetch with the MMU on faults, and so does every vector fetch after it, a
+    // silent hang instead of a verdict (a device tree whose memory nodes miss the image).
+    if !mmu::inside_normal(ram, image_start, image_end) {
+        return Err(FirmwareError::RegionNotMappable {
+            base: image_start,
+            size: image_end.saturating_sub(image_start),
+        });
+    }
     if let Some(nc) = non_cacheable
         .iter()
         .find(|r| r.base < image_end && image_start < r.base.saturating_add(r.size))

@@ -114,18 +114,15 @@ mod target {
         Ok(PciHost::virt_default())
     }
 
-    /// The DMA pool: RAM after the image, 64 KiB aligned, inside the first RAM region.
+    /// The DMA pool: RAM after the image, 64 KiB aligned, in the image's RAM region, mapped
+    /// Normal and clear of the device tree ([`Boot::check_free_ram`]).
     fn pool_region(boot: &Boot) -> Result<(u64, usize)> {
         let image_end = core::ptr::addr_of!(__image_end) as u64;
         let base = image_end.next_multiple_of(0x1_0000);
-        let ram = boot.ram.first().ok_or(FirmwareError::BadScenario {
-            what: "no RAM region",
-        })?;
-        let end = ram.end().unwrap_or(base);
         let bytes = (POOL_PAGES * 4096) as u64;
-        if base < ram.base || base.saturating_add(bytes) > end {
+        if boot.check_free_ram(base, bytes).is_err() {
             return Err(FirmwareError::BadScenario {
-                what: "RAM too small for the 32 MiB DMA pool (run with -m 256M)",
+                what: "no free RAM for the 32 MiB DMA pool after the image (run with -m 256M)",
             });
         }
         Ok((base, POOL_PAGES))

@@ -237,7 +237,10 @@ fn structure_errors_are_typed() {
         .end()
         .finish();
     let r: Result<Vec<_>> = Fdt::new(&blob).unwrap().nodes().collect();
-    assert!(matches!(r, Err(FirmwareError::FdtMalformed { .. })), "{r:?}");
+    assert!(
+        matches!(r, Err(FirmwareError::FdtMalformed { .. })),
+        "{r:?}"
+    );
 
     // END_NODE without BEGIN_NODE.
     let blob = Builder::default().end().finish();

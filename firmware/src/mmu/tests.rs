@@ -391,3 +391,36 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn only_whole_2m_blocks_of_ram_count_as_normal() {
+    // 3 MiB from 1 GiB: one whole block (the second one is cut by the end).
+    let ram = [MemRegion {
+        base: 0x4000_0000,
+        size: 3 << 20,
+    }];
+    assert_eq!(normal_part(&ram[0]), Some((0x4000_0000, 0x4020_0000)));
+    assert!(inside_normal(&ram, 0x4010_0000, 0x4020_0000));
+    // An image at +2 MiB would be Device memory, execute-never.
+    assert!(!inside_normal(&ram, 0x4020_0000, 0x4024_0000));
+    // An unaligned start rounds up.
+    let odd = MemRegion {
+        base: 0x4010_0000,
+        size: 4 << 20,
+    };
+    assert_eq!(normal_part(&odd), Some((0x4020_0000, 0x4040_0000)));
+    assert_eq!(
+        normal_part(&MemRegion {
+            base: 0x4010_0000,
+            size: 1 << 20
+        }),
+        None
+    );
+    assert_eq!(
+        normal_part(&MemRegion {
+            base: u64::MAX - 0xfff,
+            size: 0x1000
+        }),
+        None
+    );
+}
