@@ -56,7 +56,14 @@
 //!
 //! Every exception (any of the 16 vectors) prints the vector, the decoded exception class,
 //! ESR, ELR, FAR, SPSR and x0-x30, then a FAIL verdict, then powers off. The runtime assumes
-//! it is entered with the MMU and data cache off (as QEMU and a Xilinx-style boot do).
+//! it is entered with the MMU and data cache off (as QEMU and a Xilinx-style boot do), and
+//! with no valid data cache lines for the image's range: it writes `.bss`, its statics and
+//! its first stack frames with the cache off and invalidates only the translation tables and
+//! the non-cacheable pool before turning the cache on. A loader that merely *cleaned* the
+//! image (all Linux's booting.rst asks) may leave clean lines that shadow those writes;
+//! QEMU models no caches, and FSBL/U-Boot clean and invalidate. The image must lie in RAM the
+//! identity map makes Normal (whole 2 MiB blocks), or `start` fails with
+//! `RegionNotMappable` before the MMU goes on.
 //!
 //! # Memory map (QEMU `virt`, `link/virt.ld`)
 //! | address | what | mapped as |
