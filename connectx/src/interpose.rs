@@ -9,7 +9,7 @@ use core::ffi::{c_int, c_uint, c_void};
 use std::sync::Arc;
 
 use crate::config::Mode;
-use crate::engine::{Engine, RealCall, in_real_call, set_errno};
+use crate::engine::{CtxRec, Engine, RealCall, in_real_call, set_errno};
 use crate::registry;
 use crate::sys::*;
 
@@ -145,6 +145,19 @@ pub unsafe fn dereg_mr(eng: &Arc<Engine>, mr: *mut ibv_mr) -> c_int {
     unsafe { eng.dereg_mr(mr) }
 }
 
+/// The record of `pd`'s context if the library manages it (not off, not in pass-through).
+///
+/// # Safety
+/// `pd` is null or a live PD.
+unsafe fn managed_pd(eng: &Arc<Engine>, pd: *mut ibv_pd) -> Option<Arc<CtxRec>> {
+    if pd.is_null() || eng.cfg.mode == Mode::Off {
+        return None;
+    }
+    // SAFETY: a live PD (checked non-null).
+    let ctx = unsafe { (*pd).context } as usize;
+    registry::ctx(ctx).filter(|rec| rec.passthrough().is_none())
+}
+
 /// `ibv_create_qp`.
 ///
 /// # Safety
@@ -159,17 +172,10 @@ pub unsafe fn create_qp(
         // SAFETY: forwarded.
         unsafe { (eng.real.create_qp)(pd, a) }
     };
-    if pd.is_null() || attr.is_null() || eng.cfg.mode == Mode::Off {
-        return forward(attr);
-    }
-    // SAFETY: a live PD.
-    let ctx = unsafe { (*pd).context } as usize;
-    let Some(rec) = registry::ctx(ctx) else {
+    // SAFETY: the application's PD.
+    let Some(rec) = (unsafe { managed_pd(eng, pd) }).filter(|_| !attr.is_null()) else {
         return forward(attr);
     };
-    if rec.passthrough().is_some() {
-        return forward(attr);
-    }
     // SAFETY: the application's attributes.
     let app = unsafe { *attr };
     let mut a = app;
@@ -259,17 +265,10 @@ pub unsafe fn create_srq(
         // SAFETY: forwarded.
         unsafe { (eng.real.create_srq)(pd, a) }
     };
-    if pd.is_null() || attr.is_null() || eng.cfg.mode == Mode::Off {
-        return forward(attr);
-    }
-    // SAFETY: a live PD.
-    let ctx = unsafe { (*pd).context } as usize;
-    let Some(rec) = registry::ctx(ctx) else {
+    // SAFETY: the application's PD.
+    let Some(rec) = (unsafe { managed_pd(eng, pd) }).filter(|_| !attr.is_null()) else {
         return forward(attr);
     };
-    if rec.passthrough().is_some() {
-        return forward(attr);
-    }
     // SAFETY: the application's attributes.
     let app = unsafe { *attr };
     let mut a = app;

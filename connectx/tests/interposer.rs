@@ -1038,77 +1038,14 @@ fn poll_session_misuse_is_refused_or_repaired_without_hanging_the_provider() {
     assert_eq!(got.iter().map(|e| e.wr_id).collect::<Vec<_>>(), vec![9]);
 }
 
-#[test]
-fn srq_receives_are_translated() {
+/// Host B receives one SEND through an SRQ made by `make_srq` into a buffer that crosses a
+/// window boundary (two windows, so two SGEs after the split); the bytes and the
+/// application's `wr_id` must arrive.
+fn srq_receive_across_windows(make_srq: impl FnOnce(&Host) -> *mut ibv_srq) {
     let a = Host::with_library(1 << 20, 16 * 1024);
     let b = Host::with_library(1 << 20, 16 * 1024);
-    // SAFETY: a live PD of the fake.
-    let srq = unsafe { fake::create_srq(b.pd) };
-    let qa = a.create_qp(false);
-    let mut attr = ibv_qp_init_attr {
-        qp_context: core::ptr::null_mut(),
-        send_cq: b.cq,
-        recv_cq: b.cq,
-        srq,
-        cap: ibv_qp_cap {
-            max_send_wr: 8,
-            max_recv_wr: 0,
-            max_send_sge: 1,
-            max_recv_sge: 1,
-            max_inline_data: 0,
-        },
-        qp_type: IBV_QPT_RC,
-        sq_sig_all: 0,
-    };
-    // SAFETY: live PD and attributes.
-    let qb = unsafe { nprdma::interpose::create_qp(b.eng(), b.pd, &mut attr) };
-    connect(&a, qa, &b, qb);
-    let mut abuf = Buf::new(64 * 1024);
-    let mut bbuf = Buf::new(64 * 1024);
-    fill(&mut abuf, 1);
-    let amr = a.reg(&mut abuf, IBV_ACCESS_LOCAL_WRITE);
-    let bmr = b.reg(&mut bbuf, IBV_ACCESS_LOCAL_WRITE);
-    let mut rs = [sge(&bbuf, 15 * KIB, 4 * KIB, keys(bmr).0)];
-    let mut rwr = ibv_recv_wr {
-        wr_id: 123,
-        next: core::ptr::null_mut(),
-        sg_list: rs.as_mut_ptr(),
-        num_sge: 1,
-    };
-    let mut bad = core::ptr::null_mut();
-    // SAFETY: the inline ibv_post_srq_recv.
-    let rc = unsafe { ((*b.ctx).ops.post_srq_recv.unwrap())(srq, &mut rwr, &mut bad) };
-    assert_eq!(rc, 0);
-    let mut s = [sge(&abuf, 0, 4 * KIB, keys(amr).0)];
-    let mut wr = ibv_send_wr::zeroed();
-    wr.opcode = IBV_WR_SEND;
-    wr.sg_list = s.as_mut_ptr();
-    wr.num_sge = 1;
-    assert_eq!(post_send(qa, &mut wr).0, 0);
-    let wcs = poll(b.cq, 1);
-    assert_eq!((wcs[0].wr_id, wcs[0].status), (123, IBV_WC_SUCCESS));
-    assert_eq!(&bbuf[15 * KIB..19 * KIB], &abuf[..4 * KIB]);
-}
-
-#[test]
-fn an_srq_created_for_one_sge_takes_a_receive_split_across_windows() {
-    let a = Host::with_library(1 << 20, 16 * 1024);
-    let b = Host::with_library(1 << 20, 16 * 1024);
-    // One SGE per receive, as applications often ask: the library creates the SRQ with room
-    // for the split a receive across a window boundary needs, and shows the application the
-    // limit it asked for.
-    let mut init = ibv_srq_init_attr {
-        srq_context: core::ptr::null_mut(),
-        attr: ibv_srq_attr {
-            max_wr: 16,
-            max_sge: 1,
-            srq_limit: 0,
-        },
-    };
-    // SAFETY: a live PD of the fake and valid attributes.
-    let srq = unsafe { nprdma::interpose::create_srq(b.eng(), b.pd, &mut init) };
+    let srq = make_srq(&b);
     assert!(!srq.is_null());
-    assert_eq!(init.attr.max_sge, 1);
     let qa = a.create_qp(false);
     let mut attr = ibv_qp_init_attr {
         qp_context: core::ptr::null_mut(),
@@ -1134,7 +1071,7 @@ fn an_srq_created_for_one_sge_takes_a_receive_split_across_windows() {
     let amr = a.reg(&mut abuf, IBV_ACCESS_LOCAL_WRITE);
     let bmr = b.reg(&mut bbuf, IBV_ACCESS_LOCAL_WRITE);
     // 1 KiB before a window boundary (windows are aligned to their size in the address
-    // space), 4 KiB long: two windows, so two SGEs.
+    // space), 4 KiB long.
     let at =
         (bbuf.as_ptr() as usize).next_multiple_of(16 * KIB) - bbuf.as_ptr() as usize + 15 * KIB;
     let mut rs = [sge(&bbuf, at, 4 * KIB, keys(bmr).0)];
@@ -1157,6 +1094,32 @@ fn an_srq_created_for_one_sge_takes_a_receive_split_across_windows() {
     let wcs = poll(b.cq, 1);
     assert_eq!((wcs[0].wr_id, wcs[0].status), (123, IBV_WC_SUCCESS));
     assert_eq!(&bbuf[at..at + 4 * KIB], &abuf[..4 * KIB]);
+}
+
+#[test]
+fn srq_receives_are_translated() {
+    // SAFETY: a live PD of the fake.
+    srq_receive_across_windows(|b| unsafe { fake::create_srq(b.pd) });
+}
+
+#[test]
+fn an_srq_created_for_one_sge_takes_a_receive_split_across_windows() {
+    // One SGE per receive, as applications often ask: the library creates the SRQ with room
+    // for the split, and shows the application the limit it asked for.
+    srq_receive_across_windows(|b| {
+        let mut init = ibv_srq_init_attr {
+            srq_context: core::ptr::null_mut(),
+            attr: ibv_srq_attr {
+                max_wr: 16,
+                max_sge: 1,
+                srq_limit: 0,
+            },
+        };
+        // SAFETY: a live PD of the fake and valid attributes.
+        let srq = unsafe { nprdma::interpose::create_srq(b.eng(), b.pd, &mut init) };
+        assert_eq!(init.attr.max_sge, 1);
+        srq
+    });
 }
 
 #[test]
