@@ -1241,6 +1241,31 @@ fn a_reset_gives_back_the_windows_of_the_receives_it_discarded() {
     assert!(p.b.peak() <= 64 * 1024);
 }
 
+/// Posts `count` signaled RDMA WRITEs of `len` bytes from A to B on the pair's QP, the i-th
+/// from `i * stride` of A's buffer to `i * stride` of B's (each side's own stride), and waits
+/// for their completions.
+fn write_each(
+    p: &Pair,
+    (src, smr, src_stride): (&Buf, *mut ibv_mr, usize),
+    (dst, dmr, dst_stride): (&Buf, *mut ibv_mr, usize),
+    count: usize,
+    len: usize,
+) {
+    for i in 0..count {
+        let mut s = [sge(src, i * src_stride, len, keys(smr).0)];
+        let mut wr = rdma(
+            IBV_WR_RDMA_WRITE,
+            i as u64,
+            &mut s,
+            dst.as_ptr() as u64 + (i * dst_stride) as u64,
+            keys(dmr).1,
+            true,
+        );
+        assert_eq!(post_send(p.qa, &mut wr).0, 0);
+    }
+    assert_eq!(poll(p.a.cq, count).len(), count);
+}
+
 #[test]
 fn destroying_a_qp_releases_its_leases() {
     let p = pair(1 << 20, 16 * 1024);
@@ -1248,19 +1273,7 @@ fn destroying_a_qp_releases_its_leases() {
     let mut b = Buf::new(256 * 1024);
     let amr = p.a.reg(&mut a, ALL_ACCESS);
     let bmr = p.b.reg(&mut b, ALL_ACCESS);
-    for i in 0..8u64 {
-        let mut s = [sge(&a, 0, 64, keys(amr).0)];
-        let mut wr = rdma(
-            IBV_WR_RDMA_WRITE,
-            i,
-            &mut s,
-            b.as_ptr() as u64 + i * 32 * 1024,
-            keys(bmr).1,
-            true,
-        );
-        assert_eq!(post_send(p.qa, &mut wr).0, 0);
-    }
-    assert_eq!(poll(p.a.cq, 8).len(), 8);
+    write_each(&p, (&a, amr, 0), (&b, bmr, 32 * KIB), 8, 64);
     let before = p.b.pinned();
     // Leased windows stay registered on B...
     assert!(before >= 8 * 16 * 1024);
@@ -1317,19 +1330,7 @@ fn closing_a_context_with_everything_still_open_releases_every_pin() {
     let odp =
         p.a.reg(&mut ro, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_ON_DEMAND);
     assert!(!odp.is_null());
-    for i in 0..4u64 {
-        let mut s = [sge(&a, (i * 64) as usize * KIB, 4 * KIB, keys(amr).0)];
-        let mut wr = rdma(
-            IBV_WR_RDMA_WRITE,
-            i,
-            &mut s,
-            b.as_ptr() as u64 + i * 64 * 1024,
-            keys(bmr).1,
-            true,
-        );
-        assert_eq!(post_send(p.qa, &mut wr).0, 0);
-    }
-    assert_eq!(poll(p.a.cq, 4).len(), 4);
+    write_each(&p, (&a, amr, 64 * KIB), (&b, bmr, 64 * KIB), 4, 4 * KIB);
     let open = p.a.eng().status().page().report();
     assert!(
         open.pinned_bytes > 0 && open.registered_bytes > 0,
