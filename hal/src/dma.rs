@@ -343,21 +343,32 @@ unsafe impl<const WORDS: usize> DmaMemory for PoolDma<WORDS> {
         let first = self.bitmap.with(|b| b.allocate(pages))?;
         let offset = first * DMA_PAGE;
         let len = pages * DMA_PAGE;
+        let bus = match self.bus_base.checked_add(offset as u64) {
+            Ok(bus) => bus,
+            Err(e) => {
+                // Give the pages back: a failed allocation takes nothing.
+                let _ = self.bitmap.with(|b| b.free(first, pages));
+                return Err(e);
+            }
+        };
         // SAFETY: within the pool (the bitmap covers exactly the pool's pages).
         let cpu = unsafe { NonNull::new_unchecked(self.cpu_base.as_ptr().add(offset)) };
         // SAFETY: `cpu` is valid for `len` bytes and exclusively ours now.
         unsafe { core::ptr::write_bytes(cpu.as_ptr(), 0, len) };
-        let bus = self.bus_base.checked_add(offset as u64)?;
         // SAFETY: the region lives until freed back to this pool.
         Ok(unsafe { DmaRegion::from_raw_parts(cpu, bus, len, direction) })
     }
 
     fn free(&self, region: DmaRegion) -> Result<()> {
+        let unknown = HalError::DmaUnknownRegion {
+            bus: region.bus_addr().as_u64(),
+        };
         let offset = region.bus_addr().offset_from(self.bus_base)? as usize;
-        if !offset.is_multiple_of(DMA_PAGE) {
-            return Err(HalError::DmaUnknownRegion {
-                bus: region.bus_addr().as_u64(),
-            });
+        // The CPU side too: a region of another allocator at the same bus addresses must not
+        // free (and later hand out again) pages of this one.
+        let ours = self.cpu_base.as_ptr().wrapping_add(offset);
+        if !offset.is_multiple_of(DMA_PAGE) || !core::ptr::eq(region.cpu_ptr().as_ptr(), ours) {
+            return Err(unknown);
         }
         self.bitmap
             .with(|b| b.free(offset / DMA_PAGE, region.len().div_ceil(DMA_PAGE)))
@@ -513,9 +524,8 @@ mod host {
             let cpu = unsafe { NonNull::new_unchecked(self.arena.as_ptr().add(offset)) };
             // SAFETY: exclusively ours now, in bounds.
             unsafe { core::ptr::write_bytes(cpu.as_ptr(), 0, len) };
-            // SAFETY: valid until freed; the arena outlives regions only if the caller frees them
-            // before dropping the allocator, which `Drop` cannot check; a region used after the
-            // allocator is dropped is the caller's bug, as with any allocator.
+            // SAFETY: valid until freed: the arena is never deallocated while a region is out
+            // (`Drop` leaks it then).
             Ok(unsafe {
                 DmaRegion::from_raw_parts(
                     cpu,
@@ -532,7 +542,10 @@ mod host {
                 .map_err(|_| HalError::DmaUnknownRegion {
                     bus: region.bus_addr().as_u64(),
                 })?;
-            if !offset.is_multiple_of(DMA_PAGE) {
+            // The CPU side too: a region of another allocator at the same bus addresses must
+            // not free (and later hand out again) pages of this one.
+            let ours = self.arena.as_ptr().wrapping_add(offset);
+            if !offset.is_multiple_of(DMA_PAGE) || !core::ptr::eq(region.cpu_ptr().as_ptr(), ours) {
                 return Err(HalError::DmaUnknownRegion {
                     bus: region.bus_addr().as_u64(),
                 });
@@ -546,6 +559,11 @@ mod host {
 
     impl Drop for HostDma {
         fn drop(&mut self) {
+            if self.used_pages() > 0 {
+                // Regions are still out: safe code may use them, so their memory must stay.
+                // Leaked rather than freed (a test's or a model's lost pages, never reused).
+                return;
+            }
             // SAFETY: allocated in `new` with this exact layout (size checked there).
             unsafe {
                 dealloc(
@@ -641,6 +659,64 @@ mod tests {
             dma.allocate(17, DmaDirection::ToDevice),
             Err(HalError::DmaExhausted { .. })
         ));
+    }
+
+    #[test]
+    fn a_region_frees_only_into_its_own_allocator() {
+        // Two allocators at the same bus addresses (as every node of the virtual QFDB).
+        let a = HostDma::new(PhysAddr::new(0x8000_0000), 2).unwrap();
+        let b = HostDma::new(PhysAddr::new(0x8000_0000), 2).unwrap();
+        let ra = a.allocate(1, DmaDirection::Bidirectional).unwrap();
+        let rb = b.allocate(1, DmaDirection::Bidirectional).unwrap();
+        let bus = ra.bus_addr().as_u64();
+        let ra = match b.free(ra) {
+            Err(HalError::DmaUnknownRegion { bus: at }) if at == bus => {
+                // Refused, and b's page stays rb's alone; ra goes back where it belongs.
+                assert_eq!(b.used_pages(), 1);
+                a.allocate(1, DmaDirection::Bidirectional).unwrap()
+            }
+            other => panic!("freed into the wrong allocator: {other:?}"),
+        };
+        a.free(ra).unwrap();
+        b.free(rb).unwrap();
+        assert_eq!(a.used_pages(), 1, "the first region of a was never freed");
+    }
+
+    #[test]
+    fn a_region_outliving_its_allocator_keeps_its_memory() {
+        let r = {
+            let d = HostDma::new(PhysAddr::new(0x8000_0000), 1).unwrap();
+            d.allocate(1, DmaDirection::Bidirectional).unwrap()
+        };
+        // The allocator leaked its arena rather than free memory a region still names.
+        r.write_u64(0, 0x5a5a).unwrap();
+        assert_eq!(r.read_u64(0).unwrap(), 0x5a5a);
+    }
+
+    #[test]
+    fn a_pool_allocation_past_the_top_of_the_bus_takes_nothing() {
+        let mut backing = vec![0u64; 2 * DMA_PAGE / 8 + DMA_PAGE / 8];
+        let at = backing.as_mut_ptr() as usize;
+        let aligned = at.next_multiple_of(DMA_PAGE) as *mut u8;
+        // SAFETY: two pages of `backing`, page aligned, owned by this test for the pool's life.
+        let pool = unsafe {
+            PoolDma::<1>::new(
+                NonNull::new(aligned).unwrap(),
+                PhysAddr::new(0xffff_ffff_ffff_f000),
+                2,
+            )
+        }
+        .unwrap();
+        let first = pool.allocate(1, DmaDirection::Bidirectional).unwrap();
+        assert!(matches!(
+            pool.allocate(1, DmaDirection::Bidirectional),
+            Err(HalError::AddressOverflow { .. })
+        ));
+        pool.free(first).unwrap();
+        // The failed allocation left its page free: both pages can be had together now.
+        let again = pool.allocate(2, DmaDirection::Bidirectional).unwrap();
+        pool.free(again).unwrap();
+        drop(backing);
     }
 
     #[test]
