@@ -60,6 +60,14 @@ impl NpeHost for Host {
     }
 }
 
+/// The data channel both tests open: to peer 3, PDID 1, the peer's key 7.
+const CHANNEL: ChannelConfig = ChannelConfig {
+    peer: 3,
+    pdid: 1,
+    peer_key: 7,
+    session: 0xabc,
+};
+
 type Driver<'a> = Npe<&'a ModelBus<Stub>, 16, 4, 8, 32>;
 
 fn stub(id: u32) -> ModelBus<Stub> {
@@ -110,12 +118,7 @@ fn submit_applies_back_pressure_and_poll_writes_spec_descriptors() {
     let dma = dram();
     let bus = stub(0x4E50_4501);
     let mut npe = Driver::new(&bus, &dma, NpeConfig::new(2, 15)).unwrap();
-    let channel = ChannelConfig {
-        peer: 3,
-        pdid: 1,
-        peer_key: 7,
-        session: 0xabc,
-    };
+    let channel = CHANNEL;
     npe.open_channel(&dma, 0, channel).unwrap();
     assert_eq!(
         npe.open_channel(&dma, 15, channel),
@@ -205,12 +208,7 @@ fn addresses_and_keys_the_descriptors_cannot_carry_are_refused() {
     let dma = dram();
     let bus = stub(0x4E50_4501);
     let mut npe = Driver::new(&bus, &dma, NpeConfig::new(2, 15)).unwrap();
-    let channel = ChannelConfig {
-        peer: 3,
-        pdid: 1,
-        peer_key: 7,
-        session: 0xabc,
-    };
+    let channel = CHANNEL;
     // SEND_BLOCK's DST_PDID has 16 bits: a wider key would be cut and then refused by the
     // peer on every block.
     assert!(matches!(

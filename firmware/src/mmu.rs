@@ -263,12 +263,9 @@ pub fn build_identity_map(
             base: region.base,
             size: region.size,
         };
-        let end = region.end().ok_or(not_mappable)?;
-        let start = region.base.div_ceil(L2_BLOCK) * L2_BLOCK;
-        let end = end / L2_BLOCK * L2_BLOCK;
-        if start >= end || end > mapped_limit {
-            return Err(not_mappable);
-        }
+        let (start, end) = normal_part(region)
+            .filter(|&(_, end)| end <= mapped_limit)
+            .ok_or(not_mappable)?;
         map.map(start, end, MemoryKind::Normal, not_mappable)?;
     }
     for region in non_cacheable {

@@ -121,10 +121,8 @@ impl ReceiverStats {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum RxBlock {
     Missing,
-    /// Admitted for writing (copy `attempt`); the write's result is not reported yet.
-    Writing {
-        attempt: u16,
-    },
+    /// Admitted for writing; the write's result is not reported yet.
+    Writing,
     /// The write of `attempt` faulted; waiting for the caller's resolution.
     Faulted {
         attempt: u16,
@@ -278,14 +276,12 @@ impl<const T: usize, const B: usize> Receiver<T, B> {
                 self.stats.duplicates_dropped += 1;
                 Ok(Admission::Duplicate(ack))
             }
-            Some(RxBlock::Writing { .. }) => {
+            Some(RxBlock::Writing) => {
                 self.stats.in_flight_dropped += 1;
                 Ok(Admission::InFlight)
             }
             Some(state) => {
-                *state = RxBlock::Writing {
-                    attempt: header.attempt,
-                };
+                *state = RxBlock::Writing;
                 t.in_flight += 1;
                 Ok(Admission::Write)
             }
@@ -321,7 +317,7 @@ impl<const T: usize, const B: usize> Receiver<T, B> {
         };
         // The admitted write is over, whatever the transfer's phase now.
         if header.block_count == t.block_count
-            && let Some(state @ RxBlock::Writing { .. }) = t.block_mut(header.block)
+            && let Some(state @ RxBlock::Writing) = t.block_mut(header.block)
         {
             *state = RxBlock::Missing;
             t.in_flight = t.in_flight.saturating_sub(1);
