@@ -7,19 +7,78 @@ pub use embedded_hal::delay::DelayNs;
 
 use crate::{HalError, Result};
 
+/// Consecutive counter reads without a change after which [`CounterDelay`] decides the counter
+/// is stopped. A running counter ticks at least once per microsecond (the Arm ARM's system
+/// counter section recommends 1 to 50 MHz before Armv8.6 and fixes 1 GHz from it; the ZynqMP's
+/// runs at about 100 MHz), while one read with its ISB takes tens of nanoseconds, so a running
+/// counter changes long before this many reads.
+const STOPPED_AFTER_READS: u32 = 1 << 20;
+
 /// A busy-wait delay on the generic timer's counter ([`crate::sysreg::counter`]).
+///
+/// Delays are rounded up to whole ticks, never down, so a wait is at least what was asked. A
+/// counter that stops (the system counter disabled under us) ends the wait early instead of
+/// spinning forever, and [`CounterDelay::counter_stopped`] reports it; the bounded polls on
+/// top ([`poll_until`]) still time out, because they count the delays requested.
 #[derive(Debug, Clone, Copy)]
 pub struct CounterDelay {
-    ticks_per_us: u64,
+    hz: u64,
+    counter_stopped: bool,
 }
 
 impl CounterDelay {
-    /// A delay using the counter frequency firmware programmed (at least 1 MHz is assumed
-    /// when `CNTFRQ_EL0` reads as zero, which happens when no firmware set it).
+    /// A delay using the counter frequency firmware programmed (1 MHz is assumed when
+    /// `CNTFRQ_EL0` reads as zero, which happens when no firmware set it).
     pub fn new() -> Self {
-        let hz = crate::sysreg::counter_frequency();
+        Self::with_frequency(crate::sysreg::counter_frequency())
+    }
+
+    /// A delay for a counter ticking at `hz` (zero means the 1 MHz fallback of [`Self::new`]).
+    pub fn with_frequency(hz: u64) -> Self {
         Self {
-            ticks_per_us: (hz / 1_000_000).max(1),
+            hz: if hz == 0 { 1_000_000 } else { hz },
+            counter_stopped: false,
+        }
+    }
+
+    /// The counter frequency the delays assume, in Hz.
+    pub fn frequency(&self) -> u64 {
+        self.hz
+    }
+
+    /// Whether a delay saw the counter stand still and returned early.
+    pub fn counter_stopped(&self) -> bool {
+        self.counter_stopped
+    }
+
+    /// Ticks that cover at least `ns` nanoseconds (rounded up).
+    fn ticks_for_ns(&self, ns: u32) -> u64 {
+        let ticks = (u128::from(ns) * u128::from(self.hz)).div_ceil(1_000_000_000);
+        u64::try_from(ticks).unwrap_or(u64::MAX)
+    }
+
+    /// Spins until `read` has advanced `ticks` past its first value, or until it stood still
+    /// for [`STOPPED_AFTER_READS`] reads in a row.
+    fn wait_ticks(&mut self, ticks: u64, mut read: impl FnMut() -> u64) {
+        let start = read();
+        let mut last = start;
+        let mut unchanged = 0u32;
+        loop {
+            let now = read();
+            if now.wrapping_sub(start) >= ticks {
+                return;
+            }
+            if now == last {
+                unchanged += 1;
+                if unchanged >= STOPPED_AFTER_READS {
+                    self.counter_stopped = true;
+                    return;
+                }
+            } else {
+                last = now;
+                unchanged = 0;
+            }
+            core::hint::spin_loop();
         }
     }
 }
@@ -32,11 +91,8 @@ impl Default for CounterDelay {
 
 impl DelayNs for CounterDelay {
     fn delay_ns(&mut self, ns: u32) {
-        let ticks = (u64::from(ns) * self.ticks_per_us).div_ceil(1000);
-        let start = crate::sysreg::counter();
-        while crate::sysreg::counter().wrapping_sub(start) < ticks {
-            core::hint::spin_loop();
-        }
+        let ticks = self.ticks_for_ns(ns);
+        self.wait_ticks(ticks, crate::sysreg::counter);
     }
 }
 
@@ -103,6 +159,59 @@ mod tests {
             poll_until(&mut d, 50, 10, || false),
             Err(HalError::Timeout { waited_us: 50 })
         );
+    }
+
+    #[test]
+    fn delays_round_up_to_whole_ticks() {
+        // The ZynqMP's counter runs at 99.99 MHz: dividing down to whole ticks per microsecond
+        // would wait 99 ticks for 100 (1% short).
+        let d = CounterDelay::with_frequency(99_990_000);
+        assert_eq!(d.ticks_for_ns(1_000), 100);
+        assert_eq!(d.ticks_for_ns(1_000_000), 99_990);
+        assert_eq!(d.ticks_for_ns(0), 0);
+        // A slow counter still waits at least one tick for any nonzero delay.
+        let slow = CounterDelay::with_frequency(32_768);
+        assert_eq!(slow.ticks_for_ns(1), 1);
+        assert_eq!(slow.ticks_for_ns(u32::MAX), 140_738);
+        // No firmware set CNTFRQ_EL0: 1 MHz is assumed.
+        assert_eq!(CounterDelay::with_frequency(0).frequency(), 1_000_000);
+    }
+
+    #[test]
+    fn a_stopped_counter_ends_the_wait_and_is_reported() {
+        let mut d = CounterDelay::with_frequency(1_000_000);
+        let mut reads = 0u64;
+        d.wait_ticks(10, || {
+            reads += 1;
+            7
+        });
+        assert!(d.counter_stopped());
+        assert_eq!(reads, u64::from(STOPPED_AFTER_READS) + 1);
+    }
+
+    #[test]
+    fn a_slow_but_running_counter_is_not_taken_for_stopped() {
+        // The counter moves only every 1,000 reads (a fast CPU on a slow counter).
+        let mut d = CounterDelay::with_frequency(1_000_000);
+        let mut reads = 0u64;
+        d.wait_ticks(50, || {
+            reads += 1;
+            reads / 1_000
+        });
+        assert!(!d.counter_stopped());
+        assert!(reads >= 50_000);
+    }
+
+    #[test]
+    fn the_wait_survives_a_counter_wrap() {
+        let mut d = CounterDelay::with_frequency(1_000_000);
+        let mut now = u64::MAX - 3;
+        d.wait_ticks(8, || {
+            now = now.wrapping_add(1);
+            now
+        });
+        assert!(!d.counter_stopped());
+        assert_eq!(now, 5);
     }
 
     #[test]
