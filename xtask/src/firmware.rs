@@ -485,16 +485,29 @@ impl DefmtLines {
 }
 
 /// Runs every program as `cargo xtask test` expects; returns the names that did not behave.
-pub fn test_all() -> Result<Vec<String>, XtaskError> {
+pub fn test_all() -> Vec<String> {
+    check_programs(
+        PROGRAMS,
+        |p| build(p, false),
+        |p| build_and_run(p, false, None),
+    )
+}
+
+/// [`test_all`] over the given programs, builder and runner (tests pass their own).
+fn check_programs(
+    programs: &[Program],
+    mut build: impl FnMut(&Program) -> Result<PathBuf, XtaskError>,
+    mut build_and_run: impl FnMut(&Program) -> Result<Outcome, XtaskError>,
+) -> Vec<String> {
     let mut failed = Vec::new();
-    for program in PROGRAMS {
+    for program in programs {
         crate::util::section(&format!(
             "firmware {} ({})",
             program.name,
             program.describe_expectation()
         ));
         match program.expect {
-            Expect::BuildOnly => match build(program, false) {
+            Expect::BuildOnly => match build(program) {
                 Ok(elf) => println!(
                     "xtask: `{}` built ({}); not run: it needs its board",
                     program.name,
@@ -502,20 +515,24 @@ pub fn test_all() -> Result<Vec<String>, XtaskError> {
                 ),
                 Err(e) => failed.push(format!("{}: build failed: {e}", program.name)),
             },
-            Expect::Pass => match build_and_run(program, false, None)? {
-                Outcome::Passed { summary, .. } => {
+            // A program that does not build or cannot be started fails alone: the others
+            // still run, so one broken program does not hide the state of the rest.
+            Expect::Pass => match build_and_run(program) {
+                Ok(Outcome::Passed { summary, .. }) => {
                     println!("xtask: `{}` passed: {summary}", program.name)
                 }
-                Outcome::Failed { reason, .. } => {
+                Ok(Outcome::Failed { reason, .. }) => {
                     failed.push(format!("{}: {reason}", program.name))
                 }
+                Err(e) => failed.push(format!("{}: {e}", program.name)),
             },
-            Expect::Exception => match build_and_run(program, false, None)? {
-                Outcome::Passed { .. } => failed.push(format!(
+            Expect::Exception => match build_and_run(program) {
+                Err(e) => failed.push(format!("{}: {e}", program.name)),
+                Ok(Outcome::Passed { .. }) => failed.push(format!(
                     "{}: passed but was expected to fault",
                     program.name
                 )),
-                Outcome::Failed { reason, output, .. } => {
+                Ok(Outcome::Failed { reason, output, .. }) => {
                     // The runtime must have reported the syndrome, not just died.
                     let reported =
                         output.contains("ESR") && output.contains("ELR") && output.contains("FAR");
@@ -534,7 +551,7 @@ pub fn test_all() -> Result<Vec<String>, XtaskError> {
             },
         }
     }
-    Ok(failed)
+    failed
 }
 
 #[cfg(test)]
@@ -562,6 +579,53 @@ mod tests {
                 p.name
             );
         }
+    }
+
+    #[test]
+    fn one_program_that_fails_to_build_or_start_does_not_stop_the_others() {
+        let program = |name, machine, expect| Program {
+            name,
+            machine,
+            expect,
+            timeout: Duration::from_secs(1),
+            qemu_args: &[],
+        };
+        let programs = [
+            program("broken", Machine::Virt, Expect::Pass),
+            program("no-qemu", Machine::Virt, Expect::Exception),
+            program("fine", Machine::Virt, Expect::Pass),
+            program("board", Machine::ZynqMp, Expect::BuildOnly),
+            program("faults", Machine::Virt, Expect::Exception),
+        ];
+        let mut ran = Vec::new();
+        let failed = check_programs(
+            &programs,
+            |p| {
+                ran.push(p.name);
+                Ok(PathBuf::from(p.name))
+            },
+            |p| match p.name {
+                "broken" => Err(XtaskError::Other("build failed: E0308".into())),
+                "no-qemu" => Err(XtaskError::Other("qemu-system-aarch64 missing".into())),
+                "faults" => Ok(Outcome::Failed {
+                    name: p.name.into(),
+                    reason: "FAIL: exception".into(),
+                    output: "ESR ELR FAR".into(),
+                }),
+                _ => Ok(Outcome::Passed {
+                    name: p.name.into(),
+                    summary: "ok".into(),
+                }),
+            },
+        );
+        assert_eq!(ran, ["board"]);
+        assert_eq!(
+            failed,
+            [
+                "broken: build failed: E0308",
+                "no-qemu: qemu-system-aarch64 missing"
+            ]
+        );
     }
 
     #[test]
