@@ -97,14 +97,15 @@ pub fn ensure_packages(packages: &[Package]) -> Result<(), XtaskError> {
     for p in &missing {
         println!("  {:<16} {}", p.name, p.why);
     }
-    // QEMU's system emulators must come from the same Debian suite as an installed qemu-utils
-    // (they share qemu-system-common's version); some machines carry qemu-utils from backports.
+    // QEMU's system emulators depend on exactly their own version of qemu-system-common and
+    // qemu-system-data, and qemu-utils and qemu-block-extra must match those; some machines
+    // carry QEMU packages from backports, and then the emulators must come from there too.
     let (qemu, rest): (Vec<&str>, Vec<&str>) =
         names.iter().partition(|n| n.starts_with("qemu-system-"));
     let qemu_suite = if qemu.is_empty() {
         None
     } else {
-        backports_suite_of("qemu-utils")
+        QEMU_COMPANIONS.iter().find_map(|p| backports_suite_of(p))
     };
     if let Some(suite) = &qemu_suite {
         ensure_suite_source(suite)?;
@@ -142,6 +143,61 @@ pub fn ensure_packages(packages: &[Package]) -> Result<(), XtaskError> {
     }
 }
 
+/// Packages that must have the same version as QEMU's system emulators.
+const QEMU_COMPANIONS: &[&str] = &[
+    "qemu-system-common",
+    "qemu-system-data",
+    "qemu-utils",
+    "qemu-block-extra",
+];
+
+/// Whether a one-line-style sources file (`sources.list(5)`) has an enabled `deb` line for
+/// exactly `suite` (the field after the URI; options in brackets may come first).
+fn one_line_sources_name(text: &str, suite: &str) -> bool {
+    text.lines().any(|line| {
+        let line = line.split('#').next().unwrap_or("");
+        let mut words = line.split_whitespace();
+        if words.next() != Some("deb") {
+            return false;
+        }
+        let mut rest = words.peekable();
+        if rest.peek().is_some_and(|w| w.starts_with('[')) {
+            // Skip the `[ option=value ... ]` block, which may span several words.
+            for w in rest.by_ref() {
+                if w.ends_with(']') {
+                    break;
+                }
+            }
+        }
+        let _uri = rest.next();
+        rest.next() == Some(suite)
+    })
+}
+
+/// Whether a deb822 sources file (`sources.list(5)`) has a stanza of type `deb` that lists
+/// exactly `suite` and is not `Enabled: no`.
+fn deb822_sources_name(text: &str, suite: &str) -> bool {
+    text.split("\n\n").any(|stanza| {
+        let field = |name: &str| {
+            stanza
+                .lines()
+                .filter(|l| !l.trim_start().starts_with('#'))
+                .find_map(|l| {
+                    let (key, value) = l.split_once(':')?;
+                    key.trim()
+                        .eq_ignore_ascii_case(name)
+                        .then(|| value.trim().to_string())
+                })
+        };
+        let has = |name: &str, word: &str| {
+            field(name).is_some_and(|v| v.split_whitespace().any(|w| w == word))
+        };
+        has("Types", "deb")
+            && has("Suites", suite)
+            && !field("Enabled").is_some_and(|v| v.eq_ignore_ascii_case("no"))
+    })
+}
+
 /// The backports suite (`<codename>-backports`) an installed package came from, if it did
 /// (Debian marks backported versions `~bpo<release>`).
 fn backports_suite_of(package: &str) -> Option<String> {
@@ -166,7 +222,7 @@ fn backports_suite_of(package: &str) -> Option<String> {
     (!codename.is_empty()).then(|| format!("{codename}-backports"))
 }
 
-/// Makes sure apt knows `suite` from the Debian archive (adds a sources file if no configured
+/// Makes sure apt knows `suite` from the Debian archive (adds a sources file if no enabled
 /// source names it).
 fn ensure_suite_source(suite: &str) -> Result<(), XtaskError> {
     let mut files = vec![std::path::PathBuf::from("/etc/apt/sources.list")];
@@ -174,19 +230,73 @@ fn ensure_suite_source(suite: &str) -> Result<(), XtaskError> {
         files.extend(dir.filter_map(|e| e.ok()).map(|e| e.path()));
     }
     let known = files.iter().any(|f| {
-        std::fs::read_to_string(f).is_ok_and(|t| {
-            t.lines()
-                .any(|l| !l.trim_start().starts_with('#') && l.contains(suite))
-        })
+        // apt reads only `*.list` (one-line style) and `*.sources` (deb822) files there; a
+        // `.list.save` or `.disabled` copy that names the suite does not make it known.
+        let name = f.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        let Ok(text) = std::fs::read_to_string(f) else {
+            return false;
+        };
+        if name.ends_with(".list") {
+            one_line_sources_name(&text, suite)
+        } else if name.ends_with(".sources") {
+            deb822_sources_name(&text, suite)
+        } else {
+            false
+        }
     });
     if known {
         return Ok(());
     }
     let path = format!("/etc/apt/sources.list.d/nprdma-{suite}.sources");
-    println!("adding {suite} to apt's sources ({path}): the installed qemu-utils comes from it");
+    println!("adding {suite} to apt's sources ({path}): installed QEMU packages come from it");
     let body = format!(
         "Types: deb\nURIs: http://deb.debian.org/debian\nSuites: {suite}\nComponents: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n"
     );
     std::fs::write(&path, body)
         .map_err(|e| XtaskError::CannotInstall(format!("cannot write {path}: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SUITE: &str = "bookworm-backports";
+
+    #[test]
+    fn one_line_sources_match_the_suite_exactly_and_only_when_enabled() {
+        let yes = [
+            "deb http://deb.debian.org/debian bookworm-backports main",
+            "deb [arch=amd64 signed-by=/usr/share/keyrings/k.gpg] http://x/debian bookworm-backports main",
+            "deb [ arch=amd64 ] http://x/debian bookworm-backports main # comment",
+        ];
+        for line in yes {
+            assert!(one_line_sources_name(line, SUITE), "{line}");
+        }
+        let no = [
+            "# deb http://deb.debian.org/debian bookworm-backports main",
+            "deb-src http://deb.debian.org/debian bookworm-backports main",
+            "deb http://deb.debian.org/debian bookworm-backports-sloppy main",
+            "deb http://deb.debian.org/debian bookworm main # bookworm-backports later",
+            "deb http://deb.debian.org/debian bookworm main",
+        ];
+        for line in no {
+            assert!(!one_line_sources_name(line, SUITE), "{line}");
+        }
+    }
+
+    #[test]
+    fn deb822_sources_need_an_enabled_deb_stanza_with_the_suite() {
+        let enabled = "Types: deb\nURIs: http://deb.debian.org/debian\nSuites: bookworm bookworm-updates bookworm-backports\nComponents: main\n";
+        assert!(deb822_sources_name(enabled, SUITE));
+        let two = format!("Types: deb\nSuites: bookworm\n\n{enabled}");
+        assert!(deb822_sources_name(&two, SUITE));
+        let disabled = format!("{enabled}Enabled: no\n");
+        assert!(!deb822_sources_name(&disabled, SUITE));
+        let src_only = "Types: deb-src\nSuites: bookworm-backports\n";
+        assert!(!deb822_sources_name(src_only, SUITE));
+        let sloppy = "Types: deb\nSuites: bookworm-backports-sloppy\n";
+        assert!(!deb822_sources_name(sloppy, SUITE));
+        let commented = "Types: deb\n# Suites: bookworm-backports\nSuites: bookworm\n";
+        assert!(!deb822_sources_name(commented, SUITE));
+    }
 }
