@@ -661,6 +661,73 @@ mod tests {
         ));
     }
 
+    use std::alloc::Layout;
+
+    /// The test binary's allocator: the system's, counting on each thread the frees of
+    /// page-aligned blocks (arenas), so a test can see whether a drop freed its arena.
+    struct CountingAlloc;
+
+    std::thread_local! {
+        static PAGE_ALIGNED_FREES: core::cell::Cell<usize> = const { core::cell::Cell::new(0) };
+    }
+
+    // SAFETY: forwards every call to the system allocator unchanged.
+    unsafe impl core::alloc::GlobalAlloc for CountingAlloc {
+        unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+            // SAFETY: the caller's contract is the system allocator's.
+            unsafe { std::alloc::System.alloc(layout) }
+        }
+        unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+            // SAFETY: as for alloc.
+            unsafe { std::alloc::System.alloc_zeroed(layout) }
+        }
+        unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+            if layout.align() == DMA_PAGE {
+                // try_with: the thread's counter may already be gone while it exits.
+                let _ = PAGE_ALIGNED_FREES.try_with(|n| n.set(n.get() + 1));
+            }
+            // SAFETY: as for alloc.
+            unsafe { std::alloc::System.dealloc(ptr, layout) }
+        }
+        unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+            // SAFETY: as for alloc.
+            unsafe { std::alloc::System.realloc(ptr, layout, new_size) }
+        }
+    }
+
+    #[global_allocator]
+    static ALLOCATOR: CountingAlloc = CountingAlloc;
+
+    fn page_aligned_frees() -> usize {
+        PAGE_ALIGNED_FREES.with(|n| n.get())
+    }
+
+    #[test]
+    fn host_dma_keeps_its_arena_while_a_region_is_out_and_frees_it_otherwise() {
+        let before = page_aligned_frees();
+        let dma = HostDma::new(PhysAddr::new(0x8000_0000), 4).unwrap();
+        let region = dma.allocate(1, DmaDirection::Bidirectional).unwrap();
+        drop(dma);
+        assert_eq!(
+            page_aligned_frees(),
+            before,
+            "the arena was freed under a live region"
+        );
+        // The region's memory is still the process's: writing it is fine (it leaked).
+        // SAFETY: the region's CPU pointer covers its length, and the arena was kept.
+        unsafe { core::ptr::write_bytes(region.cpu_ptr().as_ptr(), 0xa5, region.len()) };
+
+        let idle = HostDma::new(PhysAddr::new(0x8000_0000), 4).unwrap();
+        let r = idle.allocate(2, DmaDirection::Bidirectional).unwrap();
+        idle.free(r).unwrap();
+        drop(idle);
+        assert_eq!(
+            page_aligned_frees(),
+            before + 1,
+            "an idle arena must be freed"
+        );
+    }
+
     #[test]
     fn a_region_frees_only_into_its_own_allocator() {
         // Two allocators at the same bus addresses (as every node of the virtual QFDB).
