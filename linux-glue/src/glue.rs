@@ -593,13 +593,16 @@ impl Inner {
         Ok(out)
     }
 
-    /// Faults in `[addr, addr + len)` with the configured method.
+    /// Faults in `[addr, addr + len)` with the configured method; returns the method and the
+    /// faults the calling thread took doing it. The faults are counted around the touch or
+    /// populate alone: the checks before it read `/proc/self/maps` into fresh heap memory,
+    /// whose own first-touch faults are not the range's.
     pub(crate) fn fault_in_raw(
         &self,
         addr: u64,
         len: u64,
         access: Access,
-    ) -> Result<FaultInMethod> {
+    ) -> Result<(FaultInMethod, FaultCounters)> {
         let method = match self.config.fault_in {
             FaultInMethod::Auto if self.caps.populate => FaultInMethod::Populate,
             FaultInMethod::Auto => FaultInMethod::Touch,
@@ -615,15 +618,20 @@ impl Inner {
                     .checked_add(len)
                     .ok_or(GlueError::Overflow { start: addr, len })?;
                 check_touchable(&self.vmas_in(addr, end)?, addr, end, access)?;
+                let before = FaultCounters::now();
                 // SAFETY: the whole range was just found mapped, readable and (for `access`
                 // Write) writable in the live VMAs; a concurrent munmap/mprotect by the
                 // application, or a file mapping past its file's end, is the residual risk
                 // documented on FaultInMethod::Touch.
                 unsafe { faultin::touch(addr, len, access) };
+                Ok((method, FaultCounters::now().since(before)))
             }
-            _ => faultin::populate(addr, len, access)?,
+            _ => {
+                let before = FaultCounters::now();
+                faultin::populate(addr, len, access)?;
+                Ok((method, FaultCounters::now().since(before)))
+            }
         }
-        Ok(method)
     }
 
     fn fault_in(&self, range: AlignedRange<VirtAddr>, access: Access) -> Result<FaultInReport> {
@@ -644,9 +652,7 @@ impl Inner {
                 check_access(r, start, end, access)?;
                 (r.id, r.seq, self.effective_access(r, start, end, access))
             };
-            let before = FaultCounters::now();
-            let method = self.fault_in_raw(start, end - start, eff)?;
-            let faults = FaultCounters::now().since(before);
+            let (method, faults) = self.fault_in_raw(start, end - start, eff)?;
             let (entries, _) = self.entries(start, range.page_count())?;
             let huge: Vec<(u64, u64)> = match &self.pagemap {
                 Some(p) if p.has_scan() => p.scan_ranges(start, end, pagemap::PAGE_IS_HUGE)?,

@@ -9,7 +9,7 @@ use hal::{AlignedRange, PageSize, PhysAddr, VirtAddr};
 
 use crate::glue::{Inner, check_access};
 use crate::registry::Access;
-use crate::sys::{FaultCounters, HUGE_2M, PAGE, PAGE_SHIFT};
+use crate::sys::{HUGE_2M, PAGE, PAGE_SHIFT};
 use crate::vma::Backing;
 use crate::{GlueError, Result};
 
@@ -186,9 +186,7 @@ impl Resolver {
                 )
             };
 
-            let before = FaultCounters::now();
-            inner.fault_in_raw(page, PAGE, eff)?;
-            let delta = FaultCounters::now().since(before);
+            let (_, delta) = inner.fault_in_raw(page, PAGE, eff)?;
             let kind = if delta.major > 0 {
                 FaultKind::Major
             } else if delta.minor > 0 {
