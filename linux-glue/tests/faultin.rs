@@ -195,8 +195,8 @@ fn the_touch_fallback_faults_in_without_losing_concurrent_writes() {
 
 #[test]
 fn the_touch_fallback_checks_the_live_mappings_not_the_registration_snapshot() {
-    // Changes userfaultfd does not report: an mprotect of registered memory, and the munmap of
-    // a registered file mapping. Touching either would be a SIGSEGV in this process.
+    // A change userfaultfd does not report: an mprotect of registered memory. Touching it
+    // would be a SIGSEGV in this process.
     let (glue, _rx) = Glue::new(GlueConfig {
         fault_in: FaultInMethod::Touch,
         ..Default::default()
@@ -217,23 +217,7 @@ fn the_touch_fallback_checks_the_live_mappings_not_the_registration_snapshot() {
         Err(linux_glue::GlueError::NotReadable { .. })
     ));
 
-    let path = std::env::temp_dir().join(format!("linux-glue-touch-{}", std::process::id()));
-    std::fs::write(&path, vec![1u8; 4 * PAGE as usize]).unwrap();
-    let f = std::fs::File::open(&path).unwrap();
-    let file = Mapping::file(&f, 4 * PAGE, Protection::Read, false).unwrap();
-    std::fs::remove_file(&path).unwrap();
-    glue.register(file.addr(), file.len(), Access::Read)
-        .unwrap();
-    let range = file.range().unwrap();
-    file.unmap().unwrap();
-    if hole_refilled(range.start(), range.len()) {
-        skip("touch after munmap", "another thread mapped into the hole");
-        return;
-    }
-    assert!(matches!(
-        glue.fault_in(range, Access::Read),
-        Err(linux_glue::GlueError::Unmapped { .. })
-    ));
+    // The munmap of a registered file mapping: tests/touch_unmapped.rs, a binary of its own.
 }
 
 #[test]
