@@ -282,6 +282,21 @@ unsafe extern "C" fn fake_open_device(dev: *mut ibv_device) -> *mut ibv_context 
 }
 
 unsafe extern "C" fn fake_close_device(ctx: *mut ibv_context) -> c_int {
+    {
+        // The kernel releases what the context still had (its MRs unpin with it), and the
+        // context's address may be handed to the next context opened: nothing of this one may
+        // be found under it.
+        let mut guard = fake();
+        let f = &mut *guard;
+        let key = ctx as usize;
+        f.mrs.retain(|_, m| m.ctx != key);
+        let mrs = &f.mrs;
+        f.mr_keys.retain(|_, k| mrs.contains_key(k));
+        f.pinned.remove(&key);
+        f.peak.remove(&key);
+        f.no_atomics.remove(&key);
+        f.fail_next_reg.remove(&key);
+    }
     let off = core::mem::offset_of!(verbs_context, context);
     // SAFETY: contexts are the last field of a verbs_context allocated in fake_open_device.
     let v = unsafe { ctx.cast::<u8>().sub(off).cast::<verbs_context>() };
@@ -1446,4 +1461,44 @@ unsafe extern "C" fn fbuild_complete(qpx: *mut ibv_qp_ex) -> c_int {
         with_qp(qpx, |q| q.built_posts += 1);
     }
     0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn closing_a_context_releases_what_it_still_had() {
+        let verbs = real_verbs();
+        // SAFETY: the fake's device handle.
+        let ctx = unsafe { (verbs.open_device)(device_without_atomics()) };
+        let pd = alloc_pd(ctx);
+        let mut buf = vec![0u8; 3 * 4096];
+        // SAFETY: a live PD and a buffer that outlives the registration's use here.
+        let mr = unsafe {
+            (verbs.reg_mr)(
+                pd,
+                buf.as_mut_ptr().cast(),
+                buf.len(),
+                IBV_ACCESS_LOCAL_WRITE as c_int,
+            )
+        };
+        assert!(!mr.is_null());
+        fail_next_registration(ctx, libc::ENOMEM);
+        assert!(pinned(ctx) > 0);
+        assert_eq!(mr_count(ctx), 1);
+        // SAFETY: the MR is live until the close.
+        let lkey = unsafe { (*mr).lkey };
+        // SAFETY: closed once; the MR is not used through the library afterwards.
+        assert_eq!(unsafe { (verbs.close_device)(ctx) }, 0);
+        // The next context may be allocated at the same address: it must start clean.
+        assert_eq!((pinned(ctx), peak(ctx), mr_count(ctx)), (0, 0, 0));
+        let f = fake();
+        assert!(!f.mrs.contains_key(&lkey), "the MR's key still works");
+        assert!(!f.mr_keys.contains_key(&(mr as usize)));
+        assert!(!f.no_atomics.contains_key(&(ctx as usize)));
+        assert!(!f.fail_next_reg.contains_key(&(ctx as usize)));
+        drop(f);
+        free(pd);
+    }
 }
