@@ -781,7 +781,15 @@ impl Engine {
             return rc;
         };
         {
-            let State { regions, cache, .. } = &mut *st;
+            let State {
+                regions,
+                cache,
+                leased_bytes,
+                ..
+            } = &mut *st;
+            // The region's leases end with its windows, each leased window counted once at
+            // its pinned size (also when the deregistration below fails: the windows are gone).
+            *leased_bytes = leased_bytes.saturating_sub(cache.leased_bytes_of(id));
             let mut prov = Provider {
                 real: &self.real,
                 regions,
@@ -791,14 +799,6 @@ impl Engine {
             cache.remove_region(id, &mut prov);
         }
         self.forget_region_in_trackers(id);
-        let leased = st.regions.get(&id).map(|r| {
-            r.leases
-                .lessees()
-                .iter()
-                .map(|l| r.leases.held(*l).len() as u64)
-                .sum::<u64>()
-                * r.geom.window_size()
-        });
         let Some(region) = st.regions.get(&id) else {
             return libc::EINVAL;
         };
@@ -834,7 +834,6 @@ impl Engine {
         if let Some(r) = st.regions.remove(&id) {
             st.cache.uncharge_fixed(r.dir_pinned);
         }
-        st.leased_bytes = st.leased_bytes.saturating_sub(leased.unwrap_or(0));
         st.by_mr.remove(&(mr as usize));
         st.by_lkey.remove(&(ctx, lkey));
         self.counters()
@@ -975,7 +974,14 @@ impl Engine {
             }
         }
         {
-            let State { regions, cache, .. } = &mut *st;
+            let State {
+                regions,
+                cache,
+                leased_bytes,
+                ..
+            } = &mut *st;
+            // The region's leases end with its windows (the book is renewed below).
+            *leased_bytes = leased_bytes.saturating_sub(cache.leased_bytes_of(id));
             let mut prov = Provider {
                 real: &self.real,
                 regions,

@@ -436,6 +436,16 @@ impl WindowCache {
     pub fn spec(&self, id: WindowId) -> Option<WindowSpec> {
         self.windows.get(&id).map(|e| e.spec)
     }
+
+    /// Pinned bytes of `region`'s windows that hold at least one lease: what the region
+    /// contributes to the owner's lease count, each window once however many lessees it has.
+    pub fn leased_bytes_of(&self, region: RegionId) -> u64 {
+        self.windows
+            .iter()
+            .filter(|(id, e)| id.region == region && e.leases > 0)
+            .map(|(_, e)| e.spec.pinned_bytes())
+            .sum()
+    }
 }
 
 #[cfg(test)]
@@ -560,6 +570,42 @@ mod tests {
         assert_eq!(c.refs(wid(0)), Some((1, 0)), "the new use is still counted");
         c.release(new);
         assert_eq!(c.refs(wid(0)), Some((0, 0)));
+    }
+
+    #[test]
+    fn a_regions_leased_bytes_count_each_leased_window_once_at_its_pinned_size() {
+        let mut p = FakeProvider::default();
+        let mut c = WindowCache::new(1 << 20);
+        // A clipped last window (one page of a region's tail) and a whole one, in region 1; a
+        // leased window of another region.
+        let tail = WindowSpec {
+            va: 0x20_0000,
+            iova: 0x20_0000,
+            len: 100,
+        };
+        let other = WindowId {
+            region: 2,
+            index: 0,
+        };
+        c.ensure_all(
+            &[
+                (wid(0), spec(0, 65536)),
+                (wid(1), tail),
+                (wid(2), spec(2, 65536)),
+            ],
+            &mut p,
+        )
+        .unwrap();
+        c.ensure_all(&[(other, spec(9, 65536))], &mut p).unwrap();
+        // Window 0 leased by two lessees, the tail by one, window 2 by none.
+        assert!(c.add_lease(wid(0)) && c.add_lease(wid(0)) && c.add_lease(wid(1)));
+        assert!(c.add_lease(other));
+        assert_eq!(c.leased_bytes_of(1), 65536 + 4096);
+        assert_eq!(c.leased_bytes_of(2), 65536);
+        c.remove_lease(wid(0));
+        assert_eq!(c.leased_bytes_of(1), 65536 + 4096, "still leased once");
+        c.remove_lease(wid(0));
+        assert_eq!(c.leased_bytes_of(1), 4096);
     }
 
     #[test]

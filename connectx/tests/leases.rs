@@ -1,0 +1,79 @@
+//! The owner's count of leased bytes (docs/connectx.md §5.5: leases may hold at most three
+//! quarters of the budget, so that local work always finds room) across re-registration of a
+//! leased region.
+
+mod common;
+
+use common::*;
+use nprdma::sys::*;
+
+const KIB: usize = 1024;
+const W: usize = 64 * KIB;
+
+fn host(budget: u64, window: u64, timeout_ms: u64) -> Host {
+    let mut cfg = nprdma::Config::for_tests(budget, window);
+    cfg.remote_timeout_ms = timeout_ms;
+    Host::with_config(cfg)
+}
+
+/// A signaled 8-byte WRITE from `src` to `raddr`, polled to its completion.
+fn write8(
+    a: &Host,
+    qa: *mut ibv_qp,
+    src: &Buf,
+    smr: *mut ibv_mr,
+    raddr: u64,
+    rkey: u32,
+    id: u64,
+) -> ibv_wc {
+    let mut s = [sge(src, 0, 8, keys(smr).0)];
+    let mut wr = rdma(IBV_WR_RDMA_WRITE, id, &mut s, raddr, rkey, true);
+    assert_eq!(post_send(qa, &mut wr).0, 0);
+    let wc = poll(a.cq, 1);
+    assert_eq!(wc.len(), 1, "no completion for {id}");
+    wc[0]
+}
+
+#[test]
+fn rereg_of_a_leased_region_gives_its_lease_bytes_back() {
+    let a = host(4 << 20, W as u64, 300);
+    let b = host(1 << 20, W as u64, 300);
+    let qa1 = a.create_qp(false);
+    let qb1 = b.create_qp(false);
+    connect(&a, qa1, &b, qb1);
+    let mut src = Buf::new(64 * KIB);
+    let smr = a.reg(&mut src, ALL_ACCESS);
+    let mut dst = Buf::new(1 << 20);
+    let dmr = b.reg(&mut dst, ALL_ACCESS);
+    let rkey = keys(dmr).1;
+    let a0 = (dst.as_ptr() as u64).next_multiple_of(W as u64);
+    // Twelve windows leased: three quarters of B's budget, the most leases may hold.
+    for k in 0..12u64 {
+        let wc = write8(&a, qa1, &src, smr, a0 + k * W as u64, rkey, k);
+        assert_eq!(wc.status, IBV_WC_SUCCESS);
+    }
+    // SAFETY: live MR; same access.
+    let rc = unsafe {
+        nprdma::interpose::rereg_mr(
+            b.eng(),
+            dmr,
+            IBV_REREG_MR_CHANGE_ACCESS,
+            core::ptr::null_mut(),
+            core::ptr::null_mut(),
+            0,
+            ALL_ACCESS as i32,
+        )
+    };
+    assert_eq!(rc, 0);
+    // A fresh region and a fresh connection.
+    let qa2 = a.create_qp(false);
+    let qb2 = b.create_qp(false);
+    connect(&a, qa2, &b, qb2);
+    let mut dst2 = Buf::new(64 * KIB);
+    let dmr2 = b.reg(&mut dst2, ALL_ACCESS);
+    let wc = write8(&a, qa2, &src, smr, dst2.as_ptr() as u64, keys(dmr2).1, 999);
+    assert_eq!(
+        wc.status, IBV_WC_SUCCESS,
+        "B has room, yet the lease is refused"
+    );
+}
