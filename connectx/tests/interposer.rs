@@ -1270,21 +1270,41 @@ fn write_each(
 fn destroying_a_qp_releases_its_leases() {
     let p = pair(1 << 20, 16 * 1024);
     let mut a = Buf::new(64 * 1024);
-    let mut b = Buf::new(256 * 1024);
+    let mut b = Buf::new(1 << 20);
     let amr = p.a.reg(&mut a, ALL_ACCESS);
     let bmr = p.b.reg(&mut b, ALL_ACCESS);
-    write_each(&p, (&a, amr, 0), (&b, bmr, 32 * KIB), 8, 64);
-    let before = p.b.pinned();
-    // Leased windows stay registered on B...
-    assert!(before >= 8 * 16 * 1024);
-    // ...until B's end of the connection goes away.
-    assert_eq!(p.b.destroy_qp(p.qb), 0);
-    // Now they are idle: a large registration that needs the room evicts them.
-    let mut big = Buf::new(512 * 1024);
-    let big_mr = p.b.reg(&mut big, IBV_ACCESS_LOCAL_WRITE);
-    assert!(!big_mr.is_null());
+    // 48 windows of 16 KiB leased through B's QP: the leases' whole share (three quarters of
+    // B's 1 MiB budget).
+    write_each(&p, (&a, amr, 0), (&b, bmr, 16 * KIB), 48, 64);
+    assert!(p.b.pinned() >= 48 * 16 * 1024);
+    // Receives of one window each on another connection: 16 of them (256 KiB) need more
+    // than the quarter the leases leave beside the directories, so the last ones fit only
+    // once B's end of the first connection is gone and its leased windows became idle.
+    let mut l = Buf::new(256 * KIB);
+    let lmr = p.b.reg(&mut l, IBV_ACCESS_LOCAL_WRITE);
+    let qa2 = p.a.create_qp(false);
     let qb2 = p.b.create_qp(false);
-    let _ = qb2;
+    connect(&p.a, qa2, &p.b, qb2);
+    let recv = |i: usize| {
+        let mut rs = [sge(&l, i * 16 * KIB, 16 * KIB, keys(lmr).0)];
+        let mut r = ibv_recv_wr {
+            wr_id: i as u64,
+            next: core::ptr::null_mut(),
+            sg_list: rs.as_mut_ptr(),
+            num_sge: 1,
+        };
+        post_recv(qb2, &mut r)
+    };
+    let mut posted = 0;
+    while posted < 16 && recv(posted) == 0 {
+        posted += 1;
+    }
+    assert!(posted < 16, "the leases still hold: no room for all 16");
+    assert_eq!(recv(posted), libc::ENOMEM);
+    assert_eq!(p.b.destroy_qp(p.qb), 0);
+    for i in posted..16 {
+        assert_eq!(recv(i), 0, "receive {i}: the leases ended with the QP");
+    }
 }
 
 #[test]
