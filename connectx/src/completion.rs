@@ -410,6 +410,12 @@ impl SendTracker {
         w
     }
 
+    /// Whether an error of application WR `group` was already delivered (through one of its
+    /// parts).
+    pub fn reported(&self, group: u64) -> bool {
+        self.last_reported_group == Some(group)
+    }
+
     /// The application WRs with at least one part still outstanding, oldest first, and
     /// whether each was already reported; used when the library must fail the rest of a queue.
     pub fn pending_app_groups(&self) -> Vec<(u64, u64, u32)> {

@@ -2501,13 +2501,27 @@ impl QpCtl {
                     match self.ensure_lease(side, app_rkey, index, write, batch) {
                         Ok(rkey) => Some((addr, rkey)),
                         Err(e) => {
-                            if i > 0 || !batch.is_empty() {
-                                // Earlier parts are on the wire: let the QP error report the
-                                // WR once (through its flushed parts).
+                            if i > 0 {
+                                // Earlier parts of this WR are on the wire, so it cannot be
+                                // refused any more: it completes once, in error. Its parts
+                                // may all have completed already (their successes are not
+                                // reported), so wait for them; unless one of them reported the
+                                // WR's error, report it here.
                                 self.flush(batch)?;
+                                self.settle_send_queue(Duration::from_secs(2));
+                                let reported = self.track.lock().send.reported(group);
                                 self.force_error();
+                                if !reported {
+                                    let status = match e {
+                                        PostFail::Status(s) => s,
+                                        PostFail::Errno(..) => IBV_WC_GENERAL_ERR,
+                                    };
+                                    self.synthesize(app.wr_id, app.opcode, status);
+                                }
                                 return Ok(());
                             }
+                            // Nothing of this WR is posted: the caller fails it alone (after
+                            // posting the list's earlier WRs) like plain verbs would.
                             return Err(e);
                         }
                     }

@@ -1,6 +1,6 @@
-//! The owner's count of leased bytes (docs/connectx.md §5.5: leases may hold at most three
-//! quarters of the budget, so that local work always finds room) across re-registration of a
-//! leased region.
+//! Leases at their limits: the owner's count of leased bytes (docs/connectx.md §5.5: leases
+//! may hold at most three quarters of the budget, so that local work always finds room) across
+//! re-registration of a leased region, and a split WR whose later window is refused.
 
 mod common;
 
@@ -76,4 +76,54 @@ fn rereg_of_a_leased_region_gives_its_lease_bytes_back() {
         wc.status, IBV_WC_SUCCESS,
         "B has room, yet the lease is refused"
     );
+}
+
+/// A split WRITE whose second remote window is refused (Busy until the timeout) after the
+/// first part already completed: the application should see one error completion.
+#[test]
+fn a_split_write_whose_later_lease_is_refused_completes_once_in_error() {
+    let a = host(4 << 20, W as u64, 300);
+    let b = host(1 << 20, W as u64, 300);
+    let qa1 = a.create_qp(false);
+    let qb1 = b.create_qp(false);
+    let qa2 = a.create_qp(false);
+    let qb2 = b.create_qp(false);
+    connect(&a, qa1, &b, qb1);
+    connect(&a, qa2, &b, qb2);
+    let mut src = Buf::new(64 * KIB);
+    fill(&mut src, 1);
+    let smr = a.reg(&mut src, ALL_ACCESS);
+    let mut dst = Buf::new(1 << 20);
+    let dmr = b.reg(&mut dst, ALL_ACCESS);
+    let rkey = keys(dmr).1;
+    let base = dst.as_ptr() as u64;
+    let a0 = base.next_multiple_of(W as u64);
+    // Connection 2 leases windows 0..11 = 768 KiB = 3/4 of B's budget.
+    for k in 0..12u64 {
+        let wc = write8(&a, qa2, &src, smr, a0 + k * W as u64, rkey, 100 + k);
+        assert_eq!(wc.status, IBV_WC_SUCCESS, "setup lease {k}");
+    }
+    // Connection 1 shares window 11 (no new bytes).
+    let wc = write8(&a, qa1, &src, smr, a0 + 11 * W as u64, rkey, 200);
+    assert_eq!(wc.status, IBV_WC_SUCCESS);
+    // A signaled 64-byte WRITE from window 11 into window 12 (not leased by anyone).
+    let mut s = [sge(&src, 0, 64, keys(smr).0)];
+    let mut wr = rdma(
+        IBV_WR_RDMA_WRITE,
+        0x77,
+        &mut s,
+        a0 + 12 * W as u64 - 32,
+        rkey,
+        true,
+    );
+    let (rc, _) = post_send(qa1, &mut wr);
+    // The first part (window 11) went out and completed before the lease of window 12 was
+    // refused: the WR was posted (0), and it completes exactly once, in error, on a QP in
+    // error, as a responder's refusal would on plain verbs.
+    assert_eq!(rc, 0);
+    let wcs = poll(a.cq, 1);
+    let seen: Vec<_> = wcs.iter().map(|w| (w.wr_id, w.status)).collect();
+    assert_eq!(seen, [(0x77, IBV_WC_REM_OP_ERR)]);
+    assert_eq!(qp_state(qa1), IBV_QPS_ERR);
+    assert!(poll(a.cq, 1).is_empty(), "reported twice");
 }
