@@ -1164,8 +1164,14 @@ impl Engine {
             // RESET discards the queued work requests without completions: the NIC touches
             // none of their buffers again, so their windows go. The records stay, for
             // completions already in the CQ (as when the QP is destroyed).
+            // The peers' ends of this QP's connection ended its leases when it went to error
+            // or reset (and the QP may be connected to another peer next): what it knew of
+            // their regions (window keys, lease mirrors) is stale, so it is found out again
+            // on next use.
             let windows = {
-                let _side = ctl.send.lock();
+                let mut side = ctl.send.lock();
+                side.remote.clear();
+                side.hot_remote = None;
                 ctl.track.lock().take_all_windows()
             };
             self.release(&windows);

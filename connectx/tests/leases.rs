@@ -1,6 +1,7 @@
 //! Leases at their limits: the owner's count of leased bytes (docs/connectx.md §5.5: leases
 //! may hold at most three quarters of the budget, so that local work always finds room) across
-//! re-registration of a leased region, and a split WR whose later window is refused.
+//! re-registration of a leased region, a split WR whose later window is refused, and a QP reset
+//! and reconnected after its leases ended.
 
 mod common;
 
@@ -126,4 +127,40 @@ fn a_split_write_whose_later_lease_is_refused_completes_once_in_error() {
     assert_eq!(seen, [(0x77, IBV_WC_REM_OP_ERR)]);
     assert_eq!(qp_state(qa1), IBV_QPS_ERR);
     assert!(poll(a.cq, 1).is_empty(), "reported twice");
+}
+
+#[test]
+fn a_qp_reset_and_reconnected_asks_for_its_leases_again() {
+    let a = host(4 << 20, W as u64, 300);
+    let b = host(256 * 1024, W as u64, 300);
+    let qa = a.create_qp(false);
+    let qb = b.create_qp(false);
+    connect(&a, qa, &b, qb);
+    let mut src = Buf::new(64 * KIB);
+    let smr = a.reg(&mut src, ALL_ACCESS);
+    let mut dst = Buf::new(128 * KIB);
+    let dmr = b.reg(&mut dst, ALL_ACCESS);
+    let rkey = keys(dmr).1;
+    let a0 = (dst.as_ptr() as u64).next_multiple_of(W as u64);
+    let wc = write8(&a, qa, &src, smr, a0, rkey, 1);
+    assert_eq!(wc.status, IBV_WC_SUCCESS);
+    // Both ends reset and reconnect (same QPs, same numbers): B ends A's leases.
+    let mut reset = ibv_qp_attr {
+        qp_state: IBV_QPS_RESET,
+        ..Default::default()
+    };
+    assert_eq!(b.modify(qb, &mut reset, IBV_QP_STATE), 0);
+    let mut reset = ibv_qp_attr {
+        qp_state: IBV_QPS_RESET,
+        ..Default::default()
+    };
+    assert_eq!(a.modify(qa, &mut reset, IBV_QP_STATE), 0);
+    connect(&a, qa, &b, qb);
+    // A's old window key for `a0` died with the lease the reset ended (B may evict the idle
+    // window at any time): the WRITE must ask B for a lease again, not use the stale key.
+    let granted = || b.eng().status().page().report().leases_granted;
+    let before = granted();
+    let wc = write8(&a, qa, &src, smr, a0, rkey, 2);
+    assert_eq!(wc.status, IBV_WC_SUCCESS);
+    assert_eq!(granted(), before + 1, "the WRITE used the ended lease");
 }
