@@ -372,6 +372,21 @@ pub fn decode_answer(bytes: &[u8], lessee: u32, ticket: u64) -> Option<LeaseAnsw
     })
 }
 
+/// Whether the slot holds an intact answer to a later ticket than `ticket` (of any lessee):
+/// the ring went round while the requester of `ticket` slept between polls, and its own answer
+/// was overwritten unread.
+pub fn answer_overtaken(bytes: &[u8], ticket: u64) -> bool {
+    let Ok((env, _)) = Envelope::decode(bytes) else {
+        return false;
+    };
+    let Message::FaultInAck(m) = env.message else {
+        return false;
+    };
+    // Sequence numbers are the low 32 bits of the tickets: compare them as a wrapping window.
+    let ahead = m.req_seq.wrapping_sub(ticket as u32);
+    ahead != 0 && ahead < 1 << 31
+}
+
 /// Leases per lessee, first in first out with a cap.
 ///
 /// The owner keeps one book per region; the requester keeps a mirror for its connection. Both
@@ -639,6 +654,28 @@ mod tests {
             Err(HeaderError::Inconsistent(_))
         ));
         assert_eq!(DirHeader::decode(&[0u8; 10]), Err(HeaderError::BadMagic));
+    }
+
+    #[test]
+    fn an_answer_to_a_later_ticket_in_the_slot_means_ours_was_overwritten() {
+        // The ring has 64 slots: ticket 7's slot next holds ticket 71's answer, of any lessee.
+        let later = encode_answer(0x22, 71, LeaseAnswer::Busy, 3);
+        assert!(answer_overtaken(&later, 7));
+        // Our own answer, an earlier ticket's (not yet overwritten by our request's), a torn
+        // or empty slot: not overtaken.
+        assert!(!answer_overtaken(
+            &encode_answer(0x11, 7, LeaseAnswer::Granted, 3),
+            7
+        ));
+        assert!(!answer_overtaken(
+            &encode_answer(0x11, 71, LeaseAnswer::Granted, 0),
+            7 + 128
+        ));
+        assert!(!answer_overtaken(&later[..later.len() / 2], 7));
+        assert!(!answer_overtaken(&[0u8; 64], 7));
+        // Tickets wrap at 32 bits in the answer.
+        let wrapped = encode_answer(0x22, (1 << 32) + 20, LeaseAnswer::Granted, 0);
+        assert!(answer_overtaken(&wrapped, (1 << 32) - 44));
     }
 
     #[test]

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use crate::directory::{
     ANSWER_OFF, DirHeader, ENTRY_PRESENT, LeaseAnswer, LeaseBook, LeaseRequest, SERVED_OFF,
-    TICKET_OFF, decode_answer, decode_entry, encode_answer, encode_entry,
+    TICKET_OFF, answer_overtaken, decode_answer, decode_entry, encode_answer, encode_entry,
 };
 use crate::engine::{Batch, Engine, PostFail, Provider, QpCtl, SendSide, State, lock};
 use crate::registry;
@@ -298,6 +298,7 @@ impl QpCtl {
                 0,
             )?;
             // Poll the answer.
+            let mut lost = false;
             let answer = loop {
                 self.dir_op(
                     side,
@@ -312,12 +313,26 @@ impl QpCtl {
                 if let Some(a) = decode_answer(&bytes, lessee, ticket) {
                     break Some(a);
                 }
+                if answer_overtaken(&bytes, ticket) {
+                    // Our request was served, but its answer was overwritten before we read
+                    // it: we cannot know which of our leases the grant ended. Give them all
+                    // back (a new epoch, which the owner applies before serving our next
+                    // request) and ask again.
+                    lost = true;
+                    break None;
+                }
                 if Instant::now() >= deadline {
                     break None;
                 }
                 std::thread::sleep(backoff);
                 backoff = (backoff * 2).min(Duration::from_millis(1));
             };
+            if lost {
+                if let Some(RemoteRegion::Library(l)) = side.remote.get_mut(&rkey) {
+                    l.forget(lessee);
+                }
+                continue;
+            }
             match answer {
                 None => return give_up(side),
                 Some(LeaseAnswer::OutOfRegion) => {

@@ -164,3 +164,68 @@ fn a_qp_reset_and_reconnected_asks_for_its_leases_again() {
     assert_eq!(wc.status, IBV_WC_SUCCESS);
     assert_eq!(granted(), before + 1, "the WRITE used the ended lease");
 }
+
+/// A QP pointer handed to a thread (the fake and the library are thread-safe).
+struct SendPtr(*mut ibv_qp);
+// SAFETY: verbs objects may be used from any thread; the test joins every thread before the
+// QPs go away.
+unsafe impl Send for SendPtr {}
+// SAFETY: as for Send.
+unsafe impl Sync for SendPtr {}
+
+#[test]
+fn more_first_touches_at_once_than_ring_slots_all_get_their_leases() {
+    // 120 connections first-touch one region at the same moment: tickets run past the ring's
+    // 64 slots, so a requester asleep between polls can find its slot holding a later
+    // ticket's answer. It must ask again, not time out and fail its WR.
+    let n = 120;
+    let a = host(64 << 20, W as u64, 3000);
+    let b = host(64 << 20, W as u64, 3000);
+    let qas: Vec<SendPtr> = (0..n)
+        .map(|_| {
+            let qa = a.create_qp(false);
+            let qb = b.create_qp(false);
+            connect(&a, qa, &b, qb);
+            SendPtr(qa)
+        })
+        .collect();
+    let mut src = Buf::new(64 * KIB);
+    let smr = a.reg(&mut src, ALL_ACCESS);
+    let mut dst = Buf::new(8 << 20);
+    let dmr = b.reg(&mut dst, ALL_ACCESS);
+    let rkey = keys(dmr).1;
+    let d0 = (dst.as_ptr() as u64).next_multiple_of(W as u64);
+    let lkey = keys(smr).0;
+    let sp = src.as_ptr() as u64;
+    let barrier = std::sync::Barrier::new(n);
+    let posted: Vec<i32> = std::thread::scope(|s| {
+        let threads: Vec<_> = qas
+            .iter()
+            .enumerate()
+            .map(|(i, q)| {
+                let barrier = &barrier;
+                s.spawn(move || {
+                    let mut sg = [ibv_sge {
+                        addr: sp,
+                        length: 8,
+                        lkey,
+                    }];
+                    let raddr = d0 + (i * W) as u64;
+                    let mut wr = rdma(IBV_WR_RDMA_WRITE, i as u64, &mut sg, raddr, rkey, true);
+                    barrier.wait();
+                    post_send(q.0, &mut wr).0
+                })
+            })
+            .collect();
+        threads.into_iter().map(|t| t.join().unwrap()).collect()
+    });
+    assert!(posted.iter().all(|rc| *rc == 0), "{posted:?}");
+    let wcs = poll(a.cq, n);
+    assert_eq!(wcs.len(), n);
+    let failed: Vec<_> = wcs
+        .iter()
+        .filter(|w| w.status != IBV_WC_SUCCESS)
+        .map(|w| (w.wr_id, w.status))
+        .collect();
+    assert!(failed.is_empty(), "{failed:?}");
+}
