@@ -104,7 +104,7 @@ pub fn details(r: &RunReport) -> String {
     format!(
         "{} nodes, {} workload, fault-rate knob {:.3}, measured {:.4} faults per SMMU translation ({} translations)\n\
          model duration {:.1} model µs for {} transfers ({:.1} MiB); stalls {}, terminations {}, source faults re-issued {}, RESOLVED notices {}\n\
-         memory: limit {:.2} MiB per node, footprint {:.2} MiB in all, {} pages written to swap; {} events simulated",
+         memory: limit at most {:.2} MiB per node ({:.2} MiB in all), footprint {:.2} MiB in all, {} pages written to swap; {} events simulated",
         r.nodes,
         r.workload,
         r.fault_rate,
@@ -118,6 +118,7 @@ pub fn details(r: &RunReport) -> String {
         r.source_faults,
         r.resolved_notices,
         r.memory_limit as f64 / MIB,
+        r.memory_limit_total as f64 / MIB,
         r.footprint as f64 / MIB,
         r.swap_outs,
         r.events
@@ -156,7 +157,8 @@ pub fn report_json(r: &RunReport) -> Value {
         "write_engine_stall_model_us": r.write_stall_time.as_us(),
         "resident_peak_bytes": r.resident_peak,
         "footprint_bytes": r.footprint,
-        "memory_limit_per_node_bytes": r.memory_limit,
+        "memory_limit_largest_node_bytes": r.memory_limit,
+        "memory_limit_total_bytes": r.memory_limit_total,
         "swap_outs": r.swap_outs,
         "dropped_duplicate_or_unknown_messages": r.dropped_messages,
         "events": r.events,

@@ -342,8 +342,11 @@ pub struct RunReport {
     pub resident_peak: u64,
     /// Buffer footprint over all nodes, bytes.
     pub footprint: u64,
-    /// Memory limit per node, bytes.
+    /// The largest node's memory limit, bytes (nodes of an asymmetric workload have their own
+    /// footprints, so a percentage limit differs between them).
     pub memory_limit: u64,
+    /// The nodes' memory limits added up, bytes.
+    pub memory_limit_total: u64,
     /// Pages written to swap.
     pub swap_outs: u64,
     /// Duplicate or unknown-transfer messages the drivers dropped.

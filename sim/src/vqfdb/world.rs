@@ -315,12 +315,16 @@ impl<'p> World<'p> {
                 MemoryLimit::Bytes(b) => b,
                 MemoryLimit::Fraction(f) => (footprint as f64 * f) as u64,
             };
-            let limit = (limit_bytes / PAGE).max(1) as usize;
+            // A limit above the node's footprint puts no pressure on it: its frames are the
+            // footprint, however generous the limit (it is not memory to reserve).
+            let limit = usize::try_from(limit_bytes / PAGE)
+                .unwrap_or(usize::MAX)
+                .clamp(1, pages.max(1));
             // Every transfer in flight needs its pages resident at some point (the CPU writes
             // the source, the engine reads it, the peer writes the destination), so a limit
             // below that working set cannot make progress: refuse it as a configuration error.
             let working_set = (slot_bytes / PAGE) as usize * cfg.depth.max(1) * buffers;
-            if limit < working_set {
+            if limit < working_set.min(pages) {
                 return Err(SimError::Config(format!(
                     "--memory-limit gives node {n} {} KiB, below its in-flight working set of {} KiB \
                      ({} buffers x depth {} x {} KiB per transfer); raise --memory-limit or lower --depth",
@@ -331,7 +335,7 @@ impl<'p> World<'p> {
                     slot_bytes / 1024
                 )));
             }
-            let frames = limit.max(pages).max(1);
+            let frames = pages.max(1);
             let dram = Arc::new(HostDma::new(
                 PhysAddr::new(DRAM_BASE),
                 frames + DRAM_EXTRA_PAGES,
@@ -1184,7 +1188,9 @@ impl<'p> World<'p> {
             r.resident_peak += ms.peak_resident * PAGE;
             r.swap_outs += ms.swap_outs;
             r.footprint += node.mm.mem.pages() as u64 * PAGE;
-            r.memory_limit = node.mm.mem.limit() as u64 * PAGE;
+            let limit = node.mm.mem.limit() as u64 * PAGE;
+            r.memory_limit = r.memory_limit.max(limit);
+            r.memory_limit_total += limit;
         }
         if r.translations > 0 {
             r.measured_fault_rate = faults as f64 / r.translations as f64;
