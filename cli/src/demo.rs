@@ -48,7 +48,8 @@ fn run_all(jobs: Vec<Job>, threads: usize) -> Vec<Result<RunReport, SimError>> {
     let results: Mutex<Vec<Option<Result<RunReport, SimError>>>> =
         Mutex::new((0..count).map(|_| None).collect());
     std::thread::scope(|s| {
-        for _ in 0..threads.max(1) {
+        // No more threads than runs: each thread takes runs until none is left.
+        for _ in 0..threads.clamp(1, count.max(1)) {
             s.spawn(|| {
                 loop {
                     let next = queue.lock().map(|mut q| q.pop_front()).unwrap_or(None);

@@ -4,7 +4,7 @@
 //! `dejavu` crate, so no system font library (fontconfig, freetype) is needed on the machine.
 
 use std::path::{Path, PathBuf};
-use std::sync::Once;
+use std::sync::OnceLock;
 
 use plotters::coord::Shift;
 use plotters::prelude::*;
@@ -23,21 +23,24 @@ const COLORS: [RGBColor; 6] = [
 ];
 
 fn register_fonts() -> Result<(), CliError> {
-    static ONCE: Once = Once::new();
-    let mut result = Ok(());
-    ONCE.call_once(|| {
-        for (style, bytes) in [
+    // Registered once per process; the outcome is kept, so every later call reports a
+    // failure too (not only the first).
+    static LOADED: OnceLock<bool> = OnceLock::new();
+    let loaded = *LOADED.get_or_init(|| {
+        [
             (FontStyle::Normal, dejavu::sans::regular()),
             (FontStyle::Bold, dejavu::sans::bold()),
-        ] {
-            if plotters::style::register_font("sans-serif", style, bytes).is_err() {
-                result = Err(CliError::Output(
-                    "the embedded DejaVu font did not load".into(),
-                ));
-            }
-        }
+        ]
+        .into_iter()
+        .all(|(style, bytes)| plotters::style::register_font("sans-serif", style, bytes).is_ok())
     });
-    result
+    if loaded {
+        Ok(())
+    } else {
+        Err(CliError::Output(
+            "the embedded DejaVu font did not load".into(),
+        ))
+    }
 }
 
 fn err<E: std::fmt::Debug>(what: &str) -> impl FnOnce(E) -> CliError + '_ {
