@@ -2160,6 +2160,8 @@ impl QpCtl {
         let deadline = Instant::now() + Duration::from_secs(if patient { 10 } else { 0 });
         // QPs whose held windows were asked back (once per call).
         let mut surrendered: Option<Vec<Arc<QpCtl>>> = None;
+        // Whether this QP's send queue was settled (once per call, see below).
+        let mut settled = false;
         loop {
             let eng = &self.engine;
             let mut st = lock(&eng.state);
@@ -2208,6 +2210,16 @@ impl QpCtl {
                 progress |= q.poll_for_others();
             }
             if !self.poll_own_cqs() && !progress {
+                if patient && !settled {
+                    // What holds the room may be this QP's own unsignaled WRs, which complete
+                    // only behind a signaled one (the parts of the WR being split right now
+                    // are such WRs): put one of the library's behind them and wait, and their
+                    // windows come back. Without it the post waited out its deadline and
+                    // failed a WR whose first parts had already executed.
+                    settled = true;
+                    self.settle_send_queue(Duration::from_secs(2));
+                    continue;
+                }
                 if Instant::now() >= deadline {
                     eng.note("pinned-memory budget full of windows in use: post failed with ENOMEM (raise NPRDMA_PIN_BUDGET)");
                     return Err(PostFail::Errno(libc::ENOMEM, 0));

@@ -1,7 +1,8 @@
-//! Leases at their limits: the owner's count of leased bytes (docs/connectx.md §5.5: leases
+//! The library at its limits: the owner's count of leased bytes (docs/connectx.md §5.5: leases
 //! may hold at most three quarters of the budget, so that local work always finds room) across
-//! re-registration of a leased region, a split WR whose later window is refused, and a QP reset
-//! and reconnected after its leases ended.
+//! re-registration of a leased region; a split WR whose later remote window is refused, or
+//! whose later part needs the windows of its own earlier parts; a QP reset and reconnected
+//! after its leases ended; more simultaneous first touches than the request ring has slots.
 
 mod common;
 
@@ -228,4 +229,71 @@ fn more_first_touches_at_once_than_ring_slots_all_get_their_leases() {
         .map(|w| (w.wr_id, w.status))
         .collect();
     assert!(failed.is_empty(), "{failed:?}");
+}
+
+#[test]
+fn a_split_write_waits_for_its_own_earlier_parts_to_free_room() {
+    let a = host(4 * W as u64 + 8 * KIB as u64, W as u64, 300);
+    let b = host(8 << 20, W as u64, 300);
+    let qa = a.create_qp(false);
+    let qb = b.create_qp(false);
+    connect(&a, qa, &b, qb);
+    let mut src = Buf::new(1 << 20);
+    fill(&mut src, 1);
+    let smr = a.reg(&mut src, IBV_ACCESS_LOCAL_WRITE);
+    let mut dst = Buf::new(1 << 20);
+    let dmr = b.reg(&mut dst, ALL_ACCESS);
+    let rkey = keys(dmr).1;
+    let so = (src.as_ptr() as usize).next_multiple_of(W) - src.as_ptr() as usize;
+    let d0 = (dst.as_ptr() as u64).next_multiple_of(W as u64);
+    let sp = src.as_ptr() as u64 + so as u64;
+    let post3 = |id: u64| {
+        let mut s = [ibv_sge {
+            addr: sp,
+            length: (3 * W) as u32,
+            lkey: keys(smr).0,
+        }];
+        let mut wr = rdma(IBV_WR_RDMA_WRITE, id, &mut s, d0, rkey, true);
+        post_send(qa, &mut wr).0
+    };
+    // First pass: leases are taken one by one (each request retires the parts before it).
+    assert_eq!(post3(1), 0);
+    let wc = poll(a.cq, 1);
+    assert_eq!((wc[0].wr_id, wc[0].status), (1, IBV_WC_SUCCESS));
+    // Two receives keep two of A's four windows.
+    for i in 0..2usize {
+        let mut rs = [ibv_sge {
+            addr: sp + ((4 + i) * W) as u64,
+            length: W as u32,
+            lkey: keys(smr).0,
+        }];
+        let mut r = ibv_recv_wr {
+            wr_id: 50 + i as u64,
+            next: core::ptr::null_mut(),
+            sg_list: rs.as_mut_ptr(),
+            num_sge: 1,
+        };
+        assert_eq!(post_recv(qa, &mut r), 0);
+    }
+    // New data, same WR.
+    fill(&mut src, 2);
+    let want = src[so..so + 3 * W].to_vec();
+    // Two windows free for a WR of three: the third part needs a window the first parts still
+    // use, and those are unsignaled. The post must get them back (a signaled WR of the
+    // library's behind them) and carry out the whole WR, not wait 10 s and fail it half done.
+    let t = std::time::Instant::now();
+    let rc = post3(2);
+    let waited = t.elapsed();
+    let landed = (0..3)
+        .map(|k| {
+            let off = (d0 - dst.as_ptr() as u64) as usize + k * W;
+            dst[off..off + W] == want[k * W..(k + 1) * W]
+        })
+        .collect::<Vec<_>>();
+    assert_eq!(rc, 0, "after {waited:?}");
+    assert!(waited < std::time::Duration::from_secs(5), "{waited:?}");
+    assert_eq!(landed, [true, true, true]);
+    let wcs = poll(a.cq, 1);
+    let seen: Vec<_> = wcs.iter().map(|w| (w.wr_id, w.status)).collect();
+    assert_eq!(seen, [(2, IBV_WC_SUCCESS)]);
 }
