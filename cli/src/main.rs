@@ -79,7 +79,8 @@ struct SimArgs {
     /// Probability that reclaim takes a page of a transfer away before the engine uses it.
     #[arg(long, default_value_t = 0.01)]
     fault_rate: f64,
-    /// Memory limit per node: a share of the buffer footprint ("50%") or a size ("4MiB").
+    /// Memory limit per node: a share of its buffer footprint ("50%") or a size ("4MiB"); at or
+    /// above the footprint it puts no pressure on the node.
     #[arg(long, default_value = "50%")]
     memory_limit: String,
     /// Seed of every random choice.
