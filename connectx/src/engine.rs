@@ -321,6 +321,27 @@ impl Engine {
         }
     }
 
+    /// Deregisters every window of region `id` (`ibv_dereg_mr`, `ibv_rereg_mr`), under the
+    /// state lock: their leases end, each leased window leaving the owner's lease count once
+    /// at its pinned size; no hold of them is used from now on (their keys die here); and no
+    /// record of a QP or SRQ refers to them any more.
+    fn drop_region_windows(&self, st: &mut State, id: RegionId) {
+        let State {
+            regions,
+            cache,
+            leased_bytes,
+            ..
+        } = st;
+        *leased_bytes = leased_bytes.saturating_sub(cache.leased_bytes_of(id));
+        let mut prov = Provider {
+            real: &self.real,
+            regions,
+        };
+        self.hold_epoch.fetch_add(1, Ordering::AcqRel);
+        cache.remove_region(id, &mut prov);
+        self.forget_region_in_trackers(id);
+    }
+
     /// Drops the windows of region `id` (just removed from the cache, under the state lock)
     /// from every record of its QPs and SRQs: completions arriving later must not release a
     /// new registration of the same window (`ibv_rereg_mr` keeps the region). Called under the
@@ -780,25 +801,8 @@ impl Engine {
             }
             return rc;
         };
-        {
-            let State {
-                regions,
-                cache,
-                leased_bytes,
-                ..
-            } = &mut *st;
-            // The region's leases end with its windows, each leased window counted once at
-            // its pinned size (also when the deregistration below fails: the windows are gone).
-            *leased_bytes = leased_bytes.saturating_sub(cache.leased_bytes_of(id));
-            let mut prov = Provider {
-                real: &self.real,
-                regions,
-            };
-            // Holds on the region's windows must not be used from now on (their keys die here).
-            self.hold_epoch.fetch_add(1, Ordering::AcqRel);
-            cache.remove_region(id, &mut prov);
-        }
-        self.forget_region_in_trackers(id);
+        // Also when the deregistration below fails: the windows are gone either way.
+        self.drop_region_windows(&mut st, id);
         let Some(region) = st.regions.get(&id) else {
             return libc::EINVAL;
         };
@@ -973,24 +977,8 @@ impl Engine {
                 st.by_lkey.insert((region_ctx, new_lkey), id);
             }
         }
-        {
-            let State {
-                regions,
-                cache,
-                leased_bytes,
-                ..
-            } = &mut *st;
-            // The region's leases end with its windows (the book is renewed below).
-            *leased_bytes = leased_bytes.saturating_sub(cache.leased_bytes_of(id));
-            let mut prov = Provider {
-                real: &self.real,
-                regions,
-            };
-            // Holds on the region's windows must not be used from now on (their keys die here).
-            self.hold_epoch.fetch_add(1, Ordering::AcqRel);
-            cache.remove_region(id, &mut prov);
-        }
-        self.forget_region_in_trackers(id);
+        // The region stays, with new windows; its lease book is renewed below.
+        self.drop_region_windows(&mut st, id);
         let old_len;
         {
             let Some(r) = st.regions.get_mut(&id) else {
@@ -2523,20 +2511,19 @@ impl QpCtl {
                                 // Earlier parts of this WR are on the wire, so it cannot be
                                 // refused any more: it completes once, in error. Its parts
                                 // may all have completed already (their successes are not
-                                // reported), so wait for them; unless one of them reported the
-                                // WR's error, report it here.
+                                // reported), so wait for them: if one of them reported the
+                                // WR's error, the QP error is all that is left to do;
+                                // otherwise the caller fails the WR with a completion.
                                 self.flush(batch)?;
                                 self.settle_send_queue(Duration::from_secs(2));
-                                let reported = self.track.lock().send.reported(group);
-                                self.force_error();
-                                if !reported {
-                                    let status = match e {
-                                        PostFail::Status(s) => s,
-                                        PostFail::Errno(..) => IBV_WC_GENERAL_ERR,
-                                    };
-                                    self.synthesize(app.wr_id, app.opcode, status);
+                                if self.track.lock().send.reported(group) {
+                                    self.force_error();
+                                    return Ok(());
                                 }
-                                return Ok(());
+                                return Err(match e {
+                                    PostFail::Status(s) => PostFail::Status(s),
+                                    PostFail::Errno(..) => PostFail::Status(IBV_WC_GENERAL_ERR),
+                                });
                             }
                             // Nothing of this WR is posted: the caller fails it alone (after
                             // posting the list's earlier WRs) like plain verbs would.
