@@ -212,7 +212,7 @@ impl QpCtl {
         let timeout = Duration::from_millis(self.engine.cfg.remote_timeout_ms);
         let deadline = Instant::now() + timeout;
         let mut backoff = Duration::from_micros(20);
-        loop {
+        'request: loop {
             let (header, epoch, served_hint) = match side.remote.get(&rkey) {
                 Some(RemoteRegion::Library(l)) => (l.header, l.epoch, l.served_hint),
                 _ => return Err(PostFail::Status(IBV_WC_REM_ACCESS_ERR)),
@@ -298,7 +298,6 @@ impl QpCtl {
                 0,
             )?;
             // Poll the answer.
-            let mut lost = false;
             let answer = loop {
                 self.dir_op(
                     side,
@@ -318,8 +317,10 @@ impl QpCtl {
                     // it: we cannot know which of our leases the grant ended. Give them all
                     // back (a new epoch, which the owner applies before serving our next
                     // request) and ask again.
-                    lost = true;
-                    break None;
+                    if let Some(RemoteRegion::Library(l)) = side.remote.get_mut(&rkey) {
+                        l.forget(lessee);
+                    }
+                    continue 'request;
                 }
                 if Instant::now() >= deadline {
                     break None;
@@ -327,12 +328,6 @@ impl QpCtl {
                 std::thread::sleep(backoff);
                 backoff = (backoff * 2).min(Duration::from_millis(1));
             };
-            if lost {
-                if let Some(RemoteRegion::Library(l)) = side.remote.get_mut(&rkey) {
-                    l.forget(lessee);
-                }
-                continue;
-            }
             match answer {
                 None => return give_up(side),
                 Some(LeaseAnswer::OutOfRegion) => {
