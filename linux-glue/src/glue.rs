@@ -608,30 +608,27 @@ impl Inner {
             FaultInMethod::Auto => FaultInMethod::Touch,
             m => m,
         };
-        match method {
-            FaultInMethod::Touch => {
-                // The registration's VMA snapshot may be stale (userfaultfd reports neither a
-                // file mapping's munmap nor any mprotect), and touching memory that is not
-                // there, or not writable, is a SIGSEGV rather than an error: check the live
-                // VMAs now.
-                let end = addr
-                    .checked_add(len)
-                    .ok_or(GlueError::Overflow { start: addr, len })?;
-                check_touchable(&self.vmas_in(addr, end)?, addr, end, access)?;
-                let before = FaultCounters::now();
-                // SAFETY: the whole range was just found mapped, readable and (for `access`
-                // Write) writable in the live VMAs; a concurrent munmap/mprotect by the
-                // application, or a file mapping past its file's end, is the residual risk
-                // documented on FaultInMethod::Touch.
-                unsafe { faultin::touch(addr, len, access) };
-                Ok((method, FaultCounters::now().since(before)))
-            }
-            _ => {
-                let before = FaultCounters::now();
-                faultin::populate(addr, len, access)?;
-                Ok((method, FaultCounters::now().since(before)))
-            }
+        if method == FaultInMethod::Touch {
+            // The registration's VMA snapshot may be stale (userfaultfd reports neither a
+            // file mapping's munmap nor any mprotect), and touching memory that is not
+            // there, or not writable, is a SIGSEGV rather than an error: check the live
+            // VMAs now.
+            let end = addr
+                .checked_add(len)
+                .ok_or(GlueError::Overflow { start: addr, len })?;
+            check_touchable(&self.vmas_in(addr, end)?, addr, end, access)?;
         }
+        let before = FaultCounters::now();
+        if method == FaultInMethod::Touch {
+            // SAFETY: the whole range was just found mapped, readable and (for `access`
+            // Write) writable in the live VMAs; a concurrent munmap/mprotect by the
+            // application, or a file mapping past its file's end, is the residual risk
+            // documented on FaultInMethod::Touch.
+            unsafe { faultin::touch(addr, len, access) };
+        } else {
+            faultin::populate(addr, len, access)?;
+        }
+        Ok((method, FaultCounters::now().since(before)))
     }
 
     fn fault_in(&self, range: AlignedRange<VirtAddr>, access: Access) -> Result<FaultInReport> {
