@@ -56,12 +56,12 @@
 //!
 //! Every exception (any of the 16 vectors) prints the vector, the decoded exception class,
 //! ESR, ELR, FAR, SPSR and x0-x30, then a FAIL verdict, then powers off. The runtime assumes
-//! it is entered with the MMU and data cache off (as QEMU and a Xilinx-style boot do), and
-//! with no valid data cache lines for the image's range: it writes `.bss`, its statics and
-//! its first stack frames with the cache off and invalidates only the translation tables and
-//! the non-cacheable pool before turning the cache on. A loader that merely *cleaned* the
-//! image (all Linux's booting.rst asks) may leave clean lines that shadow those writes;
-//! QEMU models no caches, and FSBL/U-Boot clean and invalidate. The image must lie in RAM the
+//! it is entered with the MMU and data cache off (as QEMU and a Xilinx-style boot do) and
+//! with the image cleaned to memory (all Linux's booting.rst asks of a loader). It writes
+//! `.bss`, its statics and its first stack frames with the cache off, then invalidates the
+//! whole image's data cache lines (including the translation tables) and the non-cacheable
+//! pool before turning the cache on, so clean lines a loader left behind cannot shadow
+//! those writes. The image must lie in RAM the
 //! identity map makes Normal (whole 2 MiB blocks), or `start` fails with
 //! `RegionNotMappable` before the MMU goes on.
 //!

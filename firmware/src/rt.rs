@@ -485,10 +485,6 @@ fn enable_mmu(
         regime,
     )?;
     let root = ptr::from_ref(&tables[0]) as u64;
-    let (start, end) = {
-        let start = ptr::addr_of!(TABLES) as u64;
-        (start, start + core::mem::size_of::<[Table; 4]>() as u64)
-    };
     let mair = mmu::MAIR;
     let tcr = mmu::tcr(regime, pa_bits);
     // SAFETY: the tables describe an identity map of all RAM (code, data, stacks, device
@@ -497,7 +493,12 @@ fn enable_mmu(
     // Arm ARM D8.16 / the usual bring-up: tables written (MMU off, so straight to memory),
     // stale cache lines for them discarded, registers set, TLB invalidated, then SCTLR.
     unsafe {
-        invalidate_dcache_range(start, end);
+        // The whole image, not only the tables: `.bss`, the statics and the stack frames
+        // written so far also went straight to memory, and a loader that only cleaned the
+        // image (all Linux's booting.rst asks of one) may have left clean lines for them
+        // that would shadow those writes once the cache is on. With the cache off nothing
+        // is dirty in this range, so invalidating loses nothing. The tables lie inside it.
+        invalidate_dcache_range(image_start, image_end);
         // A line of the non-cacheable pool left in the cache by an earlier stage (cacheable
         // then) could be written back over DMA data later: mismatched attributes need the
         // location cleaned or invalidated before the non-cacheable use (Arm ARM B2,
