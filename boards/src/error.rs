@@ -118,6 +118,27 @@ pub enum BoardError {
         /// Which invariant.
         what: &'static str,
     },
+    /// A frame index past the pager's frames.
+    #[error("pager: no frame {frame} (it has {frames})")]
+    NoSuchFrame {
+        /// The index asked for.
+        frame: u16,
+        /// Frames the pager owns.
+        frames: u16,
+    },
+    /// One attempt of a transfer took more faults than the pages it touches can explain: the
+    /// fault path keeps resolving a fault that comes back (a mapping the SMMU does not see).
+    #[error(
+        "{phase:?} transfer {transfer}: {faults} faults in one attempt, a fault that keeps coming back"
+    )]
+    FaultStorm {
+        /// Phase.
+        phase: Phase,
+        /// Transfer number within the phase.
+        transfer: u32,
+        /// Faults taken in the attempt.
+        faults: u32,
+    },
 }
 
 impl BoardError {
@@ -138,6 +159,8 @@ impl BoardError {
             Self::UnknownPage { .. } => 12,
             Self::GlobalFault { .. } => 13,
             Self::InvariantViolated { .. } => 14,
+            Self::NoSuchFrame { .. } => 15,
+            Self::FaultStorm { .. } => 16,
         }
     }
 }

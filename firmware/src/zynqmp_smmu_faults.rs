@@ -29,7 +29,7 @@ pub fn write_report(out: &mut dyn fmt::Write, report: &ScenarioReport) -> fmt::R
         writeln!(
             out,
             "phase {:<18} transfers {} ({} bytes), faults {}, resumes {}, retransmissions {}, \
-             aborts {}, MULTI {}, minor {}, major {}, evictions {}, global faults {}",
+             aborts {}, MULTI {}, minor {}, major {}, evictions {}",
             p.phase.name(),
             c.transfers,
             c.bytes,
@@ -40,8 +40,7 @@ pub fn write_report(out: &mut dyn fmt::Write, report: &ScenarioReport) -> fmt::R
             c.multi,
             c.minor,
             c.major,
-            c.evictions,
-            c.global_faults
+            c.evictions
         )?;
     }
     Ok(())

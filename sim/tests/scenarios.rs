@@ -341,3 +341,80 @@ fn the_driver_clears_fsr_exactly_and_before_resume_with_cfie_masked_meanwhile() 
         );
     }
 }
+
+/// An SMMU window whose context banks never walk their tables (TCR.EPD0 forced on every
+/// write of TCR), so every access faults again after each resolution.
+struct NoWalks {
+    inner: Window,
+    resumes: std::cell::Cell<u64>,
+}
+
+impl hal::regs::RegisterBus for NoWalks {
+    fn read(&self, offset: usize, width: hal::regs::AccessWidth) -> u64 {
+        self.inner.read(offset, width)
+    }
+
+    fn write(&self, offset: usize, width: hal::regs::AccessWidth, mut value: u64) {
+        // Context banks start at 0x1_0000; TCR at 0x030, RESUME at 0x008 within a bank.
+        if offset >= 0x1_0000 {
+            match offset & 0xfff {
+                0x030 => value |= 1 << 7,
+                0x008 => self.resumes.set(self.resumes.get() + 1),
+                _ => {}
+            }
+        }
+        self.inner.write(offset, width, value)
+    }
+
+    fn size(&self) -> usize {
+        self.inner.size()
+    }
+}
+
+#[test]
+fn a_fault_that_keeps_coming_back_ends_in_a_fault_storm_error() {
+    let soc = Soc::zynqmp().unwrap();
+    let smmu = NoWalks {
+        inner: soc.smmu_window().unwrap(),
+        resumes: std::cell::Cell::new(0),
+    };
+    let machine = Machine::zynqmp(
+        smmu,
+        soc.gdma_window(0).unwrap(),
+        soc.gdma_window(1).unwrap(),
+        &**soc.dram(),
+        NoDelay::default(),
+    );
+    let mut rig = Rig::new(machine, &config(&[])).unwrap();
+    let err = rig.run_phase(Phase::MinorStallResume).unwrap_err();
+    // Transfer 1 touches 4 source and 4 destination pages: 4 * 8 + 4 = 36 faults allowed;
+    // the check runs after each servicing round (at most 64 faults).
+    let BoardError::FaultStorm {
+        phase: Phase::MinorStallResume,
+        transfer: 1,
+        faults,
+    } = err
+    else {
+        panic!("{err:?}");
+    };
+    assert!((37..=64).contains(&faults), "{faults}");
+    // Each fault was resumed once, then the teardown terminated the next stall: the channel
+    // stopped instead of being resumed forever.
+    assert_eq!(rig.smmu().bus().resumes.get(), u64::from(faults) + 1);
+}
+
+#[test]
+fn a_phase_after_a_failed_phase_starts_clean() {
+    let soc = Soc::zynqmp().unwrap();
+    let mut rig = Rig::new(machine(&soc), &config(&[])).unwrap();
+    rig.smmu_mut()
+        .inject_bug(InjectedBug::ResumeBeforeFsrClear, true);
+    assert!(rig.run_phase(Phase::MinorStallResume).is_err());
+    rig.smmu_mut()
+        .inject_bug(InjectedBug::ResumeBeforeFsrClear, false);
+    // The failed phase's channel was brought to an end, so this one can start it.
+    let report = rig.run_phase(Phase::MinorStallResume).unwrap();
+    assert_eq!(report.counters.transfers, 2);
+    let m = soc.lock();
+    assert_eq!(m.smmu.stats().global_faults, 0);
+}

@@ -41,8 +41,8 @@ use smmu_driver::fault::{
 };
 use smmu_driver::pagetable::{PageTable, PageTableConfig};
 use smmu_driver::v2::{
-    ContextBank, ContextConfig, DriverConfig, FaultModel, SmmuV2, StreamMatch, StreamMatchIndex,
-    StreamRoute, UnmatchedStreams,
+    ContextBank, ContextConfig, DriverConfig, FaultModel, ResumeAction, SmmuV2, StreamMatch,
+    StreamMatchIndex, StreamRoute, UnmatchedStreams,
 };
 
 pub use pager::{Fill, Pager, PagerStats, Residency, pattern_byte};
@@ -145,8 +145,6 @@ pub struct Counters {
     pub major: u32,
     /// Pages evicted.
     pub evictions: u32,
-    /// Global faults.
-    pub global_faults: u32,
 }
 
 impl Counters {
@@ -161,7 +159,6 @@ impl Counters {
         self.minor += other.minor;
         self.major += other.major;
         self.evictions += other.evictions;
-        self.global_faults += other.global_faults;
     }
 }
 
@@ -186,9 +183,6 @@ impl PhaseReport {
                 what,
             })
         };
-        if c.global_faults != 0 {
-            return fail("no global fault may happen");
-        }
         match self.phase {
             Phase::MinorStallResume => {
                 if c.transfers != 2 || c.faults == 0 || c.resumes == 0 {
@@ -360,12 +354,14 @@ struct Spec {
     len: u32,
 }
 
-/// What the fault path said about a running transfer's stream.
+/// What the fault path said about a running transfer's stream (in its current attempt).
 #[derive(Clone, Copy, Debug, Default)]
 struct FaultLog {
     terminated: bool,
     lost: bool,
     abort: Option<SmmuError>,
+    /// Fault records taken for the stream.
+    faults: u32,
 }
 
 #[derive(Clone, Copy, Debug, Default)]
@@ -526,9 +522,10 @@ where
             Ok(()) => self.phase_body(phase, &mut space),
             Err(e) => Err(e.into()),
         };
-        // Tear down even after a failure, so a later phase starts clean; a stalled
-        // transaction is terminated by free_context.
-        let mut teardown: Result<()> = Ok(());
+        // Tear down even after a failure, so a later phase starts clean: first the channels
+        // a failed phase left running are brought to an end while their context still
+        // exists (their later accesses would otherwise be unmatched streams: global faults).
+        let mut teardown: Result<()> = self.quiesce_channels(cb);
         for e in entries.into_iter().flatten() {
             if let Err(err) = self.smmu.detach(e) {
                 teardown = Err(err.into());
@@ -545,6 +542,54 @@ where
         };
         report.check()?;
         Ok(report)
+    }
+
+    /// Ends every transfer still running (after a failed phase body): terminates whatever
+    /// the context has stalled, since the phase is over and resolves nothing more, so each
+    /// channel stops with an AXI error or finishes, within the DMA timeout.
+    fn quiesce_channels(&mut self, cb: ContextBank) -> Result<()> {
+        let mut waited = 0u64;
+        let mut last_error = None;
+        loop {
+            // A stall the body left pending (its RESUME failed) first, then new faults.
+            if self.smmu.stall_pending(cb)?
+                && let Err(e) = self.smmu.resume(cb, ResumeAction::Terminate)
+            {
+                last_error = Some(e);
+            }
+            for _ in 0..MAX_SERVICE_PER_CALL {
+                let Some(fault) = self.smmu.take_context_fault(cb)? else {
+                    break;
+                };
+                if fault.stalled()
+                    && let Err(e) = self.smmu.resume(cb, ResumeAction::Terminate)
+                {
+                    last_error = Some(e);
+                }
+            }
+            let mut busy = None;
+            for ch in &mut self.channels {
+                if ch.is_running() && matches!(ch.poll(), Ok(ChannelStatus::Busy)) {
+                    busy = Some(ch.bytes_transferred()?);
+                }
+            }
+            let Some(bytes) = busy else {
+                return Ok(());
+            };
+            if waited >= self.config.dma_timeout_us {
+                return Err(match last_error {
+                    Some(e) => e.into(),
+                    None => DmaError::Timeout {
+                        waited_us: waited,
+                        bytes,
+                    }
+                    .into(),
+                });
+            }
+            let interval = self.config.poll_interval_us.max(1);
+            self.delay.delay_us(interval);
+            waited += u64::from(interval);
+        }
     }
 
     fn src(&self, stream: usize) -> u64 {
@@ -669,13 +714,14 @@ where
                 self.map_now(space, a)?;
                 // The SMMU caches A's translation.
                 self.copy(phase, space, &[spec(0, a, dst, PAGE as u32)])?;
+                let evicted_before = space.pager.stats().evictions;
                 {
                     let mut tlb = self.smmu.tlb(space.cb)?;
                     space
                         .pager
                         .evict(Iova::new(a), &mut space.table, &mut tlb)?;
                 }
-                space.counters.evictions += 1;
+                space.counters.evictions += space.pager.stats().evictions - evicted_before;
                 // B takes A's old frame.
                 self.map_now(space, b)?;
                 // Reading A again must fault and page A back in, not read B's data.
@@ -730,12 +776,12 @@ where
         }
     }
 
-    fn start(&mut self, spec: &Spec) -> Result<()> {
+    fn start(&mut self, phase: Phase, spec: &Spec) -> Result<()> {
         let channel = self
             .channels
             .get_mut(spec.channel)
             .ok_or(BoardError::InvariantViolated {
-                phase: Phase::MinorStallResume,
+                phase,
                 what: "channel index",
             })?;
         channel.start(&Transfer {
@@ -764,11 +810,20 @@ where
                 .pager
                 .fill(Iova::new(s.dst), u64::from(s.len), Fill::Byte(SENTINEL))?;
             running[i].attempts = 1;
-            self.start(s)?;
+            self.start(phase, s)?;
         }
         let mut waited = 0u64;
         loop {
             let mut progressed = self.service(space, specs, &mut running)?;
+            for (i, (r, s)) in running.iter().zip(specs).take(n).enumerate() {
+                if r.outcome.is_none() && r.log.faults > s.fault_limit() {
+                    return Err(BoardError::FaultStorm {
+                        phase,
+                        transfer: first_number + i as u32,
+                        faults: r.log.faults,
+                    });
+                }
+            }
             for i in 0..n {
                 if running[i].outcome.is_some() {
                     continue;
@@ -821,7 +876,15 @@ where
                             running[i].attempts += 1;
                             running[i].log = FaultLog::default();
                             space.counters.retransmissions += 1;
-                            self.start(&s)?;
+                            // The sentinel again: the failed attempt may have written part
+                            // of the destination, which a retransmission that skipped it
+                            // would otherwise pass off as its own work.
+                            space.pager.fill(
+                                Iova::new(s.dst),
+                                u64::from(s.len),
+                                Fill::Byte(SENTINEL),
+                            )?;
+                            self.start(phase, &s)?;
                         } else {
                             return Err(BoardError::UnexplainedAxiError {
                                 phase,
@@ -838,7 +901,10 @@ where
             }
             if !progressed {
                 if waited >= self.config.dma_timeout_us {
-                    let bytes = self.channels[specs[0].channel].bytes_transferred()?;
+                    let stuck = (0..n)
+                        .find(|&i| running[i].outcome.is_none())
+                        .map_or(specs[0].channel, |i| specs[i].channel);
+                    let bytes = self.channels[stuck].bytes_transferred()?;
                     return Err(DmaError::Timeout {
                         waited_us: waited,
                         bytes,
@@ -862,8 +928,8 @@ where
         specs: &[Spec],
         running: &mut [Running; 2],
     ) -> Result<bool> {
+        // A global fault ends the phase (a stream the phase did not route, a bad context).
         if let Some(g) = self.smmu.take_global_fault()? {
-            space.counters.global_faults += 1;
             return Err(BoardError::GlobalFault {
                 gfsr: g.gfsr,
                 stream: g.stream().0,
@@ -902,6 +968,12 @@ where
             let owner = (0..n).find(|&i| {
                 running[i].outcome.is_none() && self.streams[specs[i].channel] == record.stream
             });
+            // A fault no running transfer explains counts against all of them.
+            for (i, r) in running[..n].iter_mut().enumerate() {
+                if r.outcome.is_none() && owner.is_none_or(|o| o == i) {
+                    r.log.faults += 1;
+                }
+            }
             match (serviced.decision, owner) {
                 (Some(FaultDecision::Resume), _) => space.counters.resumes += 1,
                 (Some(FaultDecision::TerminateAndRetransmit), Some(i)) => {
@@ -912,6 +984,21 @@ where
             }
         }
         Ok(any)
+    }
+}
+
+impl Spec {
+    /// Most fault records one attempt may take before the scenario calls it a fault storm.
+    /// A correct fault path maps each page once per attempt, so an attempt faults about once
+    /// per page it touches (on silicon a few more: several reads may be outstanding); far
+    /// more means a fault that comes back after every resolution, e.g. a mapping the SMMU
+    /// does not see, which would otherwise be resumed forever, since resumes are progress.
+    fn fault_limit(&self) -> u32 {
+        let pages = |start: u64| {
+            let end = start.saturating_add(u64::from(self.len.max(1)) - 1);
+            (end / PAGE - start / PAGE + 1) as u32
+        };
+        4 * (pages(self.src) + pages(self.dst)) + 4
     }
 }
 

@@ -87,11 +87,15 @@ pub enum Residency {
     },
 }
 
+/// A virtual page. Whether it is mapped is not kept here but read from the page table when
+/// it matters: the fault handler maps a resolved page after [`FaultResolver::resolve`]
+/// returns, and may fail to (a table out of memory), which the pager never learns.
 #[derive(Clone, Copy, Debug)]
 struct Page {
     iova: u64,
     writable: bool,
-    residency: Residency,
+    /// The frame holding its data, `None` while it is only in the store.
+    frame: Option<u16>,
 }
 
 /// Counters.
@@ -187,30 +191,39 @@ impl<'m, M: DmaMemory> Pager<'m, M> {
         if self.pages.len().saturating_add(pages) > MAX_PAGES {
             return Err(BoardError::PagerExhausted { what: "page slots" });
         }
+        // Every check before any change: a refused region leaves nothing behind (no region
+        // the fault path would grant, no page slots).
+        let iova_of = |p: usize| base.as_u64().checked_add(p as u64 * PAGE);
+        for p in 0..pages {
+            let iova = iova_of(p).ok_or(BoardError::UnknownPage { iova: base })?;
+            if self.find(iova).is_some() {
+                return Err(BoardError::PagerExhausted {
+                    what: "distinct IOVAs (regions of two streams overlap)",
+                });
+            }
+        }
         self.regions.register(RegisteredRegion {
             stream,
             start: base,
             len: pages as u64 * PAGE,
             writable,
         })?;
-        for p in 0..pages as u64 {
-            let iova = base.as_u64() + p * PAGE;
-            if self.find(iova).is_some() {
-                return Err(BoardError::PagerExhausted {
-                    what: "distinct IOVAs (regions of two streams overlap)",
-                });
-            }
+        let first_slot = self.pages.len();
+        let filled = (0..pages).try_for_each(|p| {
             self.pages
                 .push(Page {
-                    iova,
+                    iova: iova_of(p).unwrap_or_default(),
                     writable,
-                    residency: Residency::Absent,
+                    frame: None,
                 })
                 .map_err(|_| BoardError::PagerExhausted { what: "page slots" })?;
-            let slot = self.pages.len() - 1;
-            self.fill_store(slot, fill)?;
+            self.fill_store(self.pages.len() - 1, fill)
+        });
+        if filled.is_err() {
+            self.pages.truncate(first_slot);
+            self.regions.unregister(stream, base);
         }
-        Ok(())
+        filled
     }
 
     fn store(&self) -> Result<&DmaRegion> {
@@ -250,16 +263,31 @@ impl<'m, M: DmaMemory> Pager<'m, M> {
 
     /// Physical address of frame `frame`.
     pub fn frame_addr(&self, frame: u16) -> Result<PhysAddr> {
+        if usize::from(frame) >= self.frame_count {
+            return Err(BoardError::NoSuchFrame {
+                frame,
+                frames: self.frame_count as u16,
+            });
+        }
         Ok(self
             .frames()?
             .bus_addr()
             .checked_add(u64::from(frame) * PAGE)?)
     }
 
-    /// Where the page holding `iova` is.
-    pub fn residency(&self, iova: Iova) -> Result<Residency> {
+    /// Where the page holding `iova` is; whether it is mapped is read from `table`.
+    pub fn residency<D>(&self, iova: Iova, table: &PageTable<D>) -> Result<Residency>
+    where
+        D: core::ops::Deref<Target: DmaMemory>,
+    {
         let slot = self.slot(iova)?;
-        Ok(self.pages[slot].residency)
+        Ok(match self.pages[slot].frame {
+            None => Residency::Absent,
+            Some(frame) => Residency::Resident {
+                frame,
+                mapped: table.translate(Iova::new(self.pages[slot].iova))?.is_some(),
+            },
+        })
     }
 
     /// The attributes a page is mapped with: normal write-back memory, read-only unless its
@@ -274,7 +302,7 @@ impl<'m, M: DmaMemory> Pager<'m, M> {
 
     /// Copies a page from the store into a free frame (nothing if resident); returns the frame.
     fn page_in(&mut self, slot: usize) -> Result<u16> {
-        if let Residency::Resident { frame, .. } = self.pages[slot].residency {
+        if let Some(frame) = self.pages[slot].frame {
             return Ok(frame);
         }
         let frame = self
@@ -289,10 +317,7 @@ impl<'m, M: DmaMemory> Pager<'m, M> {
                 .write_bytes(usize::from(frame) * DMA_PAGE + at, &buf)?;
         }
         self.dma.sync_for_device(self.frames()?);
-        self.pages[slot].residency = Residency::Resident {
-            frame,
-            mapped: false,
-        };
+        self.pages[slot].frame = Some(frame);
         self.stats.page_ins += 1;
         Ok(frame)
     }
@@ -312,7 +337,7 @@ impl<'m, M: DmaMemory> Pager<'m, M> {
         let slot = self.slot(iova)?;
         let frame = self.page_in(slot)?;
         let page = self.pages[slot];
-        if matches!(page.residency, Residency::Resident { mapped: true, .. }) {
+        if table.translate(Iova::new(page.iova))?.is_some() {
             return Ok(());
         }
         table.map(
@@ -322,10 +347,6 @@ impl<'m, M: DmaMemory> Pager<'m, M> {
             &Self::attributes(page.writable),
             tlb,
         )?;
-        self.pages[slot].residency = Residency::Resident {
-            frame,
-            mapped: true,
-        };
         Ok(())
     }
 
@@ -336,18 +357,10 @@ impl<'m, M: DmaMemory> Pager<'m, M> {
         D: core::ops::Deref<Target: DmaMemory>,
         T: TlbMaintenance,
     {
-        let page = self.pages[slot];
-        if let Residency::Resident {
-            frame,
-            mapped: true,
-        } = page.residency
-        {
-            let invalidations = table.unmap(Iova::new(page.iova), PAGE, tlb)?;
+        let iova = Iova::new(self.pages[slot].iova);
+        if table.translate(iova)?.is_some() {
+            let invalidations = table.unmap(iova, PAGE, tlb)?;
             tlb.invalidate_now(&invalidations)?;
-            self.pages[slot].residency = Residency::Resident {
-                frame,
-                mapped: false,
-            };
         }
         Ok(())
     }
@@ -376,7 +389,7 @@ impl<'m, M: DmaMemory> Pager<'m, M> {
     {
         let slot = self.slot(iova)?;
         self.unmap_page(slot, table, tlb)?;
-        let Residency::Resident { frame, .. } = self.pages[slot].residency else {
+        let Some(frame) = self.pages[slot].frame else {
             return Ok(());
         };
         self.dma.sync_for_cpu(self.frames()?);
@@ -387,7 +400,7 @@ impl<'m, M: DmaMemory> Pager<'m, M> {
                 .read_bytes(usize::from(frame) * DMA_PAGE + at, &mut buf)?;
             self.store()?.write_bytes(slot * DMA_PAGE + at, &buf)?;
         }
-        self.pages[slot].residency = Residency::Absent;
+        self.pages[slot].frame = None;
         self.free
             .push(frame)
             .map_err(|_| BoardError::PagerExhausted { what: "free list" })?;
@@ -399,9 +412,9 @@ impl<'m, M: DmaMemory> Pager<'m, M> {
     fn locate(&self, iova: u64) -> Result<(bool, usize)> {
         let slot = self.slot(Iova::new(iova))?;
         let offset = (iova & (PAGE - 1)) as usize;
-        Ok(match self.pages[slot].residency {
-            Residency::Absent => (false, slot * DMA_PAGE + offset),
-            Residency::Resident { frame, .. } => (true, usize::from(frame) * DMA_PAGE + offset),
+        Ok(match self.pages[slot].frame {
+            None => (false, slot * DMA_PAGE + offset),
+            Some(frame) => (true, usize::from(frame) * DMA_PAGE + offset),
         })
     }
 
@@ -524,11 +537,11 @@ impl<M: DmaMemory> FaultResolver for Pager<'_, M> {
     }
 
     fn estimate(&self, _stream: StreamId, iova: Iova, _access: AccessKind) -> ResolveEstimate {
-        match self.find(iova.as_u64()).map(|s| self.pages[s].residency) {
-            Some(Residency::Resident { .. }) => ResolveEstimate::Minor {
+        match self.find(iova.as_u64()).map(|s| self.pages[s].frame) {
+            Some(Some(_)) => ResolveEstimate::Minor {
                 expected_ns: self.minor_ns,
             },
-            Some(Residency::Absent) => ResolveEstimate::Major,
+            Some(None) => ResolveEstimate::Major,
             None => ResolveEstimate::Unknown,
         }
     }
@@ -542,9 +555,9 @@ impl<M: DmaMemory> FaultResolver for Pager<'_, M> {
         let slot = self
             .find(iova.as_u64())
             .ok_or(ResolveError(resolve_codes::UNKNOWN_PAGE))?;
-        let cost = match self.pages[slot].residency {
-            Residency::Absent => FaultCost::Major,
-            Residency::Resident { .. } => FaultCost::Minor,
+        let cost = match self.pages[slot].frame {
+            None => FaultCost::Major,
+            Some(_) => FaultCost::Minor,
         };
         let frame = self.page_in(slot).map_err(|e| {
             ResolveError(match e {
@@ -555,11 +568,7 @@ impl<M: DmaMemory> FaultResolver for Pager<'_, M> {
         let frame_addr = self
             .frame_addr(frame)
             .map_err(|_| ResolveError(resolve_codes::MEMORY))?;
-        // The fault handler maps it next.
-        self.pages[slot].residency = Residency::Resident {
-            frame,
-            mapped: true,
-        };
+        // The fault handler maps it next (or fails to: the page table tells which).
         match cost {
             FaultCost::Minor => self.stats.minor += 1,
             FaultCost::Major => self.stats.major += 1,
@@ -576,8 +585,97 @@ impl<M: DmaMemory> FaultResolver for Pager<'_, M> {
 #[cfg(test)]
 mod tests {
     use hal::dma::HostDma;
+    use smmu_driver::pagetable::{Invalidations, PageTableConfig};
 
     use super::*;
+
+    struct NoTlb;
+    impl TlbMaintenance for NoTlb {
+        fn invalidate_now(&mut self, _: &Invalidations) -> smmu_driver::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_refused_region_leaves_no_region_and_no_pages_behind() {
+        let dma = HostDma::new(PhysAddr::new(0x8000_0000), 64).unwrap();
+        let mut pager = Pager::new(&dma, 4, 1_000).unwrap();
+        let (a, b) = (StreamId(0x14e8), StreamId(0x14e9));
+        pager
+            .add_region(a, Iova::new(0x1000_1000), 1, false, Fill::Byte(1))
+            .unwrap();
+        // B's second page is A's page: refused before anything changed.
+        assert!(
+            pager
+                .add_region(b, Iova::new(0x1000_0000), 2, true, Fill::Byte(2))
+                .is_err()
+        );
+        assert_eq!(pager.region(b, Iova::new(0x1000_0000)), None);
+        assert_eq!(pager.region(b, Iova::new(0x1000_1000)), None);
+        assert!(pager.slot(Iova::new(0x1000_0000)).is_err());
+        // A's page still holds A's data, and the slots are free for a good region.
+        let mut byte = [0u8; 1];
+        pager.read(Iova::new(0x1000_1000), &mut byte).unwrap();
+        assert_eq!(byte, [1]);
+        pager
+            .add_region(
+                b,
+                Iova::new(0x2000_0000),
+                MAX_PAGES - 1,
+                true,
+                Fill::Byte(3),
+            )
+            .unwrap();
+    }
+
+    #[test]
+    fn a_frame_index_past_the_frames_is_an_error() {
+        let dma = HostDma::new(PhysAddr::new(0x8000_0000), 64).unwrap();
+        let pager = Pager::new(&dma, 4, 1_000).unwrap();
+        assert!(pager.frame_addr(3).is_ok());
+        assert_eq!(
+            pager.frame_addr(4),
+            Err(BoardError::NoSuchFrame {
+                frame: 4,
+                frames: 4
+            })
+        );
+    }
+
+    #[test]
+    fn a_resolved_page_counts_as_mapped_only_once_the_table_maps_it() {
+        let dma = HostDma::new(PhysAddr::new(0x8000_0000), 64).unwrap();
+        let mut table = PageTable::new(&dma, PageTableConfig::default()).unwrap();
+        let mut pager = Pager::new(&dma, 4, 1_000).unwrap();
+        let stream = StreamId(0x14e8);
+        let iova = Iova::new(0x1000_0000);
+        pager
+            .add_region(stream, iova, 1, true, Fill::Byte(7))
+            .unwrap();
+        // The fault handler resolves, then maps; here the mapping never happens (as when the
+        // table runs out of memory), so the page is resident but not mapped.
+        pager.resolve(stream, iova, AccessKind::Read).unwrap();
+        assert_eq!(
+            pager.residency(iova, &table).unwrap(),
+            Residency::Resident {
+                frame: 0,
+                mapped: false
+            }
+        );
+        // map_now must then really map it rather than trust a flag.
+        pager.map_now(iova, &mut table, &mut NoTlb).unwrap();
+        assert!(table.translate(iova).unwrap().is_some());
+        assert_eq!(
+            pager.residency(iova, &table).unwrap(),
+            Residency::Resident {
+                frame: 0,
+                mapped: true
+            }
+        );
+        pager.evict(iova, &mut table, &mut NoTlb).unwrap();
+        assert!(table.translate(iova).unwrap().is_none());
+        assert_eq!(pager.residency(iova, &table).unwrap(), Residency::Absent);
+    }
 
     #[test]
     fn a_region_of_absurd_size_is_refused_and_the_pager_keeps_working() {
