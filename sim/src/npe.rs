@@ -15,8 +15,12 @@
 //! Behaviour per spec section: channels and SQ/CQ (§4.1, §4.2), the receive path with slots,
 //! RQ, WQ and WCQ (§4.3-§4.5), back-pressure without loss (§4), source faults parking the
 //! channel in FAULT_WAIT until `RESUME` (§5.4), destination faults finishing the commit with
-//! DST_FAULT (§5.3), stalls holding one channel or the write engine (§6.3), and the interrupt
-//! summary (§9).
+//! DST_FAULT (§5.3), stalls holding one channel or the write engine (§6.3), queues whose
+//! bus address fails stopping without loss (§4), LINK_ERROR for a peer the fabric does not
+//! reach (§7), and the interrupt summary (§9).
+//!
+//! Not modelled: FLUSHED (a disabled channel is frozen instead, and its descriptors run when
+//! it is enabled again), CRC_DROP (the modelled links do not corrupt packets).
 
 use std::collections::VecDeque;
 
@@ -58,12 +62,15 @@ pub struct NpeModelParams {
     pub stream_base: u32,
     /// This node's index in the simulation.
     pub node: usize,
+    /// Nodes the fabric connects (coordinates `0..nodes`): a frame to any other coordinate,
+    /// or to this node itself (no loopback route), finishes with LINK_ERROR (§7).
+    pub nodes: usize,
 }
 
 impl NpeModelParams {
-    /// Defaults of docs/dma-engine.md §10 for node `node`, with the stream base of the HP0 port
-    /// (0xE80, `zynqmp-exanest.md` §4, an \[I\] value there).
-    pub fn new(node: usize) -> Self {
+    /// Defaults of docs/dma-engine.md §10 for node `node` of `nodes`, with the stream base of
+    /// the HP0 port (0xE80, `zynqmp-exanest.md` §4, an \[I\] value there).
+    pub fn new(node: usize, nodes: usize) -> Self {
         Self {
             channels: 16,
             rx_slots_log2: 6,
@@ -72,6 +79,7 @@ impl NpeModelParams {
             link_bps: 32_000_000_000,
             stream_base: 0xE80,
             node,
+            nodes,
         }
     }
 
@@ -113,6 +121,26 @@ impl Frame {
             Vc::Data
         } else {
             Vc::Control
+        }
+    }
+}
+
+/// What an RQ entry takes from a frame's header and footer (§4.3).
+#[derive(Clone, Copy)]
+struct RqHeader {
+    src: u32,
+    pdid: u16,
+    tid14: u16,
+    msg: InlineMsg,
+}
+
+impl RqHeader {
+    fn of(frame: &Frame) -> Self {
+        Self {
+            src: frame.src as u32,
+            pdid: frame.pdid,
+            tid14: frame.tid14,
+            msg: frame.msg,
         }
     }
 }
@@ -159,14 +187,21 @@ pub struct EngineStats {
     pub read_stall_time: ModelTime,
     /// Model time the write engine spent stalled (everything behind it waited).
     pub write_stall_time: ModelTime,
-    /// Times arriving traffic had to wait for a slot or an RQ entry.
+    /// Times arriving traffic started to wait for a slot or an RQ entry (episodes).
     pub rx_held: u64,
     /// Doorbells beyond the ring size (driver bugs), ignored.
     pub bad_doorbells: u64,
     /// Descriptors with BAD_DESCRIPTOR.
     pub bad_descriptors: u64,
-    /// Doorbells rung without a store barrier since the previous one (driver bugs).
+    /// Doorbells rung without a store barrier since the last other register write, or rung
+    /// twice on one ring after one barrier (driver bugs: the descriptors written in between
+    /// were not published).
     pub unordered_doorbells: u64,
+    /// Queue accesses that failed (a ring's bus address outside memory): the queue stops until
+    /// its base is written again (§4).
+    pub queue_errors: u64,
+    /// Descriptors finished with LINK_ERROR (an unreachable peer, or NODE not VALID).
+    pub link_errors: u64,
 }
 
 #[derive(Clone, Copy, Debug, Default)]
@@ -175,6 +210,9 @@ struct RingRegs {
     log2: u8,
     head: u32,
     tail: u32,
+    /// An access at this ring's bus address failed: the ring is not touched again until
+    /// its base is written (§4).
+    error: bool,
 }
 
 impl RingRegs {
@@ -184,8 +222,17 @@ impl RingRegs {
     fn used(&self) -> u32 {
         self.tail.wrapping_sub(self.head)
     }
-    fn addr(&self, index: u32, entry: usize) -> PhysAddr {
-        PhysAddr::new(self.base + u64::from(index & (self.size() - 1)) * entry as u64)
+    /// The bus address of the entry at `index`; `None` past the top of the address space
+    /// (an access there fails like one outside memory).
+    fn addr(&self, index: u32, entry: usize) -> Option<PhysAddr> {
+        let offset = u64::from(index & (self.size() - 1)).checked_mul(entry as u64)?;
+        self.base.checked_add(offset).map(PhysAddr::new)
+    }
+    /// A write of the BASE register: the low bits below the ring's alignment are not
+    /// implemented (§3), and a new base lets a stopped ring try again.
+    fn set_base(&mut self, value: u64, align: u64) {
+        self.base = value & !(align - 1);
+        self.error = false;
     }
     /// PHASE for the entry at `index` (§4): 1 on the first pass.
     fn phase(&self, index: u32) -> bool {
@@ -249,8 +296,13 @@ struct Channel {
     fault_addr: u64,
     fault_index: u16,
     fault_valid: bool,
+    /// AXI response of the terminated read: 2 SLVERR (the SMMU terminated it), 3 DECERR
+    /// (nothing at the address).
+    fault_resp: u8,
     job: Option<Job>,
     resume: Option<bool>,
+    /// CQ entries of finished descriptors whose write failed, posted once the CQ works again.
+    pending_cq: VecDeque<CqEntry>,
 }
 
 impl Channel {
@@ -266,8 +318,10 @@ impl Channel {
             fault_addr: 0,
             fault_index: 0,
             fault_valid: false,
+            fault_resp: 0,
             job: None,
             resume: None,
+            pending_cq: VecDeque::new(),
         }
     }
 
@@ -283,7 +337,11 @@ impl Channel {
                 ..
             }) => ChanState::Stalled,
             Some(_) => ChanState::Running,
-            None if self.last_error != 0 && self.sq.used() > 0 => ChanState::Error,
+            // A queue the channel cannot reach stops it; a failed descriptor does not (the
+            // channel goes on with the next one, §5.4; LAST_ERROR keeps its status).
+            None if self.sq.error || self.cq.error || !self.pending_cq.is_empty() => {
+                ChanState::Error
+            }
             None if self.sq.used() > 0 => ChanState::Running,
             None => ChanState::Idle,
         }
@@ -308,7 +366,20 @@ const IRQ_COMPLETION: u32 = 1;
 const IRQ_LOCAL_FAULT: u32 = 2;
 const IRQ_ERROR: u32 = 4;
 const GEVENT_BAD_DOORBELL: u32 = 1;
+const GEVENT_LINK_ERROR: u32 = 2;
 const GEVENT_RX_HELD: u32 = 8;
+const GEVENT_QUEUE_ERROR: u32 = 0x10;
+const GEVENT_ALL: u32 = 0x1f;
+/// Bit of the WQ doorbell in [`NpeModel::rung_since_barrier`] (channels use bits 0-31).
+const WQ_DOORBELL_BIT: u64 = 1 << 32;
+/// Rounds of [`NpeModel::advance`] before it hands back (asking to be called again at once).
+const MAX_ROUNDS: usize = 1 << 16;
+/// SQ and RQ entries are 128 B aligned, the other rings 32 B (§3).
+const ALIGN_128: u64 = 128;
+const ALIGN_32: u64 = 32;
+/// AXI responses (§3.2 FAULT_SYNDROME, §4.5).
+const AXI_SLVERR: u8 = 2;
+const AXI_DECERR: u8 = 3;
 
 /// The NPE model (see the module documentation).
 #[derive(Debug)]
@@ -326,10 +397,16 @@ pub struct NpeModel {
     free_slots: Vec<u8>,
     ingress_data: VecDeque<Frame>,
     ingress_msgs: VecDeque<Frame>,
+    /// Arriving traffic is waiting now (for counting episodes in `rx_held`).
+    rx_holding: bool,
     write_job: Option<WriteJob>,
+    /// WCQ entries whose write failed, posted once the WCQ works again.
+    pending_wcq: VecDeque<WcqEntry>,
     tx_busy_until: ModelTime,
     next_tx_channel: usize,
     barrier_seen: bool,
+    /// Doorbells rung since the last barrier, one bit per ring.
+    rung_since_barrier: u64,
     stats: EngineStats,
     tx_count: u32,
     rx_count: u32,
@@ -353,10 +430,13 @@ impl NpeModel {
             free_slots: (0..slots as u16).rev().map(|s| s as u8).collect(),
             ingress_data: VecDeque::new(),
             ingress_msgs: VecDeque::new(),
+            rx_holding: false,
             write_job: None,
+            pending_wcq: VecDeque::new(),
             tx_busy_until: ModelTime::ZERO,
             next_tx_channel: 0,
             barrier_seen: false,
+            rung_since_barrier: 0,
             stats: EngineStats::default(),
             tx_count: 0,
             rx_count: 0,
@@ -392,11 +472,31 @@ impl NpeModel {
         }
     }
 
+    /// CTRL.SOFT_RESET: channels to IDLE, indices to 0, receive slots freed. Frames held at
+    /// the ingress are still in the network on silicon (link-level flow control, §4), so
+    /// they stay and arrive once the engine is enabled again.
     fn soft_reset(&mut self) {
         let params = self.params;
         let stats = self.stats;
+        let ingress_data = std::mem::take(&mut self.ingress_data);
+        let ingress_msgs = std::mem::take(&mut self.ingress_msgs);
         *self = NpeModel::new(params);
         self.stats = stats;
+        self.ingress_data = ingress_data;
+        self.ingress_msgs = ingress_msgs;
+    }
+
+    /// Whether a frame to `peer` has a route: NODE is VALID, and `peer` is another node of
+    /// the fabric.
+    fn reachable(&self, peer: u32) -> bool {
+        let valid = self.node_reg & 1 << 31 != 0;
+        let own = self.node_reg & 0x3f_ffff;
+        valid && peer != own && (peer as usize) < self.params.nodes
+    }
+
+    /// This node's coordinate as programmed in NODE (the frames' source, §4.3 SRC).
+    fn coordinate(&self) -> usize {
+        (self.node_reg & 0x3f_ffff) as usize
     }
 
     /// Whether the interrupt line is asserted (§9).
@@ -423,8 +523,13 @@ impl NpeModel {
 
     /// Does everything that can happen at `ctx.now`.
     pub fn advance(&mut self, ctx: &mut EngineCtx<'_>) -> Advance {
+        // Until nothing more can happen at this instant. Every round that makes progress
+        // consumes queue entries or moves a job on, so this ends; the bound only keeps one
+        // call short, and a call that reaches it asks to be called again now.
+        let mut unfinished = false;
         if self.enabled {
-            for _ in 0..64 {
+            unfinished = true;
+            for _ in 0..MAX_ROUNDS {
                 let mut progress = false;
                 for ch in 0..self.channels.len() {
                     progress |= self.step_channel(ch, ctx);
@@ -433,12 +538,17 @@ impl NpeModel {
                 progress |= self.take_ingress(ctx);
                 progress |= self.step_write(ctx);
                 if !progress {
+                    unfinished = false;
                     break;
                 }
             }
         }
         Advance {
-            next: self.next_wake(ctx.now),
+            next: if unfinished {
+                Some(ctx.now)
+            } else {
+                self.next_wake(ctx.now)
+            },
             irq: self.irq_asserted(),
         }
     }
@@ -466,19 +576,41 @@ impl NpeModel {
         best
     }
 
+    /// Posts a CQ entry, or keeps it (in order behind any kept before) when the CQ cannot
+    /// be written: the channel then stops in ERROR until CQ_BASE is written again.
     fn post_cq(&mut self, ch: usize, dram: &HostDma, entry: CqEntry) {
         let Some(c) = self.channels.get_mut(ch) else {
             return;
         };
-        let e = CqEntry {
-            phase: c.cq.phase(c.cq.tail),
-            ..entry
-        };
-        let addr = c.cq.addr(c.cq.tail, CQ_ENTRY);
-        if dram.write_phys(addr, &e.encode()).is_ok() {
+        c.pending_cq.push_back(entry);
+        if Self::flush_cq(c, dram) {
+            self.stats.queue_errors += 1;
+        }
+    }
+
+    /// Writes the channel's kept CQ entries; returns whether a write failed just now.
+    fn flush_cq(c: &mut Channel, dram: &HostDma) -> bool {
+        while !c.cq.error {
+            let Some(entry) = c.pending_cq.front() else {
+                return false;
+            };
+            let e = CqEntry {
+                phase: c.cq.phase(c.cq.tail),
+                ..*entry
+            };
+            let written =
+                c.cq.addr(c.cq.tail, CQ_ENTRY)
+                    .is_some_and(|addr| dram.write_phys(addr, &e.encode()).is_ok());
+            if !written {
+                c.cq.error = true;
+                c.irq |= IRQ_ERROR;
+                return true;
+            }
+            c.pending_cq.pop_front();
             c.cq.tail = c.cq.tail.wrapping_add(1);
             c.irq |= IRQ_COMPLETION;
         }
+        false
     }
 
     /// Finishes the channel's current descriptor.
@@ -520,6 +652,22 @@ impl NpeModel {
         if !c.en {
             return false;
         }
+        // CQ entries kept while the CQ could not be written go first, in order.
+        if !c.pending_cq.is_empty() {
+            let before = c.pending_cq.len();
+            if Self::flush_cq(c, ctx.dram) {
+                self.stats.queue_errors += 1;
+            }
+            let Some(c) = self.channels.get_mut(ch) else {
+                return false;
+            };
+            if !c.pending_cq.is_empty() {
+                return c.pending_cq.len() != before;
+            }
+        }
+        let Some(c) = self.channels.get_mut(ch) else {
+            return false;
+        };
         // RESUME written while in FAULT_WAIT.
         if let Some(retry) = c.resume.take()
             && let Some(job) = c
@@ -545,17 +693,19 @@ impl NpeModel {
         };
         match c.job.as_ref().map(|j| &j.phase) {
             None => {
-                if c.sq.used() == 0 || c.cq.used() >= c.cq.size() {
+                if c.sq.error || c.sq.used() == 0 || c.cq.used() >= c.cq.size() {
                     return false;
                 }
                 let index = c.sq.head;
                 let mut bytes = [0u8; SQ_ENTRY];
-                if ctx
-                    .dram
-                    .read_phys(c.sq.addr(index, SQ_ENTRY), &mut bytes)
-                    .is_err()
-                {
-                    c.last_error = EntryStatus::BadDescriptor.code();
+                let read =
+                    c.sq.addr(index, SQ_ENTRY)
+                        .is_some_and(|addr| ctx.dram.read_phys(addr, &mut bytes).is_ok());
+                if !read {
+                    // Nothing consumed: the channel stops in ERROR until SQ_BASE is written.
+                    c.sq.error = true;
+                    c.irq |= IRQ_ERROR;
+                    self.stats.queue_errors += 1;
                     return false;
                 }
                 match SqEntry::decode(&bytes, BLOCK) {
@@ -573,18 +723,23 @@ impl NpeModel {
                         });
                         if matches!(entry.op, SqOp::SendMsg | SqOp::Nop) {
                             // Messages use the control VC and go out at once; NOP does nothing.
+                            let mut status = EntryStatus::Ok;
                             if matches!(entry.op, SqOp::SendMsg) {
-                                ctx.out.push(Frame {
-                                    src: self.params.node,
-                                    dst: entry.peer as usize,
-                                    pdid: entry.dst_pdid,
-                                    tid14: entry.tid14,
-                                    msg: entry.msg,
-                                    payload: None,
-                                });
-                                self.stats.tx_msgs += 1;
+                                if self.reachable(entry.peer) {
+                                    ctx.out.push(Frame {
+                                        src: self.coordinate(),
+                                        dst: entry.peer as usize,
+                                        pdid: entry.dst_pdid,
+                                        tid14: entry.tid14,
+                                        msg: entry.msg,
+                                        payload: None,
+                                    });
+                                    self.stats.tx_msgs += 1;
+                                } else {
+                                    status = self.link_error();
+                                }
                             }
-                            self.finish(ch, ctx.dram, EntryStatus::Ok, 0, 0);
+                            self.finish(ch, ctx.dram, status, 0, 0);
                         }
                     }
                     Err(_) => {
@@ -643,6 +798,7 @@ impl NpeModel {
                                     c.fault_addr = va;
                                     c.fault_index = job.index as u16;
                                     c.fault_valid = true;
+                                    c.fault_resp = AXI_SLVERR;
                                     c.irq |= IRQ_LOCAL_FAULT;
                                     self.stats.src_faults += 1;
                                 }
@@ -654,6 +810,13 @@ impl NpeModel {
             }
             _ => false,
         }
+    }
+
+    /// A descriptor to an unreachable peer: nothing is sent (§7 LINK_ERROR).
+    fn link_error(&mut self) -> EntryStatus {
+        self.gevent |= GEVENT_LINK_ERROR;
+        self.stats.link_errors += 1;
+        EntryStatus::LinkError
     }
 
     /// Translates and reads the block of the channel's job from where it stopped.
@@ -688,6 +851,7 @@ impl NpeModel {
                         c.fault_addr = va;
                         c.fault_index = job.index as u16;
                         c.fault_valid = true;
+                        c.fault_resp = AXI_DECERR;
                         c.irq |= IRQ_LOCAL_FAULT;
                         self.stats.src_faults += 1;
                         return;
@@ -706,6 +870,7 @@ impl NpeModel {
                     c.fault_addr = va;
                     c.fault_index = job.index as u16;
                     c.fault_valid = true;
+                    c.fault_resp = AXI_SLVERR;
                     c.irq |= IRQ_LOCAL_FAULT;
                     self.stats.src_faults += 1;
                     return;
@@ -727,8 +892,9 @@ impl NpeModel {
         let n = self.channels.len();
         for step in 0..n {
             let ch = (self.next_tx_channel + step) % n;
+            // A disabled channel is frozen: its block waits until it is enabled again.
             let ready = self.channels.get(ch).is_some_and(|c| {
-                matches!(
+                c.en && matches!(
                     c.job,
                     Some(Job {
                         phase: JobPhase::TxReady,
@@ -743,13 +909,25 @@ impl NpeModel {
             if !ready {
                 continue;
             }
+            let peer = self
+                .channels
+                .get(ch)
+                .and_then(|c| c.job.as_ref())
+                .map_or(0, |j| j.entry.peer);
+            if !self.reachable(peer) {
+                let status = self.link_error();
+                self.finish(ch, ctx.dram, status, 0, 0);
+                self.next_tx_channel = (ch + 1) % n;
+                return true;
+            }
+            let src = self.coordinate();
             let Some(job) = self.channels.get_mut(ch).and_then(|c| c.job.as_mut()) else {
                 continue;
             };
             let payload = std::mem::take(&mut job.payload);
             let bytes = payload.len() as u32;
             let frame = Frame {
-                src: self.params.node,
+                src,
                 dst: job.entry.peer as usize,
                 pdid: job.entry.dst_pdid,
                 tid14: job.entry.tid14,
@@ -771,24 +949,36 @@ impl NpeModel {
     /// Moves arrived frames into the RQ (messages first: their own virtual channel).
     fn take_ingress(&mut self, ctx: &mut EngineCtx<'_>) -> bool {
         let mut progress = false;
-        while self.rq.used() < self.rq.size() && self.rq.log2 > 0 {
-            let Some(frame) = self.ingress_msgs.pop_front() else {
+        // A frame leaves the ingress only once its RQ entry is written: with an RQ that
+        // cannot be written it stays there (and the slot stays free), as on a full RQ.
+        while !self.rq.error && self.rq.used() < self.rq.size() {
+            let Some(head) = self.ingress_msgs.front().map(RqHeader::of) else {
                 break;
             };
-            self.post_rq(ctx.dram, RqKind::Msg, &frame);
+            if !self.post_rq(ctx.dram, RqKind::Msg, head) {
+                break;
+            }
+            self.ingress_msgs.pop_front();
             self.stats.rx_msgs += 1;
             progress = true;
         }
-        while self.rq.used() < self.rq.size() && self.rq.log2 > 0 {
+        while !self.rq.error && self.rq.used() < self.rq.size() {
             let Some(slot) = self.free_slots.last().copied() else {
                 break;
             };
+            let Some((head, length)) = self.ingress_data.front().map(|f| {
+                let length = f.payload.as_ref().map_or(0, |p| p.len() as u32);
+                (RqHeader::of(f), length)
+            }) else {
+                break;
+            };
+            if !self.post_rq(ctx.dram, RqKind::Block { slot, length }, head) {
+                break;
+            }
             let Some(frame) = self.ingress_data.pop_front() else {
                 break;
             };
             self.free_slots.pop();
-            let length = frame.payload.as_ref().map_or(0, |p| p.len() as u32);
-            self.post_rq(ctx.dram, RqKind::Block { slot, length }, &frame);
             if let Some(s) = self.slots.get_mut(usize::from(slot)) {
                 *s = frame.payload;
             }
@@ -796,43 +986,78 @@ impl NpeModel {
             self.rx_count = self.rx_count.wrapping_add(1);
             progress = true;
         }
-        if !self.ingress_data.is_empty() || !self.ingress_msgs.is_empty() {
-            if self.gevent & GEVENT_RX_HELD == 0 {
+        let holding = !self.ingress_data.is_empty() || !self.ingress_msgs.is_empty();
+        if holding {
+            if !self.rx_holding {
                 self.stats.rx_held += 1;
             }
             self.gevent |= GEVENT_RX_HELD;
         }
+        self.rx_holding = holding;
         progress
     }
 
-    fn post_rq(&mut self, dram: &HostDma, kind: RqKind, frame: &Frame) {
+    /// Writes an RQ entry for `frame`; returns whether it was written (a failure stops the
+    /// RQ until RQ_BASE is written, with GEVENT.QUEUE_ERROR).
+    fn post_rq(&mut self, dram: &HostDma, kind: RqKind, head: RqHeader) -> bool {
         let entry = RqEntry {
             phase: self.rq.phase(self.rq.tail),
             kind,
-            src: frame.src as u32,
-            pdid: frame.pdid,
-            tid14: frame.tid14,
-            msg: frame.msg,
+            src: head.src,
+            pdid: head.pdid,
+            tid14: head.tid14,
+            msg: head.msg,
         };
-        if dram
-            .write_phys(self.rq.addr(self.rq.tail, RQ_ENTRY), &entry.encode())
-            .is_ok()
-        {
+        let written = self
+            .rq
+            .addr(self.rq.tail, RQ_ENTRY)
+            .is_some_and(|addr| dram.write_phys(addr, &entry.encode()).is_ok());
+        if written {
             self.rq.tail = self.rq.tail.wrapping_add(1);
+        } else {
+            self.rq.error = true;
+            self.queue_error();
         }
+        written
     }
 
+    fn queue_error(&mut self) {
+        self.gevent |= GEVENT_QUEUE_ERROR;
+        self.stats.queue_errors += 1;
+    }
+
+    /// Posts a WCQ entry, or keeps it (in order) when the WCQ cannot be written: the write
+    /// engine then stops until WCQ_BASE is written again.
     fn post_wcq(&mut self, dram: &HostDma, entry: WcqEntry) {
-        let e = WcqEntry {
-            phase: self.wcq.phase(self.wcq.tail),
-            ..entry
-        };
-        if dram
-            .write_phys(self.wcq.addr(self.wcq.tail, WCQ_ENTRY), &e.encode())
-            .is_ok()
-        {
+        self.pending_wcq.push_back(entry);
+        self.flush_wcq(dram);
+    }
+
+    /// Writes the kept WCQ entries; returns whether any was written.
+    fn flush_wcq(&mut self, dram: &HostDma) -> bool {
+        let mut any = false;
+        while !self.wcq.error {
+            let Some(entry) = self.pending_wcq.front() else {
+                break;
+            };
+            let e = WcqEntry {
+                phase: self.wcq.phase(self.wcq.tail),
+                ..*entry
+            };
+            let written = self
+                .wcq
+                .addr(self.wcq.tail, WCQ_ENTRY)
+                .is_some_and(|addr| dram.write_phys(addr, &e.encode()).is_ok());
+            if !written {
+                self.wcq.error = true;
+                self.queue_error();
+                break;
+            }
+            self.pending_wcq.pop_front();
             self.wcq.tail = self.wcq.tail.wrapping_add(1);
+            any = true;
         }
+        any
     }
 
     fn free_slot(&mut self, slot: u8) {
@@ -846,18 +1071,28 @@ impl NpeModel {
     /// The write engine: one WQ entry at a time, in order.
     fn step_write(&mut self, ctx: &mut EngineCtx<'_>) -> bool {
         let now = ctx.now;
+        // WCQ entries kept while the WCQ could not be written go first, in order.
+        if !self.pending_wcq.is_empty() {
+            let progress = self.flush_wcq(ctx.dram);
+            if !self.pending_wcq.is_empty() {
+                return progress;
+            }
+        }
         match self.write_job.as_ref().map(|j| &j.phase) {
             None => {
-                if self.wq.used() == 0 || self.wcq.used() >= self.wcq.size() {
+                if self.wq.error || self.wq.used() == 0 || self.wcq.used() >= self.wcq.size() {
                     return false;
                 }
                 let mut bytes = [0u8; WQ_ENTRY];
                 let index = self.wq.head;
-                if ctx
-                    .dram
-                    .read_phys(self.wq.addr(index, WQ_ENTRY), &mut bytes)
-                    .is_err()
-                {
+                let read = self
+                    .wq
+                    .addr(index, WQ_ENTRY)
+                    .is_some_and(|addr| ctx.dram.read_phys(addr, &mut bytes).is_ok());
+                if !read {
+                    // Nothing consumed: the write engine stops until WQ_BASE is written.
+                    self.wq.error = true;
+                    self.queue_error();
                     return false;
                 }
                 self.wq.head = self.wq.head.wrapping_add(1);
@@ -898,7 +1133,14 @@ impl NpeModel {
                         }
                     },
                     Err(_) => {
+                        // Reported with the entry's own COOKIE (word 2, the driver's name
+                        // for the commit, §4.4), and its slot freed if it holds a block:
+                        // both operations free the slot they name.
                         self.stats.bad_descriptors += 1;
+                        let cookie = bytes
+                            .get(16..24)
+                            .and_then(|b| b.try_into().ok())
+                            .map_or(0, u64::from_le_bytes);
                         self.post_wcq(
                             ctx.dram,
                             WcqEntry {
@@ -906,11 +1148,12 @@ impl NpeModel {
                                 status: EntryStatus::BadDescriptor,
                                 slot: bytes[1],
                                 bytes: 0,
-                                cookie: 0,
+                                cookie,
                                 fault_addr: 0,
                                 axi_resp: 0,
                             },
                         );
+                        self.free_slot(bytes[1]);
                     }
                 }
                 true
@@ -955,7 +1198,7 @@ impl NpeModel {
                                     job.phase = WritePhase::Write;
                                 }
                             }
-                            StallResolution::Terminate => self.write_fault(ctx.dram),
+                            StallResolution::Terminate => self.write_fault(ctx.dram, AXI_SLVERR),
                         }
                         true
                     }
@@ -996,7 +1239,7 @@ impl NpeModel {
                 AxiOutcome::Ok(pa) => {
                     let src = data.get(job.done..job.done + chunk).unwrap_or(&[]);
                     if ctx.dram.write_phys(pa, src).is_err() {
-                        self.write_fault(ctx.dram);
+                        self.write_fault(ctx.dram, AXI_DECERR);
                         return;
                     }
                     job.done += chunk;
@@ -1009,7 +1252,7 @@ impl NpeModel {
                     return;
                 }
                 AxiOutcome::Terminated => {
-                    self.write_fault(ctx.dram);
+                    self.write_fault(ctx.dram, AXI_SLVERR);
                     return;
                 }
             }
@@ -1021,8 +1264,9 @@ impl NpeModel {
         job.phase = WritePhase::Writing { ready_at };
     }
 
-    /// The current commit's write was terminated: report DST_FAULT, free the slot.
-    fn write_fault(&mut self, dram: &HostDma) {
+    /// The current commit's write was terminated (`axi_resp` SLVERR) or found nothing at
+    /// its address (DECERR): report DST_FAULT, free the slot.
+    fn write_fault(&mut self, dram: &HostDma, axi_resp: u8) {
         let Some(job) = self.write_job.take() else {
             return;
         };
@@ -1039,7 +1283,7 @@ impl NpeModel {
                 bytes: job.done as u32,
                 cookie: job.entry.cookie,
                 fault_addr: dst_va + job.done as u64,
-                axi_resp: 2,
+                axi_resp,
             },
         );
         self.free_slot(job.entry.slot);
@@ -1077,8 +1321,13 @@ fn low32(v: u64) -> u32 {
     v as u32
 }
 
-fn ring_log2(v: u64) -> u8 {
-    (v & 0x1f).min(16) as u8
+/// Largest log2 ring sizes the engine implements (CAPS, §3.1): SQ and CQ, then RQ, WQ and
+/// WCQ. A larger value reads back as the largest.
+const MAX_CHANNEL_RING_LOG2: u8 = 6;
+const MAX_ENGINE_RING_LOG2: u8 = 8;
+
+fn ring_log2(v: u64, max: u8) -> u8 {
+    ((v & 0x1f) as u8).min(max)
 }
 
 impl RegisterModel for NpeModel {
@@ -1110,15 +1359,15 @@ impl RegisterModel for NpeModel {
                 0x34 => u64::from(c.irq),
                 0x38 => c.fault_addr,
                 0x40 => u64::from(c.fault_index),
-                0x44 if c.fault_valid => 2 | 1 << 3,
+                0x44 if c.fault_valid => u64::from(c.fault_resp) | 1 << 3,
                 0x44 => 0,
                 _ => 0,
             };
         }
         let caps = u32::from(self.params.channels)
             | u32::from(self.params.rx_slots_log2) << 12
-            | 6 << 16
-            | 8 << 20
+            | u32::from(MAX_CHANNEL_RING_LOG2) << 16
+            | u32::from(MAX_ENGINE_RING_LOG2) << 20
             | 1 << 24;
         match offset {
             0x000 => u64::from(MAGIC << 8 | VERSION),
@@ -1153,11 +1402,19 @@ impl RegisterModel for NpeModel {
         let v = low32(value);
         // Descriptors must be published (dsb st) before a doorbell. Any other register write
         // between the barrier and the doorbell makes the barrier stale for this check.
-        let is_doorbell = matches!(Self::channel_of(offset), Some((_, 0x0c))) || offset == 0x044;
-        if is_doorbell {
-            if !self.barrier_seen {
+        // A second doorbell of the same ring after one barrier publishes descriptors written
+        // after that barrier: unordered too. (One barrier may cover doorbells of several
+        // rings, as the driver rings them together.)
+        let doorbell_bit = match Self::channel_of(offset) {
+            Some((n, 0x0c)) if n < 32 => Some(1u64 << n),
+            _ if offset == 0x044 => Some(WQ_DOORBELL_BIT),
+            _ => None,
+        };
+        if let Some(bit) = doorbell_bit {
+            if !self.barrier_seen || self.rung_since_barrier & bit != 0 {
                 self.stats.unordered_doorbells += 1;
             }
+            self.rung_since_barrier |= bit;
         } else {
             self.barrier_seen = false;
         }
@@ -1167,11 +1424,11 @@ impl RegisterModel for NpeModel {
                 return;
             };
             match reg {
-                0x00 => c.sq.base = value,
-                0x08 => c.sq.log2 = ring_log2(value),
+                0x00 => c.sq.set_base(value, ALIGN_128),
+                0x08 => c.sq.log2 = ring_log2(value, MAX_CHANNEL_RING_LOG2),
                 0x0c => Self::doorbell(&mut c.sq, v, gevent, stats),
-                0x18 => c.cq.base = value,
-                0x20 => c.cq.log2 = ring_log2(value),
+                0x18 => c.cq.set_base(value, ALIGN_32),
+                0x20 => c.cq.log2 = ring_log2(value, MAX_CHANNEL_RING_LOG2),
                 0x24 => Self::consume(&mut c.cq, v, gevent, stats),
                 0x2c => {
                     c.en = v & 1 != 0;
@@ -1207,15 +1464,15 @@ impl RegisterModel for NpeModel {
                     self.irq_enabled = v & 4 != 0;
                 }
             }
-            0x014 => self.gevent &= !(v & 0xf),
-            0x020 => self.rq.base = value,
-            0x028 => self.rq.log2 = ring_log2(value),
+            0x014 => self.gevent &= !(v & GEVENT_ALL),
+            0x020 => self.rq.set_base(value, ALIGN_128),
+            0x028 => self.rq.log2 = ring_log2(value, MAX_ENGINE_RING_LOG2),
             0x02c => Self::consume(&mut self.rq, v, &mut self.gevent, &mut self.stats),
-            0x038 => self.wq.base = value,
-            0x040 => self.wq.log2 = ring_log2(value),
+            0x038 => self.wq.set_base(value, ALIGN_32),
+            0x040 => self.wq.log2 = ring_log2(value, MAX_ENGINE_RING_LOG2),
             0x044 => Self::doorbell(&mut self.wq, v, &mut self.gevent, &mut self.stats),
-            0x050 => self.wcq.base = value,
-            0x058 => self.wcq.log2 = ring_log2(value),
+            0x050 => self.wcq.set_base(value, ALIGN_32),
+            0x058 => self.wcq.log2 = ring_log2(value, MAX_ENGINE_RING_LOG2),
             0x05c => Self::consume(&mut self.wcq, v, &mut self.gevent, &mut self.stats),
             _ => {}
         }
@@ -1225,6 +1482,7 @@ impl RegisterModel for NpeModel {
         use hal::barrier::Barrier;
         if matches!(kind, Barrier::DsbSt | Barrier::DsbSy) {
             self.barrier_seen = true;
+            self.rung_since_barrier = 0;
         }
     }
 }

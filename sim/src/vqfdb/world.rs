@@ -341,7 +341,7 @@ impl<'p> World<'p> {
                 frames + DRAM_EXTRA_PAGES,
             )?);
             let frames_region = dram.allocate(frames, DmaDirection::Bidirectional)?;
-            let params = NpeModelParams::new(n);
+            let params = NpeModelParams::new(n, cfg.nodes);
             let read_stream = params.stream_of(PDID, false);
             let write_stream = params.stream_of(PDID, true);
             let mem = NodeMemory::new(
@@ -758,9 +758,11 @@ impl<'p> World<'p> {
             .after(mul(costs.per_local_fault, report.local_faults));
         let done = now.after(cost);
         self.nodes[n].driver_free_at = done;
-        // The engine sees the doorbells once the driver finished.
+        // The engine sees the doorbells (and the CQ room a drained CQ gives a channel that
+        // waited for it) once the driver finished.
         if report.blocks_posted
             + report.msgs_posted
+            + report.cq_entries
             + report.rq_entries
             + report.wcq_entries
             + report.local_faults
@@ -1178,10 +1180,20 @@ impl<'p> World<'p> {
                 .after(es.read_stall_time)
                 .after(es.write_stall_time);
             r.write_stall_time = r.write_stall_time.after(es.write_stall_time);
-            if es.unordered_doorbells > 0 || es.bad_doorbells > 0 || es.bad_descriptors > 0 {
+            if es.unordered_doorbells
+                + es.bad_doorbells
+                + es.bad_descriptors
+                + es.queue_errors
+                + es.link_errors
+                > 0
+            {
                 return Err(SimError::Internal(format!(
-                    "engine saw driver errors: {} unordered doorbells, {} bad doorbells, {} bad descriptors",
-                    es.unordered_doorbells, es.bad_doorbells, es.bad_descriptors
+                    "engine saw driver errors: {} unordered doorbells, {} bad doorbells, {} bad descriptors, {} queue errors, {} link errors",
+                    es.unordered_doorbells,
+                    es.bad_doorbells,
+                    es.bad_descriptors,
+                    es.queue_errors,
+                    es.link_errors
                 )));
             }
             let ms = node.mm.mem.stats();
