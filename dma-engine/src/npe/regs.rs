@@ -67,7 +67,10 @@ pub mod fields {
             /// A corrupt packet was dropped.
             CRC_DROP OFFSET(2) NUMBITS(1) [],
             /// Arriving traffic was held for lack of a slot or RQ entry.
-            RX_HELD OFFSET(3) NUMBITS(1) []
+            RX_HELD OFFSET(3) NUMBITS(1) [],
+            /// An access to the RQ, WQ or WCQ failed; that ring stops until its base is
+            /// written again (§4).
+            QUEUE_ERROR OFFSET(4) NUMBITS(1) []
         ],
         /// Ring size registers (`*_CFG`).
         pub RING_CFG [
