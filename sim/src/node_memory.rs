@@ -12,9 +12,10 @@
 //!
 //! Reclaim policy (ours, after Linux's two-list design): pages taken away from the process
 //! ("deactivated": by the background reclaim the `fault_rate` knob drives, or by CLOCK under
-//! the limit) first go to an inactive FIFO and keep their frame. Frames in use (resident plus
-//! inactive) never exceed `limit_pages`; when a frame is needed at the limit, the oldest
-//! inactive page is written to swap and its frame freed; with no inactive page, CLOCK
+//! the limit) first go to an inactive list, ordered by when they were taken away, and keep
+//! their frame. Frames in use (resident plus inactive) never exceed `limit_pages`; when a
+//! frame is needed at the limit, the oldest inactive page is written to swap and its frame
+//! freed; with no inactive page, CLOCK
 //! (second chance on the referenced bit) picks a resident unpinned page, which the caller must
 //! unmap first. Pinned pages are never reclaimed and may exceed the limit (so pin-all can show
 //! what it costs).
@@ -27,7 +28,7 @@
 //! Data is real: frames live in the node's simulated DRAM (`HostDma`), swapped pages in the
 //! swap device's own store. All times are model time.
 
-use std::collections::VecDeque;
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use hal::dma::HostDma;
@@ -180,7 +181,9 @@ pub struct NodeMemory {
     limit: usize,
     used_frames: usize,
     resident: usize,
-    inactive: VecDeque<u32>,
+    /// Inactive (`Cached`) pages by (when deactivated, index): oldest first, whatever order
+    /// they were deactivated in (background reclaim back-dates pages).
+    inactive: BTreeSet<(ModelTime, u32)>,
     clock_hand: usize,
     swap: SwapDevice,
     stats: MemStats,
@@ -238,7 +241,7 @@ impl NodeMemory {
             limit: limit_pages,
             used_frames: 0,
             resident: 0,
-            inactive: VecDeque::new(),
+            inactive: BTreeSet::new(),
             clock_hand: 0,
             swap: SwapDevice {
                 params: swap,
@@ -258,20 +261,12 @@ impl NodeMemory {
     pub fn set_now(&mut self, now: ModelTime) -> VqResult<()> {
         self.now = self.now.max(now);
         let after = self.swap.params.writeback_after;
-        while let Some(&idx) = self.inactive.front() {
-            let Some(page) = self.pages.get(idx as usize).copied() else {
-                self.inactive.pop_front();
-                continue;
-            };
-            if !matches!(page.state, PageState::Cached { .. }) {
-                self.inactive.pop_front();
-                continue;
-            }
-            let due = page.deactivated_at.after(after);
+        while let Some(&(deactivated_at, idx)) = self.inactive.first() {
+            let due = deactivated_at.after(after);
             if due > self.now {
                 break;
             }
-            self.inactive.pop_front();
+            // `evict` takes it off the list.
             self.evict(self.page_va(idx as usize), due)?;
         }
         Ok(())
@@ -376,13 +371,8 @@ impl NodeMemory {
     /// Chooses what to reclaim so that a frame becomes free; `None` if nothing can be
     /// reclaimed (everything pinned).
     pub fn pick_victim(&mut self) -> Option<Victim> {
-        while let Some(idx) = self.inactive.pop_front() {
-            if matches!(
-                self.pages.get(idx as usize).map(|p| p.state),
-                Some(PageState::Cached { .. })
-            ) {
-                return Some(Victim::Cached(self.page_va(idx as usize)));
-            }
+        if let Some(&(_, idx)) = self.inactive.first() {
+            return Some(Victim::Cached(self.page_va(idx as usize)));
         }
         let n = self.pages.len();
         // Two sweeps: the first clears referenced bits, the second must find a page.
@@ -412,7 +402,9 @@ impl NodeMemory {
         let idx = self.index(va).ok_or_else(|| out_of_range(va))?;
         let when = when.min(self.now);
         if let Some(p) = self.pages.get_mut(idx) {
+            self.inactive.remove(&(p.deactivated_at, idx as u32));
             p.deactivated_at = when;
+            self.inactive.insert((when, idx as u32));
         }
         let due = when.after(self.swap.params.writeback_after);
         if due <= self.now {
@@ -431,7 +423,7 @@ impl NodeMemory {
                 page.referenced = false;
                 page.deactivated_at = self.now;
                 self.resident -= 1;
-                self.inactive.push_back(idx as u32);
+                self.inactive.insert((self.now, idx as u32));
                 self.stats.deactivations += 1;
                 Ok(())
             }
@@ -451,7 +443,10 @@ impl NodeMemory {
             .copied()
             .ok_or_else(|| out_of_range(va))?;
         let frame = match page.state {
-            PageState::Cached { frame } => frame,
+            PageState::Cached { frame } => {
+                self.inactive.remove(&(page.deactivated_at, idx as u32));
+                frame
+            }
             PageState::Resident { frame } if !page.pinned => {
                 self.resident -= 1;
                 self.stats.clock_evictions += 1;
@@ -517,6 +512,7 @@ impl NodeMemory {
         let (frame, cost) = match page.state {
             PageState::Resident { frame } => (frame, FaultCost::Minor),
             PageState::Cached { frame } => {
+                self.inactive.remove(&(page.deactivated_at, idx as u32));
                 self.stats.reactivations += 1;
                 (frame, FaultCost::Minor)
             }
@@ -713,6 +709,50 @@ mod tests {
         assert_eq!(&out, b"hello");
         assert_eq!(m.stats().swap_outs, 1);
         assert_eq!(m.stats().swap_ins, 1);
+    }
+
+    fn us(x: u64) -> ModelTime {
+        ModelTime::from_ns(x * 1000)
+    }
+
+    #[test]
+    fn a_back_dated_page_is_written_back_when_its_own_age_is_reached() {
+        let mut m = memory(8, 8, 8);
+        let (a, b) = (0x10_0000, 0x10_0000 + PAGE);
+        m.make_resident(a, false).unwrap();
+        m.make_resident(b, false).unwrap();
+        m.set_now(us(100)).unwrap();
+        m.deactivate(a).unwrap(); // written back at 300 us
+        m.deactivate_at(b, us(50)).unwrap(); // at 250 us, though deactivated after a
+        assert_eq!(m.pick_victim(), Some(Victim::Cached(b)), "the oldest first");
+        m.set_now(us(260)).unwrap();
+        assert!(matches!(m.state(b), Some(PageState::Swapped { .. })));
+        assert!(matches!(m.state(a), Some(PageState::Cached { .. })));
+        m.set_now(us(300)).unwrap();
+        assert!(matches!(m.state(a), Some(PageState::Swapped { .. })));
+        assert_eq!(m.stats().swap_outs, 2);
+    }
+
+    #[test]
+    fn a_page_reactivated_and_deactivated_again_ages_from_its_last_deactivation() {
+        let mut m = memory(8, 8, 8);
+        let (a, b) = (0x10_0000, 0x10_0000 + PAGE);
+        m.make_resident(a, false).unwrap();
+        m.make_resident(b, false).unwrap();
+        m.deactivate(a).unwrap();
+        m.set_now(us(10)).unwrap();
+        m.deactivate(b).unwrap(); // written back at 210 us
+        m.set_now(us(30)).unwrap();
+        m.make_resident(a, false).unwrap(); // back before its write-back
+        m.deactivate(a).unwrap(); // written back at 230 us
+        m.set_now(us(215)).unwrap();
+        assert!(matches!(m.state(b), Some(PageState::Swapped { .. })));
+        assert!(matches!(m.state(a), Some(PageState::Cached { .. })));
+        assert_eq!(m.pick_victim(), Some(Victim::Cached(a)));
+        m.set_now(us(230)).unwrap();
+        assert!(matches!(m.state(a), Some(PageState::Swapped { .. })));
+        assert_eq!(m.pick_victim(), None, "nothing inactive or resident is left");
+        assert_eq!(m.stats().swap_outs, 2, "each page written back once");
     }
 
     #[test]
