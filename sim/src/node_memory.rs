@@ -751,7 +751,11 @@ mod tests {
         assert_eq!(m.pick_victim(), Some(Victim::Cached(a)));
         m.set_now(us(230)).unwrap();
         assert!(matches!(m.state(a), Some(PageState::Swapped { .. })));
-        assert_eq!(m.pick_victim(), None, "nothing inactive or resident is left");
+        assert_eq!(
+            m.pick_victim(),
+            None,
+            "nothing inactive or resident is left"
+        );
         assert_eq!(m.stats().swap_outs, 2, "each page written back once");
     }
 

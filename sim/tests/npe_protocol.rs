@@ -451,3 +451,20 @@ fn a_full_queue_is_back_pressure_and_loses_nothing() {
     assert_eq!(engine.bad_doorbells, 0);
     assert_eq!(engine.unordered_doorbells, 0);
 }
+
+#[test]
+fn evicting_a_page_that_cannot_be_taken_away_is_an_error_and_changes_nothing() {
+    let mut rig = Rig::new(2, Strategy::PinAll, 4, 16 * 1024).unwrap();
+    rig.write_source(0, 1, 0, &pattern(4096, 3)).unwrap();
+    let dst = rig.dst_va(0, 1, 0).unwrap();
+    // Outside every buffer, and a node that does not exist.
+    assert!(rig.evict(1, dst + (1 << 40), Eviction::Major).is_err());
+    assert!(rig.evict(7, dst, Eviction::Major).is_err());
+    // Pin-all pins the buffers: refused before anything is unmapped, so the transfer
+    // takes no fault.
+    assert!(rig.evict(1, dst, Eviction::Minor).is_err());
+    rig.submit(0, 1, 0, 0, 4096).unwrap().unwrap();
+    rig.run().unwrap();
+    assert_eq!(rig.smmu_stats(1).faults, 0);
+    assert_eq!(rig.read_dest(0, 1, 0, 4096).unwrap(), pattern(4096, 3));
+}

@@ -92,6 +92,7 @@ impl Mm {
 
     /// Background reclaim takes a resident page away (it stays in memory, inactive).
     pub fn deactivate(&mut self, va: u64) -> VqResult<()> {
+        self.check_reclaimable(va)?;
         self.unmap(va)?;
         self.mem.deactivate(va)
     }
@@ -99,8 +100,20 @@ impl Mm {
     /// Background reclaim took a resident page away at `when` (in the past): it is inactive,
     /// or already written to swap if it is older than the write-back age.
     pub fn deactivate_at(&mut self, va: u64, when: ModelTime) -> VqResult<()> {
+        self.check_reclaimable(va)?;
         self.unmap(va)?;
         self.mem.deactivate_at(va, when)
+    }
+
+    /// Refuses, before anything is unmapped, a page reclaim cannot take: one that is not
+    /// resident, or pinned (unmapping it first would leave a pinned page faulting).
+    fn check_reclaimable(&self, va: u64) -> VqResult<()> {
+        if !self.mem.is_resident(va) || self.mem.is_pinned(va) {
+            return Err(SimError::Internal(format!(
+                "reclaim of a page that is not resident and unpinned at {va:#x}"
+            )));
+        }
+        Ok(())
     }
 
     /// Reclaims until a frame is free under the limit.

@@ -102,12 +102,33 @@ impl Rig {
         }
     }
 
-    /// Takes the page holding `va` away from `node`.
+    /// Takes the page holding `va` away from `node`, so that its next access is a minor
+    /// (`Eviction::Minor`) or major fault. A page already in that state is left as it is;
+    /// anything else that cannot be done is an error rather than a silent no-op (an address
+    /// outside every buffer, a pinned page, a page never touched, a swapped page asked to
+    /// become minor), so a test that evicts the wrong page fails.
     pub fn evict(&mut self, node: usize, va: u64, how: Eviction) -> VqResult<()> {
         let now = self.world.q.now();
-        let mm = &mut self.world.nodes[node].mm;
-        if mm.mem.is_resident(va) {
-            mm.deactivate(va)?;
+        let mm = &mut self
+            .world
+            .nodes
+            .get_mut(node)
+            .ok_or_else(|| SimError::Config(format!("no node {node}")))?
+            .mm;
+        let refuse = |why: &str| {
+            Err(SimError::Config(format!(
+                "cannot evict {va:#x} on node {node}: {why}"
+            )))
+        };
+        match mm.mem.state(va) {
+            None => return refuse("it is in no buffer"),
+            Some(_) if mm.mem.is_pinned(va) => return refuse("it is pinned"),
+            Some(PageState::Fresh) => return refuse("it was never touched"),
+            Some(PageState::Swapped { .. }) if how == Eviction::Minor => {
+                return refuse("it is already swapped out");
+            }
+            Some(PageState::Resident { .. }) => mm.deactivate(va)?,
+            Some(PageState::Cached { .. } | PageState::Swapped { .. }) => {}
         }
         if how == Eviction::Major
             && let Some(PageState::Cached { .. }) = mm.mem.state(va)
