@@ -58,12 +58,18 @@ impl Rig {
 
     /// Virtual address of `offset` in the send buffer of `src` towards `dst`.
     pub fn src_va(&self, src: usize, dst: usize, offset: u64) -> VqResult<u64> {
-        Ok(self.world.pairs[self.pair(src, dst)?].src_base + offset)
+        let base = self.world.pairs[self.pair(src, dst)?].src_base;
+        base.checked_add(offset).ok_or_else(|| {
+            SimError::Config(format!("offset {offset:#x} is past the address space"))
+        })
     }
 
     /// Virtual address of `offset` in `dst`'s receive buffer for `src`.
     pub fn dst_va(&self, src: usize, dst: usize, offset: u64) -> VqResult<u64> {
-        Ok(self.world.pairs[self.pair(src, dst)?].dst_base + offset)
+        let base = self.world.pairs[self.pair(src, dst)?].dst_base;
+        base.checked_add(offset).ok_or_else(|| {
+            SimError::Config(format!("offset {offset:#x} is past the address space"))
+        })
     }
 
     /// The application on `src` writes `data` at `offset` of its send buffer towards `dst`.
@@ -77,8 +83,11 @@ impl Rig {
         let va = self.src_va(src, dst, offset)?;
         let now = self.world.q.now();
         let mm = &mut self.world.nodes[src].mm;
+        let end = va
+            .checked_add(data.len() as u64)
+            .ok_or_else(|| SimError::Config(format!("{va:#x} + {} bytes overflows", data.len())))?;
         let mut page = va & !(PAGE - 1);
-        while page < va + data.len() as u64 {
+        while page < end {
             mm.cpu_touch(page, now, false)?;
             page += PAGE;
         }
