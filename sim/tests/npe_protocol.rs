@@ -468,3 +468,26 @@ fn evicting_a_page_that_cannot_be_taken_away_is_an_error_and_changes_nothing() {
     assert_eq!(rig.smmu_stats(1).faults, 0);
     assert_eq!(rig.read_dest(0, 1, 0, 4096).unwrap(), pattern(4096, 3));
 }
+
+#[test]
+fn the_driver_acknowledges_engine_events_so_the_interrupt_line_falls() {
+    let mut rig = Rig::new(2, Strategy::Hybrid, 4, 16 * 1024).unwrap();
+    // More messages at once than node 0's RQ holds: the engine holds the rest at the
+    // ingress and raises GEVENT.RX_HELD.
+    for tid in 0..100 {
+        rig.inject(nack_frame(&rig, 1000 + tid, false)).unwrap();
+    }
+    rig.run().unwrap();
+    assert!(rig.engine_stats(0).rx_held >= 1);
+    assert!(rig.driver_stats(0).rx_held >= 1, "the driver saw it");
+    assert_eq!(
+        rig.driver_stats(0).unknown_transfer,
+        100,
+        "every message arrived"
+    );
+    assert!(
+        !rig.engine_irq(0),
+        "GEVENT acknowledged: the level interrupt is low"
+    );
+    assert_eq!(rig.driver_stats(0).engine_events, 0);
+}

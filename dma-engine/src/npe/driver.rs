@@ -30,8 +30,8 @@ use super::desc::{
     WCQ_ENTRY, WQ_ENTRY, WcqEntry, WqEntry, WqOp,
 };
 use super::regs::{
-    CAPS, CH_CTRL, CH_IRQ, CTRL, FAULT_INFO, ID, MAGIC, NODE, NpeChannel, NpeGlobal, RESUME,
-    RING_CFG, VERSION, channel_offset,
+    CAPS, CH_CTRL, CH_IRQ, CTRL, FAULT_INFO, GEVENT, ID, MAGIC, NODE, NpeChannel, NpeGlobal,
+    RESUME, RING_CFG, VERSION, channel_offset,
 };
 use super::ring::Ring;
 use crate::error::{DmaError, Result};
@@ -250,6 +250,12 @@ pub struct NpeStats {
     pub unsupported: u64,
     /// Error entries from the engine (BAD_DESCRIPTOR, LINK_ERROR, FLUSHED).
     pub engine_errors: u64,
+    /// Engine-wide error events (`GEVENT` BAD_DOORBELL, LINK_ERROR, CRC_DROP, QUEUE_ERROR),
+    /// one per bit seen set; acknowledged at each poll.
+    pub engine_events: u64,
+    /// Polls that found `GEVENT.RX_HELD`: arriving traffic waited for a receive slot or an
+    /// RQ entry (back-pressure into the network; informational).
+    pub rx_held: u64,
     /// Polls that stopped draining a queue because a driver queue was full.
     pub back_pressure: u64,
     /// Source faults whose block stopped waiting without a resolution (its transfer was
@@ -625,6 +631,7 @@ impl<B: RegisterBus, const CH: usize, const PEERS: usize, const T: usize, const 
     /// Does all pending work at time `now` (ns); see the module documentation.
     pub fn poll<H: NpeHost + ?Sized>(&mut self, now: u64, host: &mut H) -> Result<PollReport> {
         let mut report = PollReport::default();
+        self.service_events()?;
         self.service_channels(now, host, &mut report)?;
         // Write results first: they free the driver's commit records and produce replies.
         self.drain_wcq(host, &mut report)?;
@@ -769,6 +776,23 @@ impl<B: RegisterBus, const CH: usize, const PEERS: usize, const T: usize, const 
             }
             i += 1;
         }
+        Ok(())
+    }
+
+    /// Engine-wide events: counted and acknowledged (W1C exactly the bits read), or the
+    /// level interrupt would stay asserted (§9).
+    fn service_events(&mut self) -> Result<()> {
+        let global = NpeGlobal::new(&self.bus, 0)?;
+        let events = global.gevent().get();
+        if events == 0 {
+            return Ok(());
+        }
+        global.gevent().set(events);
+        if events & GEVENT::RX_HELD::SET.value != 0 {
+            self.stats.rx_held += 1;
+        }
+        let errors = events & !GEVENT::RX_HELD::SET.value;
+        self.stats.engine_events += u64::from(errors.count_ones());
         Ok(())
     }
 

@@ -248,6 +248,15 @@ impl Rig {
         *self.world.nodes[node].driver.bus().lock().stats()
     }
 
+    /// Whether `node`'s engine asserts its interrupt line now (§9: a level interrupt, high
+    /// until the driver acknowledges every cause).
+    pub fn engine_irq(&self, node: usize) -> bool {
+        self.world
+            .nodes
+            .get(node)
+            .is_some_and(|n| n.driver.bus().lock().irq_asserted())
+    }
+
     /// The SMMU counters of `node`.
     pub fn smmu_stats(&self, node: usize) -> SmmuStats {
         self.world.nodes[node].mm.smmu.stats()
