@@ -120,6 +120,18 @@ pub enum DmaError {
         /// The slot.
         slot: u8,
     },
+    /// NPE: the peer slot already has a receive connection.
+    #[error("peer slot {slot} is already open")]
+    PeerInUse {
+        /// The slot.
+        slot: u8,
+    },
+    /// NPE: `CTRL.SOFT_RESET` did not clear itself.
+    #[error("the engine did not finish its soft reset after {polls} reads of CTRL")]
+    ResetStuck {
+        /// Reads of CTRL made.
+        polls: u32,
+    },
 }
 
 impl DmaError {
@@ -145,6 +157,8 @@ impl DmaError {
             Self::NoSuchChannel { .. } => 17,
             Self::ChannelInUse { .. } => 18,
             Self::NoSuchPeer { .. } => 19,
+            Self::PeerInUse { .. } => 20,
+            Self::ResetStuck { .. } => 21,
         }
     }
 

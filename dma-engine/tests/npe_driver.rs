@@ -34,6 +34,8 @@ impl RegisterModel for Stub {
         }
     }
     fn write(&mut self, offset: usize, _w: AccessWidth, value: u64) {
+        // CTRL.SOFT_RESET clears itself (§3.1); this stub's reset takes no time.
+        let value = if offset == 0x00c { value & !2 } else { value };
         self.regs.insert(offset, value);
         if offset >= 0x1000 && offset % 0x100 == 0x0c {
             self.events

@@ -835,6 +835,25 @@ impl<const T: usize, const B: usize> Sender<T, B> {
         }
     }
 
+    /// The fault service cannot make the source page of `block` present (`reason`): a
+    /// block waiting for it ([`source_fault`](Self::source_fault)) aborts its transfer with
+    /// `SourceFault { block, reason }`. Anything else is stale.
+    pub fn source_unresolvable(
+        &mut self,
+        tid: TransferId,
+        block: u32,
+        reason: FaultReason,
+    ) -> Result<Disposition> {
+        let Some((t, stats)) = self.local_transfer(tid)? else {
+            return Ok(Disposition::Ignored(Ignored::TransferFinished));
+        };
+        if !matches!(t.block(block), Some(TxBlock::SourceFault { .. })) {
+            return Ok(Disposition::Ignored(Ignored::Stale));
+        }
+        t.abort(AbortReason::SourceFault { block, reason }, stats);
+        Ok(Disposition::Applied)
+    }
+
     /// The source pages of `blocks` are present again: re-issue them.
     pub fn source_resolved(&mut self, tid: TransferId, blocks: BlockRange) -> Result<Disposition> {
         let Some((t, _)) = self.local_transfer(tid)? else {

@@ -691,6 +691,34 @@ fn source_fault_timeout_and_fatal_faults_abort() {
 }
 
 #[test]
+fn a_source_page_the_fault_service_cannot_resolve_aborts_with_its_reason() {
+    let mut tx = sender();
+    let t0 = tx.submit(desc(1, 2)).unwrap();
+    let _ = blocks(&mut tx, 0);
+    // Only a block that waits for its source page can be failed this way.
+    assert_eq!(
+        tx.source_unresolvable(t0, 1, FaultReason::Permission),
+        Ok(Disposition::Ignored(Ignored::Stale))
+    );
+    tx.source_fault(0, t0, 0, 1, FaultReason::NotPresent)
+        .unwrap();
+    assert_eq!(
+        tx.source_unresolvable(t0, 0, FaultReason::Permission),
+        Ok(Disposition::Applied)
+    );
+    let Some(Transmit::Abort(notice)) = tx.poll_transmit(1) else {
+        panic!("an ABORT notice is due");
+    };
+    let reason = AbortReason::SourceFault {
+        block: 0,
+        reason: FaultReason::Permission,
+    };
+    assert_eq!((notice.tid, notice.reason), (t0, reason));
+    let done: Vec<_> = completions(&mut tx).iter().map(|c| c.status).collect();
+    assert_eq!(done, [CompletionStatus::Aborted(reason)]);
+}
+
+#[test]
 fn window_and_capacity_back_pressure() {
     let mut tx = Tx::new(SenderConfig {
         window: 2,

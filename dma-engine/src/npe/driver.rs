@@ -30,14 +30,20 @@ use super::desc::{
     WCQ_ENTRY, WQ_ENTRY, WcqEntry, WqEntry, WqOp,
 };
 use super::regs::{
-    CAPS, CH_CTRL, CH_IRQ, CTRL, FAULT_INFO, GEVENT, ID, MAGIC, NODE, NpeChannel, NpeGlobal,
-    RESUME, RING_CFG, VERSION, channel_offset,
+    CAPS, CH_CTRL, CH_IRQ, CTRL, FAULT_INFO, FAULT_SYNDROME, GEVENT, ID, MAGIC, NODE, NpeChannel,
+    NpeGlobal, RESUME, RING_CFG, VERSION, channel_offset,
 };
 use super::ring::Ring;
 use crate::error::{DmaError, Result};
 
 /// The block size of spec version 1.
 pub const BLOCK_SIZE: u32 = 4096;
+/// Reads of CTRL to wait for SOFT_RESET to clear itself (about 1 ms of register reads).
+const SOFT_RESET_POLLS: u32 = 10_000;
+/// RESUME.RETRYs of one descriptor whose page the memory manager calls present before the
+/// fault goes to the fault service as unresolved (the SMMU and the memory manager disagree,
+/// e.g. a mapping not installed yet).
+pub const MAX_PRESENT_RETRIES: u8 = 4;
 /// Most SQ entries per channel the driver shadows (log2 6).
 pub const MAX_SQ_LOG2: u8 = 6;
 const MAX_SQ: usize = 1 << MAX_SQ_LOG2;
@@ -219,7 +225,8 @@ pub struct NpeStats {
     pub blocks_posted: u64,
     /// `SEND_MSG` descriptors posted.
     pub msgs_posted: u64,
-    /// Blocks committed to memory.
+    /// Blocks written to memory (COMMITs whose write completed and whose pages did not
+    /// change meanwhile).
     pub commits: u64,
     /// Blocks released without writing.
     pub releases: u64,
@@ -256,10 +263,17 @@ pub struct NpeStats {
     /// Polls that found `GEVENT.RX_HELD`: arriving traffic waited for a receive slot or an
     /// RQ entry (back-pressure into the network; informational).
     pub rx_held: u64,
+    /// Queues the engine stopped because it could not reach them (`CH_IRQ.ERROR`,
+    /// `GEVENT.QUEUE_ERROR`, §4); the driver wrote their bases again so the engine retries.
+    pub queue_restarts: u64,
+    /// Source faults retried [`MAX_PRESENT_RETRIES`] times on a page the memory manager
+    /// called present, then handed to the fault service as unresolved.
+    pub retry_limit_hits: u64,
     /// Polls that stopped draining a queue because a driver queue was full.
     pub back_pressure: u64,
     /// Source faults whose block stopped waiting without a resolution (its transfer was
-    /// aborted, e.g. after `source_fault_timeout`).
+    /// aborted, e.g. after `source_fault_timeout`, or an earlier attempt of the block was
+    /// acknowledged meanwhile).
     pub source_waits_abandoned: u64,
 }
 
@@ -288,6 +302,20 @@ struct DataChannel<const T: usize, const NB: usize> {
     parked: u16,
     /// A LOCAL_FAULT the driver could not handle yet (its queues were full).
     fault_pending: bool,
+    /// RESUME.RETRYs in a row for the descriptor at this SQ index (mod 2^16), after the
+    /// memory manager called its page present: bounded by [`MAX_PRESENT_RETRIES`].
+    present_retries: (u16, u8),
+}
+
+impl<const T: usize, const NB: usize> DataChannel<T, NB> {
+    /// The scheduler gives it nothing now (parked on a source fault, a fault not handled
+    /// yet, or its SQ full), so only its timers run.
+    fn timers_only(&self, batch: u32) -> bool {
+        self.parked > 0
+            || self.fault_pending
+            || self.hw.sq.in_use() >= batch
+            || self.hw.sq.free() == 0
+    }
 }
 
 #[derive(Debug)]
@@ -324,6 +352,8 @@ struct Waiter {
     kind: WaiterKind,
     /// Resolved at this generation, but the notice could not be queued yet.
     resolved: Option<Generation>,
+    /// Found unresolvable, but the fatal NACK could not be queued yet.
+    unresolvable: Option<FaultReason>,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -414,8 +444,15 @@ impl<B: RegisterBus, const CH: usize, const PEERS: usize, const T: usize, const 
         }
         sender_config(&cfg.timing, 0)?;
 
-        // Reset, then program the global rings.
+        // Reset (SOFT_RESET clears itself when done, §3.1), then program the global rings.
         global.ctrl().write(CTRL::SOFT_RESET::SET);
+        let mut polls = 0;
+        while global.ctrl().is_set(CTRL::SOFT_RESET) {
+            polls += 1;
+            if polls >= SOFT_RESET_POLLS {
+                return Err(DmaError::ResetStuck { polls });
+            }
+        }
         let rq = Ring::new(dma, cfg.rq_log2, RQ_ENTRY, DmaDirection::FromDevice)?;
         let wq = Ring::new(dma, cfg.wq_log2, WQ_ENTRY, DmaDirection::ToDevice)?;
         let wcq = Ring::new(dma, cfg.wcq_log2, WCQ_ENTRY, DmaDirection::FromDevice)?;
@@ -509,6 +546,24 @@ impl<B: RegisterBus, const CH: usize, const PEERS: usize, const T: usize, const 
                 what: "peer_key wider than the descriptor's 16-bit destination PDID",
             });
         }
+        if cfg.peer & !super::desc::COORD_MASK != 0 {
+            return Err(DmaError::InvalidConfig {
+                what: "peer coordinate beyond 22 bits",
+            });
+        }
+        // Answers are routed by (peer, session): two senders with one identity would take
+        // each other's ACKs, and the peer's receiver would take the second one's blocks for
+        // duplicates of the first's.
+        if self
+            .channels
+            .iter()
+            .flatten()
+            .any(|c| c.cfg.peer == cfg.peer && c.cfg.session == cfg.session)
+        {
+            return Err(DmaError::InvalidConfig {
+                what: "another channel already has this peer and session",
+            });
+        }
         let sender = Sender::new(sender_config(&self.cfg.timing, 0)?)?;
         let hw = Self::setup_channel(&self.bus, dma, &self.cfg, channel, cfg.pdid)?;
         if let Some(slot) = self.channels.get_mut(usize::from(channel)) {
@@ -518,6 +573,7 @@ impl<B: RegisterBus, const CH: usize, const PEERS: usize, const T: usize, const 
                 sender,
                 parked: 0,
                 fault_pending: false,
+                present_retries: (0, 0),
             });
         }
         Ok(())
@@ -526,15 +582,34 @@ impl<B: RegisterBus, const CH: usize, const PEERS: usize, const T: usize, const 
     /// Accepts data from `cfg.peer` into receive slot `slot` (an index of the driver's own
     /// peer table).
     pub fn open_peer(&mut self, slot: u8, cfg: PeerConfig) -> Result<()> {
+        if cfg.peer & !super::desc::COORD_MASK != 0 {
+            return Err(DmaError::InvalidConfig {
+                what: "peer coordinate beyond 22 bits",
+            });
+        }
+        // A live receiver may have commits in flight; replacing it would orphan them.
+        match self.peers.get(usize::from(slot)) {
+            None => return Err(DmaError::NoSuchPeer { slot }),
+            Some(Some(_)) => return Err(DmaError::PeerInUse { slot }),
+            Some(None) => {}
+        }
+        if self
+            .peers
+            .iter()
+            .flatten()
+            .any(|p| p.cfg.peer == cfg.peer && p.cfg.session == cfg.session)
+        {
+            return Err(DmaError::InvalidConfig {
+                what: "another peer slot already has this peer and session",
+            });
+        }
         let receiver = Receiver::new(ReceiverConfig {
             block_size: BLOCK_SIZE,
             first_tid: TransferId(0),
         })?;
-        let entry = self
-            .peers
-            .get_mut(usize::from(slot))
-            .ok_or(DmaError::NoSuchPeer { slot })?;
-        *entry = Some(PeerRx { cfg, receiver });
+        if let Some(entry) = self.peers.get_mut(usize::from(slot)) {
+            *entry = Some(PeerRx { cfg, receiver });
+        }
         Ok(())
     }
 
@@ -694,34 +769,57 @@ impl<B: RegisterBus, const CH: usize, const PEERS: usize, const T: usize, const 
                 i += 1;
                 continue;
             }
+            aborted += 1;
             match w.kind {
-                WaiterKind::Source { channel, tid, .. } => {
+                WaiterKind::Source {
+                    channel,
+                    tid,
+                    block,
+                } => {
                     let ch = self.channel_mut(channel)?;
-                    ch.sender.cancel(tid)?;
+                    ch.sender.source_unresolvable(tid, block, reason)?;
                     ch.parked = ch.parked.saturating_sub(1);
                 }
                 WaiterKind::Dest { peer, tid, block } => {
-                    if self.outgoing.is_full() {
+                    if !self.fail_dest(peer, tid, block, reason)? {
+                        // No room for the fatal NACK yet: `retry_waiters` sends it.
+                        if let Some(w) = self.waiters.get_mut(i) {
+                            w.unresolvable = Some(reason);
+                        }
                         i += 1;
                         continue;
-                    }
-                    let (cfg, nack) = {
-                        let rx = self.peer_mut(peer)?;
-                        let nack =
-                            rx.receiver
-                                .unresolvable(tid, BlockRange::single(block), reason)?;
-                        (rx.cfg, nack)
-                    };
-                    if let Some(nack) = nack {
-                        self.queue_message(cfg.peer, cfg.session, Message::Nack(nack));
-                        self.stats.nacks_sent += 1;
                     }
                 }
             }
             self.waiters.swap_remove(i);
-            aborted += 1;
         }
         Ok(aborted)
+    }
+
+    /// The fatal NACK for a destination block that cannot be resolved; `false` if the
+    /// control queue has no room yet.
+    fn fail_dest(
+        &mut self,
+        peer: u8,
+        tid: TransferId,
+        block: u32,
+        reason: FaultReason,
+    ) -> Result<bool> {
+        if self.outgoing.is_full() {
+            return Ok(false);
+        }
+        let (cfg, nack) = {
+            let rx = self.peer_mut(peer)?;
+            let nack = rx
+                .receiver
+                .unresolvable(tid, BlockRange::single(block), reason)?;
+            (rx.cfg, nack)
+        };
+        if let Some(nack) = nack {
+            self.queue_message(cfg.peer, cfg.session, Message::Nack(nack));
+            self.stats.nacks_sent += 1;
+        }
+        Ok(true)
     }
 
     fn peer_mut(&mut self, slot: u8) -> Result<&mut PeerRx<T, NB>> {
@@ -764,17 +862,25 @@ impl<B: RegisterBus, const CH: usize, const PEERS: usize, const T: usize, const 
             .is_ok()
     }
 
-    /// Destination waiters whose page was resolved while the control queue was full.
+    /// Destination waiters whose page was resolved, or found unresolvable, while the
+    /// control queue was full.
     fn retry_waiters(&mut self) -> Result<()> {
         let mut i = 0;
         while let Some(w) = self.waiters.get(i).copied() {
-            if let (Some(generation), WaiterKind::Dest { peer, tid, block }) = (w.resolved, w.kind)
-                && self.resolve_dest(peer, tid, block, generation)?
-            {
-                self.waiters.swap_remove(i);
+            let WaiterKind::Dest { peer, tid, block } = w.kind else {
+                i += 1;
                 continue;
+            };
+            let done = match (w.unresolvable, w.resolved) {
+                (Some(reason), _) => self.fail_dest(peer, tid, block, reason)?,
+                (None, Some(generation)) => self.resolve_dest(peer, tid, block, generation)?,
+                (None, None) => false,
+            };
+            if done {
+                self.waiters.swap_remove(i);
+            } else {
+                i += 1;
             }
-            i += 1;
         }
         Ok(())
     }
@@ -793,6 +899,14 @@ impl<B: RegisterBus, const CH: usize, const PEERS: usize, const T: usize, const 
         }
         let errors = events & !GEVENT::RX_HELD::SET.value;
         self.stats.engine_events += u64::from(errors.count_ones());
+        if events & GEVENT::QUEUE_ERROR::SET.value != 0 {
+            // Writing a ring's base again lets the engine retry it (§4); the rings are the
+            // driver's own memory, so the same addresses.
+            global.rq_base().set(self.rq.bus_addr());
+            global.wq_base().set(self.wq.bus_addr());
+            global.wcq_base().set(self.wcq.bus_addr());
+            self.stats.queue_restarts += 1;
+        }
         Ok(())
     }
 
@@ -813,6 +927,10 @@ impl<B: RegisterBus, const CH: usize, const PEERS: usize, const T: usize, const 
                 // W1C exactly the causes seen (never a read-modify-write).
                 regs.irq().set(causes);
             }
+            if causes & CH_IRQ::ERROR::SET.value != 0 {
+                restart_channel_rings(&regs, &ch.hw);
+                self.stats.queue_restarts += 1;
+            }
             let fault = causes & CH_IRQ::LOCAL_FAULT::SET.value != 0;
             if fault || ch.fault_pending {
                 self.handle_local_fault(index, now, host, report)?;
@@ -824,6 +942,10 @@ impl<B: RegisterBus, const CH: usize, const PEERS: usize, const T: usize, const 
         let causes = regs.irq().get();
         if causes != 0 {
             regs.irq().set(causes);
+        }
+        if causes & CH_IRQ::ERROR::SET.value != 0 {
+            restart_channel_rings(&regs, &self.control);
+            self.stats.queue_restarts += 1;
         }
         let control_errors = drain_completions(&self.bus, &mut self.control, report)?;
         self.stats.engine_errors += u64::from(control_errors);
@@ -867,6 +989,10 @@ impl<B: RegisterBus, const CH: usize, const PEERS: usize, const T: usize, const 
         self.stats.local_faults += 1;
         let addr = regs.fault_addr().get();
         let sq_index = regs.fault_info().read(FAULT_INFO::SQ_INDEX) as u16;
+        let syndrome = regs.fault_syndrome().extract();
+        // DECERR: the read reached no memory at all; no resolution can help (§3.2).
+        let decode_error = syndrome.is_set(FAULT_SYNDROME::VALID)
+            && syndrome.read(FAULT_SYNDROME::RESP) == AXI_DECERR;
         let slot = usize::from(sq_index) & (ch.hw.sq.slots() as usize - 1);
         let shadow = ch.hw.shadow.get(slot).copied().flatten();
         let Some(shadow) = shadow else {
@@ -876,7 +1002,27 @@ impl<B: RegisterBus, const CH: usize, const PEERS: usize, const T: usize, const 
             return Ok(());
         };
         let pdid = ch.cfg.pdid;
-        match host.classify(pdid, addr, Access::Read) {
+        let mut class = if decode_error {
+            FaultClass::Denied(FaultReason::OutOfRegion)
+        } else {
+            host.classify(pdid, addr, Access::Read)
+        };
+        if class == FaultClass::Present {
+            let (index, count) = ch.present_retries;
+            let count = if index == sq_index { count } else { 0 };
+            if count >= MAX_PRESENT_RETRIES {
+                // The SMMU keeps refusing a page the memory manager calls present: let the
+                // fault service look at it instead of retrying for ever.
+                class = FaultClass::Resolvable;
+                ch.present_retries = (sq_index, 0);
+                self.stats.retry_limit_hits += 1;
+            } else {
+                ch.present_retries = (sq_index, count + 1);
+            }
+        } else {
+            ch.present_retries = (sq_index, 0);
+        }
+        match class {
             FaultClass::Present => {
                 regs.resume().write(RESUME::RETRY::SET);
                 self.stats.local_fault_retries += 1;
@@ -906,6 +1052,7 @@ impl<B: RegisterBus, const CH: usize, const PEERS: usize, const T: usize, const 
                             block: shadow.block,
                         },
                         resolved: None,
+                        unresolvable: None,
                     });
                     host.request_resolution(pdid, addr, Access::Read);
                 }
@@ -930,40 +1077,57 @@ impl<B: RegisterBus, const CH: usize, const PEERS: usize, const T: usize, const 
     ) -> Result<()> {
         let start = self.rq.index;
         let mut buf = [0u8; RQ_ENTRY];
-        loop {
-            self.rq.read(self.rq.index, &mut buf)?;
-            if CqEntry::phase_of(&buf) != self.rq.expected_phase(self.rq.index) {
-                break;
+        // Entries taken are acknowledged (RQ_HEAD) even when handling one fails: otherwise
+        // the engine, its RQ full, would wait for room the driver never gives.
+        let result = loop {
+            match self.rq.read_new(self.rq.index, &mut buf) {
+                Ok(true) => {}
+                Ok(false) => break Ok(()),
+                Err(e) => break Err(e),
             }
             // Room for the reply this entry may cause, and for its WQ entry.
             let wq_room = self.wq.free() > 0 || {
-                self.wq.seen_head = NpeGlobal::new(&self.bus, 0)?.wq_head().get();
+                match NpeGlobal::new(&self.bus, 0) {
+                    Ok(global) => self.wq.seen_head = global.wq_head().get(),
+                    Err(e) => break Err(e.into()),
+                }
                 self.wq.free() > 0
             };
             if self.outgoing.len() + 2 > CONTROL_QUEUE || !wq_room || !self.commits_free() {
                 self.stats.back_pressure += 1;
-                break;
+                break Ok(());
             }
             let entry = RqEntry::decode(&buf);
             self.rq.index = self.rq.index.wrapping_add(1);
             report.rq_entries += 1;
-            match entry {
-                Ok(entry) => self.receive(now, host, &entry)?,
+            let handled = match entry {
+                Ok(entry) => self.receive(now, host, &entry),
                 Err(_) => {
-                    // An entry the engine should never write; if it names a slot, free it
-                    // (otherwise each such entry would lose a receive slot for good).
+                    // An entry the engine should never write: handled below like one whose
+                    // handling failed (counted, and its slot freed if it names one).
                     self.stats.malformed += 1;
-                    self.stats.engine_errors += 1;
-                    if let Some(slot) = RqEntry::block_slot(&buf) {
-                        self.post_write(slot, WqOp::Release, 0)?;
-                    }
+                    Err(DmaError::BadEntry {
+                        what: "receive entry",
+                    })
+                }
+            };
+            if let Err(e) = handled {
+                if !is_entry_error(&e) {
+                    break Err(e);
+                }
+                // One bad entry must not stop the others, nor lose a receive slot for good.
+                self.stats.engine_errors += 1;
+                if let Some(slot) = RqEntry::block_slot(&buf)
+                    && let Err(e) = self.post_write(slot, WqOp::Release, 0)
+                {
+                    break Err(e);
                 }
             }
-        }
+        };
         if self.rq.index != start {
             NpeGlobal::new(&self.bus, 0)?.rq_head().set(self.rq.index);
         }
-        Ok(())
+        result
     }
 
     fn receive<H: NpeHost + ?Sized>(
@@ -1105,7 +1269,6 @@ impl<B: RegisterBus, const CH: usize, const PEERS: usize, const T: usize, const 
                     self.stats.engine_errors += 1;
                     return self.post_write(slot, WqOp::Release, 0);
                 };
-                self.stats.commits += 1;
                 self.post_write(
                     slot,
                     WqOp::Commit {
@@ -1167,26 +1330,48 @@ impl<B: RegisterBus, const CH: usize, const PEERS: usize, const T: usize, const 
     ) -> Result<()> {
         let start = self.wcq.index;
         let mut buf = [0u8; WCQ_ENTRY];
-        loop {
-            self.wcq.read(self.wcq.index, &mut buf)?;
-            if CqEntry::phase_of(&buf) != self.wcq.expected_phase(self.wcq.index) {
-                break;
+        // As in `drain_rq`: WCQ_HEAD covers every entry taken, whatever happened to it.
+        let result = loop {
+            match self.wcq.read_new(self.wcq.index, &mut buf) {
+                Ok(true) => {}
+                Ok(false) => break Ok(()),
+                Err(e) => break Err(e),
             }
             if self.outgoing.len() + 2 > CONTROL_QUEUE || self.waiters.is_full() {
                 self.stats.back_pressure += 1;
-                break;
+                break Ok(());
             }
             self.wcq.index = self.wcq.index.wrapping_add(1);
             report.wcq_entries += 1;
-            match WcqEntry::decode(&buf) {
-                Ok(entry) => self.write_done(host, &entry)?,
-                Err(_) => self.stats.engine_errors += 1,
+            let entry = WcqEntry::decode(&buf).unwrap_or_else(|_| {
+                // An entry the engine should never write. Its COOKIE (word 1) still names
+                // the commit: finish that commit as refused, so the block is NACKed and
+                // re-sent instead of staying "being written" for ever.
+                self.stats.engine_errors += 1;
+                WcqEntry {
+                    phase: true,
+                    status: EntryStatus::BadDescriptor,
+                    slot: buf[2],
+                    bytes: 0,
+                    cookie: buf
+                        .get(8..16)
+                        .and_then(|b| b.try_into().ok())
+                        .map_or(u64::MAX, u64::from_le_bytes),
+                    fault_addr: 0,
+                    axi_resp: 0,
+                }
+            });
+            if let Err(e) = self.write_done(host, &entry) {
+                if !is_entry_error(&e) {
+                    break Err(e);
+                }
+                self.stats.engine_errors += 1;
             }
-        }
+        };
         if self.wcq.index != start {
             NpeGlobal::new(&self.bus, 0)?.wcq_head().set(self.wcq.index);
         }
-        Ok(())
+        result
     }
 
     fn write_done<H: NpeHost + ?Sized>(&mut self, host: &mut H, entry: &WcqEntry) -> Result<()> {
@@ -1210,7 +1395,10 @@ impl<B: RegisterBus, const CH: usize, const PEERS: usize, const T: usize, const 
                 u64::from(header.len),
                 shadow.snapshot,
             ) {
-                Ok(()) => WriteOutcome::Written,
+                Ok(()) => {
+                    self.stats.commits += 1;
+                    WriteOutcome::Written
+                }
                 Err(reason) => {
                     self.stats.page_changed += 1;
                     // Which page changed is not known; the block's first page is asked for,
@@ -1293,6 +1481,7 @@ impl<B: RegisterBus, const CH: usize, const PEERS: usize, const T: usize, const 
                         block: header.block,
                     },
                     resolved: None,
+                    unresolvable: None,
                 };
                 if !self.waiters.iter().any(|w| w.kind == waiter.kind) {
                     // Room was checked before taking the entry.
@@ -1414,13 +1603,15 @@ impl<B: RegisterBus, const CH: usize, const PEERS: usize, const T: usize, const 
         Ok(())
     }
 
-    /// Runs the timers of parked channels, which get no transmissions: a source fault the
-    /// fault service never resolves must still abort its transfer after
-    /// `source_fault_timeout` (docs/protocol.md §8.1), and then the channel is free again.
+    /// Runs the timers of channels the scheduler gives no transmissions (parked, or with a
+    /// full SQ): a source fault the fault service never resolves must still abort its
+    /// transfer after `source_fault_timeout` (docs/protocol.md §8.1), and a channel whose
+    /// engine stopped must still time its transfers out.
     fn expire_parked(&mut self, now: u64) -> Result<()> {
+        let batch = u32::from(self.cfg.sq_batch);
         let mut any = false;
         for ch in self.channels.iter_mut().flatten() {
-            if ch.parked > 0 {
+            if ch.timers_only(batch) {
                 ch.sender.process_timers(now);
                 any = true;
             }
@@ -1474,12 +1665,9 @@ impl<B: RegisterBus, const CH: usize, const PEERS: usize, const T: usize, const 
         let batch = u32::from(self.cfg.sq_batch);
         let mut best: Option<u64> = None;
         for ch in self.channels.iter().flatten() {
-            let blocked = ch.parked > 0
-                || ch.fault_pending
-                || ch.hw.sq.in_use() >= batch
-                || ch.hw.sq.free() == 0;
-            // A parked channel sends nothing, but its timers run (`expire_parked`).
-            let deadline = if ch.parked > 0 {
+            let blocked = ch.timers_only(batch);
+            // A blocked channel sends nothing, but its timers run (`expire_parked`).
+            let deadline = if blocked {
                 ch.sender.next_timer()
             } else {
                 ch.sender.next_deadline()
@@ -1594,8 +1782,7 @@ fn drain_completions<B: RegisterBus>(
     let mut errors = 0;
     let mut buf = [0u8; CQ_ENTRY];
     loop {
-        hw.cq.read(hw.cq.index, &mut buf)?;
-        if CqEntry::phase_of(&buf) != hw.cq.expected_phase(hw.cq.index) {
+        if !hw.cq.read_new(hw.cq.index, &mut buf)? {
             break;
         }
         hw.cq.index = hw.cq.index.wrapping_add(1);
@@ -1611,6 +1798,30 @@ fn drain_completions<B: RegisterBus>(
         regs.cq_head().set(hw.cq.index);
     }
     Ok(errors)
+}
+
+/// Whether handling one queue entry failed for a reason of that entry alone (a message the
+/// protocol refused, a connection that is gone, an entry the engine should not have
+/// written), so the queue goes on with the next; other errors (the register bus, the DMA
+/// memory) end the poll.
+fn is_entry_error(e: &DmaError) -> bool {
+    matches!(
+        e,
+        DmaError::Protocol(_)
+            | DmaError::NoSuchPeer { .. }
+            | DmaError::NoSuchChannel { .. }
+            | DmaError::BadEntry { .. }
+    )
+}
+
+/// FAULT_SYNDROME.RESP for a decode error (§3.2).
+const AXI_DECERR: u32 = 3;
+
+/// Writes a channel's SQ and CQ bases again: the engine stopped the channel in ERROR because
+/// it could not reach one of them, and a new base lets it retry (§4). Indices are unchanged.
+fn restart_channel_rings<B: RegisterBus>(regs: &NpeChannel<'_, B>, hw: &HwChannel) {
+    regs.sq_base().set(hw.sq.bus_addr());
+    regs.cq_base().set(hw.cq.bus_addr());
 }
 
 /// Whether `[addr, addr + len)` lies within the engine's 49-bit virtual address space.

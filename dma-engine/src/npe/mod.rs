@@ -19,6 +19,7 @@ mod ring;
 
 pub use crate::error::{DmaError, Result};
 pub use driver::{
-    BLOCK_SIZE, CONTROL_QUEUE, ChannelConfig, FaultClass, MAX_COMMITS, MAX_SQ_LOG2, MAX_WAITERS,
-    Npe, NpeConfig, NpeHost, NpeStats, PeerConfig, PollReport, SenderTiming,
+    BLOCK_SIZE, CONTROL_QUEUE, ChannelConfig, FaultClass, MAX_COMMITS, MAX_PRESENT_RETRIES,
+    MAX_SQ_LOG2, MAX_WAITERS, Npe, NpeConfig, NpeHost, NpeStats, PeerConfig, PollReport,
+    SenderTiming,
 };

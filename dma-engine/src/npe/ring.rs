@@ -76,6 +76,23 @@ impl Ring {
         Ok(self.region.read_bytes(self.offset(index), out)?)
     }
 
+    /// Reads the entry at `index` if the engine has written it (its PHASE bit, bit 0 of the
+    /// first byte, is the one expected for `index`); `false` if not yet. The PHASE byte is
+    /// read first, then a load barrier, then the entry: Arm may satisfy loads from Normal
+    /// memory out of order, and no byte of the entry may be older than the PHASE that
+    /// announced it. (The rings are coherent or non-cacheable DMA memory, so no cache
+    /// maintenance is needed, `hal::dma::DmaMemory`.)
+    pub(crate) fn read_new(&self, index: u32, out: &mut [u8]) -> Result<bool> {
+        let mut first = [0u8; 1];
+        self.region.read_bytes(self.offset(index), &mut first)?;
+        if (first[0] & 1 != 0) != self.expected_phase(index) {
+            return Ok(false);
+        }
+        hal::barrier::issue(hal::barrier::Barrier::DsbLd);
+        self.read(index, out)?;
+        Ok(true)
+    }
+
     /// The PHASE value the engine writes for `index`: 1 on the first pass through the ring,
     /// 0 on the second, and so on (§4).
     pub(crate) fn expected_phase(&self, index: u32) -> bool {
