@@ -394,6 +394,51 @@ impl NodeMemory {
         None
     }
 
+    /// Takes an inactive page off the reclaim path while a fault on it is being resolved (as
+    /// Linux's fault handler holds the page lock, which reclaim skips): it is neither written
+    /// back nor chosen as a victim, so the minor fault planned on it stays minor. Returns
+    /// whether the page was inactive. [`make_resident`](Self::make_resident) ends the hold;
+    /// [`release_hold`](Self::release_hold) gives the page back to reclaim if the resolution
+    /// is dropped.
+    pub fn hold_for_fault(&mut self, va: u64) -> bool {
+        let Some(idx) = self.index(va) else {
+            return false;
+        };
+        match self.pages.get(idx) {
+            Some(p) if matches!(p.state, PageState::Cached { .. }) => {
+                self.inactive.remove(&(p.deactivated_at, idx as u32))
+            }
+            _ => false,
+        }
+    }
+
+    /// Gives a page [`hold_for_fault`](Self::hold_for_fault) held back to reclaim (the
+    /// resolution was dropped); nothing if it is no longer inactive.
+    pub fn release_hold(&mut self, va: u64) -> VqResult<()> {
+        let Some(idx) = self.index(va) else {
+            return Ok(());
+        };
+        if let Some(p) = self.pages.get(idx)
+            && matches!(p.state, PageState::Cached { .. })
+        {
+            self.inactive.insert((p.deactivated_at, idx as u32));
+        }
+        // A page overdue for write-back goes now.
+        self.set_now(self.now)
+    }
+
+    /// Ends the set-up that happens before model time starts: its swap writes leave the swap
+    /// device free at time zero (they are not part of the run), and the counters start from
+    /// the memory as set up (the peaks from what is resident and in use now).
+    pub fn begin_run(&mut self) {
+        self.swap.busy_until = ModelTime::ZERO;
+        self.stats = MemStats {
+            peak_frames: self.used_frames as u64,
+            peak_resident: self.resident as u64,
+            ..MemStats::default()
+        };
+    }
+
     /// Moves a resident page to the inactive list as of time `when` (at or before now; the
     /// caller unmapped it first). A page that would already have been written back by now is
     /// written back at once.
@@ -757,6 +802,68 @@ mod tests {
             "nothing inactive or resident is left"
         );
         assert_eq!(m.stats().swap_outs, 2, "each page written back once");
+    }
+
+    #[test]
+    fn a_page_held_for_its_fault_is_not_written_back_until_released() {
+        let mut m = memory(8, 8, 8);
+        let (a, b) = (0x10_0000, 0x10_0000 + PAGE);
+        m.make_resident(a, false).unwrap();
+        m.make_resident(b, false).unwrap();
+        m.deactivate(a).unwrap();
+        m.deactivate(b).unwrap();
+        assert!(m.hold_for_fault(a));
+        assert!(
+            !m.hold_for_fault(0x10_0000 + 2 * PAGE),
+            "a fresh page is not inactive"
+        );
+        assert_eq!(
+            m.pick_victim(),
+            Some(Victim::Cached(b)),
+            "a held page is no victim"
+        );
+        m.set_now(us(300)).unwrap();
+        assert!(
+            matches!(m.state(a), Some(PageState::Cached { .. })),
+            "still minor"
+        );
+        assert!(matches!(m.state(b), Some(PageState::Swapped { .. })));
+        // The resolution completes: a minor fault, no swap read.
+        assert_eq!(m.make_resident(a, false).unwrap().1, FaultCost::Minor);
+        // A dropped resolution gives the page back to reclaim, overdue: written back at once.
+        m.deactivate_at(a, us(300)).unwrap();
+        assert!(m.hold_for_fault(a));
+        m.set_now(us(600)).unwrap();
+        assert!(matches!(m.state(a), Some(PageState::Cached { .. })));
+        m.release_hold(a).unwrap();
+        assert!(matches!(m.state(a), Some(PageState::Swapped { .. })));
+    }
+
+    #[test]
+    fn the_run_starts_with_an_idle_swap_device_and_fresh_counters() {
+        let mut m = memory(8, 8, 2);
+        for p in 0..4 {
+            let va = 0x10_0000 + p * PAGE;
+            while !m.has_free_frame() {
+                let Some(Victim::Resident(victim) | Victim::Cached(victim)) = m.pick_victim()
+                else {
+                    panic!("nothing to reclaim");
+                };
+                m.evict(victim, ModelTime::ZERO).unwrap();
+            }
+            m.make_resident(va, false).unwrap();
+        }
+        assert_eq!(m.stats().swap_outs, 2);
+        m.begin_run();
+        assert_eq!(m.stats().swap_outs, 0);
+        assert_eq!(m.stats().peak_resident, 2);
+        // A swap read at time zero waits for nothing set-up wrote.
+        let ready = m.reserve_swap_in(ModelTime::ZERO);
+        let alone = SwapParams::default();
+        assert_eq!(
+            ready,
+            ModelTime::transfer(PAGE, alone.bandwidth_bps).after(alone.latency)
+        );
     }
 
     #[test]

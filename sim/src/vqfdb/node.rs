@@ -309,6 +309,9 @@ impl FaultService {
                 let (cpu_done, done) = match mm.mem.fault_cost(page) {
                     None => (decided, decided),
                     Some(FaultCost::Minor) => {
+                        // An inactive page must not be written back while its minor fault
+                        // is being resolved.
+                        mm.mem.hold_for_fault(page);
                         let t = start.after(costs.minor_fault.max(costs.fault_decide));
                         (t, t)
                     }

@@ -78,8 +78,7 @@ pub(crate) struct Pair {
     /// Test rig mode: completions and deliveries with the time they were taken.
     pub(crate) completions: Vec<(ModelTime, protocol::Completion)>,
     pub(crate) deliveries: Vec<(ModelTime, protocol::Delivery)>,
-    /// When each source and destination slot was last used (posted).
-    pub(crate) src_used: Vec<ModelTime>,
+    /// When each destination slot was last used (posted).
     pub(crate) dst_used: Vec<ModelTime>,
 }
 
@@ -302,7 +301,6 @@ impl<'p> World<'p> {
                 next_delivery: 0,
                 completions: Vec::new(),
                 deliveries: Vec::new(),
-                src_used: vec![ModelTime::ZERO; cfg.slots],
                 dst_used: vec![ModelTime::ZERO; cfg.slots],
             });
         }
@@ -526,6 +524,7 @@ impl<'p> World<'p> {
                 }
             }
             self.setup = self.setup.max(cost);
+            node.mm.mem.begin_run();
         }
         // Setup happens before time starts; the application starts after the longest setup.
         if !self.manual {
@@ -690,7 +689,7 @@ impl<'p> World<'p> {
             for token in inflight.resume {
                 node.mm.smmu.resume(token, now, false)?;
             }
-            return Ok(());
+            return node.mm.mem.release_hold(page);
         }
         if node.mm.mem.needs_frame(page) {
             node.mm.ensure_free_frame(now)?;
@@ -727,6 +726,7 @@ impl<'p> World<'p> {
                 }
                 node.driver
                     .page_unresolvable(PDID, page, FaultReason::OutOfRegion)?;
+                node.mm.mem.release_hold(page)?;
             }
             Err(e) => return Err(e.into()),
         }
@@ -1008,25 +1008,20 @@ impl<'p> World<'p> {
         }
         self.nodes[n].mm.mem.write_resident(src_va, &self.data)?;
         // Background reclaim (pressure from other memory users) has taken each page of the
-        // transfer away with probability `fault_rate`, at a uniformly random moment since the
-        // slot was last used: recently taken pages are still in memory (minor fault), older
-        // ones were written to swap (major fault).
+        // transfer away with probability `fault_rate`. A destination page at a uniformly
+        // random moment since the slot was last used: recently taken pages are still in
+        // memory (minor fault), older ones were written to swap (major fault). A source page
+        // only after the CPU's stores above made it resident with the new data, so now: it is
+        // still in memory (a minor fault); writing it to swap "before" the data existed would
+        // be a major fault that cannot happen.
         let rate = self.cfg.fault_rate;
-        let (src_used, dst_used) = {
-            let pair = &mut self.pairs[p];
-            let s = std::mem::replace(&mut pair.src_used[src_slot as usize], now);
-            let d = std::mem::replace(&mut pair.dst_used[dst_slot as usize], now);
-            (s, d)
-        };
+        let dst_used = std::mem::replace(&mut self.pairs[p].dst_used[dst_slot as usize], now);
         for page in 0..pages {
             if self.rng.chance(rate) {
                 let va = src_va + page * PAGE;
-                let when = src_used.after(ModelTime(
-                    (now.since(src_used).0 as f64 * self.rng.next_f64()) as u64,
-                ));
                 let mm = &mut self.nodes[n].mm;
                 if mm.mem.is_resident(va) && !mm.mem.is_pinned(va) {
-                    mm.deactivate_at(va, when)?;
+                    mm.deactivate_at(va, now)?;
                 }
             }
             if self.rng.chance(rate) {
