@@ -145,8 +145,10 @@ impl<S: AsRef<[PageEntry]> + AsMut<[PageEntry]>> PageStateTable<S> {
         if len == 0 {
             return Err(ProtocolError::EmptyRegion);
         }
+        // The end (one past the last byte) must be representable: every range computation
+        // uses it.
         base.as_u64()
-            .checked_add(len - 1)
+            .checked_add(len)
             .ok_or(ProtocolError::AddressOverflow)?;
         let pages =
             usize::try_from(len >> PAGE_SHIFT).map_err(|_| ProtocolError::AddressOverflow)?;
@@ -324,17 +326,27 @@ impl<S: AsRef<[PageEntry]> + AsMut<[PageEntry]>> PageStateTable<S> {
         if len == 0 {
             return Ok(());
         }
-        let Some((first, last)) = self.slot_range(addr.as_u64(), len) else {
-            let outside = if addr.as_u64() < self.base.as_u64() {
-                addr.as_u64()
-            } else {
-                self.end().max(addr.as_u64())
-            };
+        let start = addr.as_u64();
+        if start < self.base.as_u64() || start >= self.end() {
             return Err(PageFault {
-                addr: VirtAddr::new(outside),
+                addr,
+                reason: FaultReason::OutOfRegion,
+            });
+        }
+        // Page by page in address order: the pages inside the region first, then the first
+        // byte past its end, so the first failing address is the one reported.
+        let access_end = start.saturating_add(len);
+        let inside = access_end.min(self.end()) - start;
+        let Some((first, last)) = self.slot_range(start, inside) else {
+            return Err(PageFault {
+                addr,
                 reason: FaultReason::OutOfRegion,
             });
         };
+        let past_end = (access_end > self.end()).then(|| PageFault {
+            addr: VirtAddr::new(self.end()),
+            reason: FaultReason::OutOfRegion,
+        });
         for (i, entry) in self.slots().iter().enumerate().take(last + 1).skip(first) {
             let slot_addr = self.base.as_u64() + ((i as u64) << PAGE_SHIFT);
             let at = VirtAddr::new(slot_addr.max(addr.as_u64()));
@@ -351,7 +363,7 @@ impl<S: AsRef<[PageEntry]> + AsMut<[PageEntry]>> PageStateTable<S> {
                 return Err(PageFault { addr: at, reason });
             }
         }
-        Ok(())
+        past_end.map_or(Ok(()), Err)
     }
 
     /// Answers a [`StateLookupRequest`] with the state of up to 64 pages from its offset.

@@ -169,10 +169,15 @@ impl<const B: usize> RxTransfer<B> {
         self.blocks.get_mut(usize::try_from(block).ok()?)
     }
 
-    /// Marks an unfinished transfer aborted; finished ones stay as they are.
+    /// Marks an unfinished transfer aborted; finished ones stay as they are. A transfer
+    /// closed without a reason (a later transfer's `oldest_open` passed it) takes the reason
+    /// of the ABORT notice that arrives afterwards.
     fn abort(&mut self, reason: Option<AbortReason>) {
-        if matches!(self.phase, RxPhase::Unseen | RxPhase::Open) {
-            self.phase = RxPhase::Aborted(reason);
+        match self.phase {
+            RxPhase::Unseen | RxPhase::Open | RxPhase::Aborted(None) => {
+                self.phase = RxPhase::Aborted(reason);
+            }
+            _ => {}
         }
     }
 }
@@ -189,6 +194,10 @@ pub struct Receiver<const T: usize, const B: usize> {
     cfg: ReceiverConfig,
     /// The oldest transfer not yet delivered; every earlier one was delivered.
     watermark: TransferId,
+    /// The latest `oldest_open` heard: every transfer before it is finished at the sender.
+    /// Kept beyond the window, so that transfers the window could not hold yet are closed
+    /// when it moves on (the notice that said so is not repeated).
+    finished_before: TransferId,
     slots: Deque<RxTransfer<B>, T>,
     stats: ReceiverStats,
 }
@@ -203,6 +212,7 @@ impl<const T: usize, const B: usize> Receiver<T, B> {
         Ok(Self {
             cfg,
             watermark: cfg.first_tid,
+            finished_before: cfg.first_tid,
             slots: Deque::new(),
             stats: ReceiverStats::ZERO,
         })
@@ -468,6 +478,8 @@ impl<const T: usize, const B: usize> Receiver<T, B> {
             DeliveryStatus::Complete => self.stats.delivered_complete += 1,
             DeliveryStatus::Aborted(_) => self.stats.delivered_aborted += 1,
         }
+        // The window moved: close what an earlier `oldest_open` said is finished.
+        self.retire_before(self.finished_before);
         Some(delivery)
     }
 
@@ -497,12 +509,20 @@ impl<const T: usize, const B: usize> Receiver<T, B> {
                 len: header.len,
             });
         }
+        // The transfer being sent is open, so `oldest_open` cannot be past it; a header that
+        // says so would close transfers that have not even started.
+        if header.oldest_open.offset_from(header.tid) > 0 {
+            return Err(ProtocolError::InconsistentTransfer { tid: header.tid.0 });
+        }
         Ok(())
     }
 
     /// Every transfer before `oldest_open` is finished at the sender; those not complete here
     /// were aborted (their notice may have been lost).
     fn retire_before(&mut self, oldest_open: TransferId) {
+        if oldest_open.offset_from(self.finished_before) > 0 {
+            self.finished_before = oldest_open;
+        }
         let ahead = oldest_open.offset_from(self.watermark);
         if ahead <= 0 {
             return;

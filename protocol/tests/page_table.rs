@@ -227,6 +227,29 @@ fn huge_mapping_over_small_pages_replaces_them() {
 }
 
 #[test]
+fn a_region_whose_end_is_past_the_address_space_is_refused() {
+    let top = VirtAddr::new(0xffff_ffff_ffff_f000);
+    assert_eq!(
+        PageStateTable::new(top, K4, vec![PageEntry::ABSENT; 1]).err(),
+        Some(ProtocolError::AddressOverflow)
+    );
+    // One page lower, the end is 2^64 - 4096: representable, and the table works.
+    let below = VirtAddr::new(0xffff_ffff_ffff_e000);
+    let mut t = PageStateTable::new(below, K4, vec![PageEntry::ABSENT; 1]).unwrap();
+    t.mark_present(below, PageSize::Size4K, PhysAddr::new(0x7000), true)
+        .unwrap();
+    let snap = t.generation();
+    assert_eq!(t.check(below, K4, Access::Write, snap), Ok(()));
+    assert_eq!(
+        t.check(below, K4 + 1, Access::Write, snap)
+            .unwrap_err()
+            .reason,
+        FaultReason::OutOfRegion
+    );
+    assert_eq!(t.invalidate(below, K4).unwrap().pages_dropped, 1);
+}
+
+#[test]
 fn check_reports_each_reason() {
     let mut t = table();
     t.mark_present(va(0), PageSize::Size4K, PhysAddr::new(0x1000), true)
@@ -251,6 +274,18 @@ fn check_reports_each_reason() {
             reason: FaultReason::NotPresent
         })
     );
+    // Page by page in order (docs/protocol.md §3.2): the absent last page comes before the
+    // first byte past the region.
+    assert_eq!(
+        t.check(va(LEN - 8), 16, Access::Read, snap),
+        Err(PageFault {
+            addr: va(LEN - 8),
+            reason: FaultReason::NotPresent
+        })
+    );
+    t.mark_present(va(LEN - K4), PageSize::Size4K, PhysAddr::new(0x3000), true)
+        .unwrap();
+    let snap = t.generation();
     assert_eq!(
         t.check(va(LEN - 8), 16, Access::Read, snap),
         Err(PageFault {

@@ -520,6 +520,79 @@ fn lost_abort_notice_is_recovered_through_oldest_open() {
 }
 
 #[test]
+fn an_abort_notice_after_oldest_open_closed_its_transfer_still_gives_the_reason() {
+    let (mut tx, mut rx) = (sender(), receiver());
+    let t0 = tx.submit(desc(1, 1)).unwrap();
+    tx.cancel(t0).unwrap();
+    let t1 = tx.submit(desc(2, 1)).unwrap();
+    let Some(Transmit::Abort(notice)) = tx.poll_transmit(0) else {
+        panic!("abort notice first")
+    };
+    // t1's block overtakes the notice and closes t0 without a reason (t1 is still being
+    // written, so nothing is delivered yet); then the notice arrives.
+    let sends = blocks(&mut tx, 0);
+    assert_eq!(sends[0].header.oldest_open, t1);
+    assert_eq!(rx.admit(&sends[0].header), Ok(Admission::Write));
+    assert!(rx.on_abort(&notice).is_some());
+    let first = rx.poll_delivery().unwrap();
+    assert_eq!(
+        (first.tid, first.status),
+        (t0, DeliveryStatus::Aborted(Some(AbortReason::Cancelled)))
+    );
+}
+
+#[test]
+fn transfers_finished_beyond_a_full_window_are_closed_once_it_moves_on() {
+    // The receiver's window holds 4 transfers. 0..=3 are open here, 4 never arrived, and
+    // the sender has finished all five (their ABORT notices lost). A header of transfer 5
+    // says so, but 5 is beyond the window: dropped, and nothing repeats what it said.
+    let mut rx = receiver();
+    for tid in 0..4 {
+        let h = BlockHeader {
+            tid: TransferId(tid),
+            block: 0,
+            block_count: 2,
+            attempt: 1,
+            oldest_open: TransferId(0),
+            len: BS,
+            key: 1,
+            dest: 0x1000,
+        };
+        assert_eq!(rx.admit(&h), Ok(Admission::Write));
+        rx.written(&h, WriteOutcome::Written).unwrap();
+    }
+    let next = BlockHeader {
+        tid: TransferId(5),
+        block: 0,
+        block_count: 1,
+        attempt: 1,
+        oldest_open: TransferId(5),
+        len: BS,
+        key: 1,
+        dest: 0x1000,
+    };
+    assert_eq!(rx.admit(&next), Ok(Admission::OutOfWindow));
+    let got: Vec<_> = deliveries(&mut rx)
+        .iter()
+        .map(|d| (d.tid.0, d.status))
+        .collect();
+    let expected: Vec<_> = (0..5)
+        .map(|tid| (tid, DeliveryStatus::Aborted(None)))
+        .collect();
+    assert_eq!(got, expected, "transfer 4 is closed too");
+    // A header claiming its own transfer is finished is refused.
+    let bogus = BlockHeader {
+        tid: TransferId(6),
+        oldest_open: TransferId(9),
+        ..next
+    };
+    assert_eq!(
+        rx.admit(&bogus),
+        Err(ProtocolError::InconsistentTransfer { tid: 6 })
+    );
+}
+
+#[test]
 fn version_bump_during_a_transfer_is_detected() {
     // The destination: one 4 KiB page holding the transfer's four 1 KiB blocks.
     let dest = 0x2000_0000 + 8 * 0x1_0000;

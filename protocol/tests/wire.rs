@@ -643,6 +643,40 @@ proptest! {
         }
     }
 
+    /// Random bytes almost never start with the magic, so the property above mostly tests
+    /// the magic check. Here the magic is right and everything after it is arbitrary: any
+    /// version, type code, length field (including ones longer or shorter than the input),
+    /// session and tail. The header checks and the CRC must refuse without a panic; what
+    /// decodes must re-encode to exactly the bytes it consumed.
+    #[test]
+    fn arbitrary_headers_behind_the_magic_never_panic(
+        version in 0u8..4,
+        code in any::<u8>(),
+        len in 0u16..400,
+        session in any::<u32>(),
+        tail in proptest::collection::vec(any::<u8>(), 0..300),
+        seal in any::<bool>(),
+    ) {
+        let mut bytes = Vec::new();
+        bytes.extend_from_slice(&wire::MAGIC.to_le_bytes());
+        bytes.push(version);
+        bytes.push(code);
+        bytes.extend_from_slice(&len.to_le_bytes());
+        bytes.extend_from_slice(&session.to_le_bytes());
+        bytes.extend_from_slice(&tail);
+        if seal && usize::from(len) <= bytes.len() && usize::from(len) >= 16 {
+            // A correct CRC over the claimed length, so the body checks are reached.
+            bytes.truncate(usize::from(len));
+            reseal(&mut bytes);
+        }
+        if let Ok((envelope, used)) = Envelope::decode(&bytes) {
+            prop_assert!(used <= bytes.len());
+            let mut out = vec![0u8; used];
+            prop_assert_eq!(envelope.encode(&mut out), Ok(used));
+            prop_assert_eq!(&out[..], &bytes[..used]);
+        }
+    }
+
     /// Arbitrary bodies behind a valid header and CRC reach the field checks: they must
     /// decode to a message that re-encodes to the same bytes, or fail with BadField.
     #[test]
