@@ -755,6 +755,15 @@ impl<const T: usize, const B: usize> Sender<T, B> {
             Err(ignored) => return Ok(Disposition::Ignored(ignored)),
         };
         ack.blocks.check_within(t.tid, t.block_count)?;
+        // Only blocks still waiting for an answer can be refused: a late answer to an old
+        // request, whose blocks were re-sent and acknowledged since, changes nothing.
+        let waiting = ack
+            .blocks
+            .iter()
+            .any(|b| matches!(t.block(b), Some(TxBlock::AwaitResolution { .. })));
+        if !waiting {
+            return Ok(Disposition::Ignored(Ignored::Stale));
+        }
         t.faults += 1;
         t.abort(
             AbortReason::RemoteRejected {

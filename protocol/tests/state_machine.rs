@@ -931,6 +931,45 @@ fn server_path_remote_fault_and_fault_in() {
 }
 
 #[test]
+fn a_late_failed_fault_in_answer_for_blocks_acknowledged_since_changes_nothing() {
+    let mut tx = sender();
+    let t = tx.submit(desc(1, 2)).unwrap();
+    let _ = blocks(&mut tx, 0);
+    let request = tx
+        .remote_fault(1, t, BlockRange::single(0), 1, FaultReason::NotPresent)
+        .unwrap()
+        .unwrap();
+    // No answer in time: the backoff re-sends block 0, and that copy is acknowledged.
+    let again = blocks(&mut tx, 1_000);
+    assert!(
+        again
+            .iter()
+            .any(|b| (b.header.block, b.header.attempt) == (0, 2))
+    );
+    tx.on_ack(&Ack {
+        tid: t,
+        blocks: BlockRange::single(0),
+        attempt: 2,
+    })
+    .unwrap();
+    let late = FaultInAck {
+        req_seq: request.req_seq,
+        tid: t,
+        blocks: BlockRange::single(0),
+        status: RequestStatus::Failed(FaultReason::NotPresent),
+        generation: Generation(9),
+    };
+    assert_eq!(
+        tx.on_fault_in_ack(&late),
+        Ok(Disposition::Ignored(Ignored::Stale))
+    );
+    assert!(
+        completions(&mut tx).is_empty(),
+        "the transfer is not aborted"
+    );
+}
+
+#[test]
 fn receiver_rejects_protocol_violations() {
     let mut rx = receiver();
     let header = BlockHeader {
