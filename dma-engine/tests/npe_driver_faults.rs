@@ -42,6 +42,9 @@ const FAULT_ADDR: usize = 0x38;
 const FAULT_INFO: usize = 0x40;
 const FAULT_SYNDROME: usize = 0x44;
 const RESUME: usize = 0x48;
+/// AXI responses in FAULT_SYNDROME: the SMMU terminated the read, or nothing is there.
+const SLVERR: u64 = 2;
+const DECERR: u64 = 3;
 
 /// Registers as plain storage, with the engine's side effects the driver relies on:
 /// SOFT_RESET clears itself, CH_IRQ and GEVENT are write-1-to-clear. RESUME writes and
@@ -187,6 +190,16 @@ impl Bench {
         let at = self.reg(WQ_BASE) + u64::from(index) * WQ_ENTRY as u64;
         self.dma.read_phys(PhysAddr::new(at), &mut b).unwrap();
         WqEntry::decode(&b).unwrap()
+    }
+
+    /// Channel 0's read of SQ entry 0 at `addr` failed with AXI response `resp`: the
+    /// channel waits in FAULT_WAIT with LOCAL_FAULT raised (§5.4).
+    fn source_fault(&self, addr: u64, resp: u64) {
+        self.set(CH0 + CH_STATUS, 2); // FAULT_WAIT
+        self.set(CH0 + CH_IRQ, 2); // LOCAL_FAULT
+        self.set(CH0 + FAULT_ADDR, addr);
+        self.set(CH0 + FAULT_INFO, 0);
+        self.set(CH0 + FAULT_SYNDROME, resp | 1 << 3); // VALID
     }
 
     fn sq(&self, channel_base: usize, index: u32) -> SqEntry {
@@ -349,11 +362,7 @@ fn a_source_read_that_reaches_no_memory_aborts_its_transfer_instead_of_retrying(
     npe.submit(0, one_block(0x10_0000)).unwrap();
     let mut host = Host::new(FaultClass::Present);
     npe.poll(0, &mut host).unwrap();
-    b.set(CH0 + CH_STATUS, 2); // FAULT_WAIT
-    b.set(CH0 + CH_IRQ, 2); // LOCAL_FAULT
-    b.set(CH0 + FAULT_ADDR, 0x10_0000);
-    b.set(CH0 + FAULT_INFO, 0);
-    b.set(CH0 + FAULT_SYNDROME, 3 | 1 << 3); // DECERR, VALID
+    b.source_fault(0x10_0000, DECERR);
     npe.poll(1, &mut host).unwrap();
     assert_eq!(b.bus.lock().resumes, [2], "SKIP, not RETRY");
     // The transfer aborts; its ABORT notice goes out, then the completion comes.
@@ -384,11 +393,7 @@ fn a_source_fault_on_a_present_page_is_retried_a_bounded_number_of_times() {
     let mut host = Host::new(FaultClass::Present);
     npe.poll(0, &mut host).unwrap();
     for t in 1..=20 {
-        b.set(CH0 + CH_STATUS, 2);
-        b.set(CH0 + CH_IRQ, 2);
-        b.set(CH0 + FAULT_ADDR, 0x10_0000);
-        b.set(CH0 + FAULT_INFO, 0);
-        b.set(CH0 + FAULT_SYNDROME, 2 | 1 << 3); // SLVERR: the SMMU terminated it
+        b.source_fault(0x10_0000, SLVERR);
         npe.poll(t, &mut host).unwrap();
         if !host.requests.is_empty() {
             break;

@@ -437,11 +437,7 @@ impl<B: RegisterBus, const CH: usize, const PEERS: usize, const T: usize, const 
                 what: "sq_batch must be 1..=SQ entries",
             });
         }
-        if cfg.node & !super::desc::COORD_MASK != 0 {
-            return Err(DmaError::InvalidConfig {
-                what: "node coordinate beyond 22 bits",
-            });
-        }
+        check_coordinate(cfg.node)?;
         sender_config(&cfg.timing, 0)?;
 
         // Reset (SOFT_RESET clears itself when done, §3.1), then program the global rings.
@@ -546,11 +542,7 @@ impl<B: RegisterBus, const CH: usize, const PEERS: usize, const T: usize, const 
                 what: "peer_key wider than the descriptor's 16-bit destination PDID",
             });
         }
-        if cfg.peer & !super::desc::COORD_MASK != 0 {
-            return Err(DmaError::InvalidConfig {
-                what: "peer coordinate beyond 22 bits",
-            });
-        }
+        check_coordinate(cfg.peer)?;
         // Answers are routed by (peer, session): two senders with one identity would take
         // each other's ACKs, and the peer's receiver would take the second one's blocks for
         // duplicates of the first's.
@@ -582,11 +574,7 @@ impl<B: RegisterBus, const CH: usize, const PEERS: usize, const T: usize, const 
     /// Accepts data from `cfg.peer` into receive slot `slot` (an index of the driver's own
     /// peer table).
     pub fn open_peer(&mut self, slot: u8, cfg: PeerConfig) -> Result<()> {
-        if cfg.peer & !super::desc::COORD_MASK != 0 {
-            return Err(DmaError::InvalidConfig {
-                what: "peer coordinate beyond 22 bits",
-            });
-        }
+        check_coordinate(cfg.peer)?;
         // A live receiver may have commits in flight; replacing it would orphan them.
         match self.peers.get(usize::from(slot)) {
             None => return Err(DmaError::NoSuchPeer { slot }),
@@ -1798,6 +1786,16 @@ fn drain_completions<B: RegisterBus>(
         regs.cq_head().set(hw.cq.index);
     }
     Ok(errors)
+}
+
+/// A node coordinate must fit the 22 bits descriptors and NODE carry (§4.1, §3.1).
+fn check_coordinate(coordinate: u32) -> Result<()> {
+    if coordinate & !super::desc::COORD_MASK != 0 {
+        return Err(DmaError::InvalidConfig {
+            what: "node coordinate beyond 22 bits",
+        });
+    }
+    Ok(())
 }
 
 /// Whether handling one queue entry failed for a reason of that entry alone (a message the
