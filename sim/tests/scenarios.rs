@@ -19,8 +19,13 @@ use smmu_driver::v2::InjectedBug;
 const BASE: u64 = ScenarioConfig::DEFAULT.iova_base;
 
 fn machine(soc: &Soc) -> Machine<'_, Window, Window, HostDma, NoDelay> {
+    machine_with_smmu(soc, soc.smmu_window().unwrap())
+}
+
+/// The ZynqMP machine with the SMMU reached through `smmu` (a wrapper over its window).
+fn machine_with_smmu<S>(soc: &Soc, smmu: S) -> Machine<'_, S, Window, HostDma, NoDelay> {
     Machine::zynqmp(
-        soc.smmu_window().unwrap(),
+        smmu,
         soc.gdma_window(0).unwrap(),
         soc.gdma_window(1).unwrap(),
         &**soc.dram(),
@@ -279,13 +284,7 @@ fn resume_before_the_fsr_is_cleared_is_ignored_and_caught_as_a_typed_error() {
 fn the_driver_clears_fsr_exactly_and_before_resume_with_cfie_masked_meanwhile() {
     let soc = Soc::zynqmp().unwrap();
     let smmu = RecordingBus::new("smmu", soc.smmu_window().unwrap());
-    let machine = Machine::zynqmp(
-        smmu,
-        soc.gdma_window(0).unwrap(),
-        soc.gdma_window(1).unwrap(),
-        &**soc.dram(),
-        NoDelay::default(),
-    );
+    let machine = machine_with_smmu(&soc, smmu);
     let mut rig = Rig::new(machine, &config(&[])).unwrap();
     hal::journal::start();
     rig.run_phase(Phase::MinorStallResume).unwrap();
@@ -378,13 +377,7 @@ fn a_fault_that_keeps_coming_back_ends_in_a_fault_storm_error() {
         inner: soc.smmu_window().unwrap(),
         resumes: std::cell::Cell::new(0),
     };
-    let machine = Machine::zynqmp(
-        smmu,
-        soc.gdma_window(0).unwrap(),
-        soc.gdma_window(1).unwrap(),
-        &**soc.dram(),
-        NoDelay::default(),
-    );
+    let machine = machine_with_smmu(&soc, smmu);
     let mut rig = Rig::new(machine, &config(&[])).unwrap();
     let err = rig.run_phase(Phase::MinorStallResume).unwrap_err();
     // Transfer 1 touches 4 source and 4 destination pages: 4 * 8 + 4 = 36 faults allowed;
