@@ -580,6 +580,7 @@ impl Inner {
                 addr: VirtAddr::new(addr),
                 present: e.present(),
                 swapped: e.swapped(),
+                guard: e.guard(),
                 frame: e.pfn().map(|p| PhysAddr::new(p << PAGE_SHIFT)),
                 soft_dirty: e.soft_dirty(),
                 exclusive: e.exclusive(),
@@ -617,6 +618,16 @@ impl Inner {
                 .checked_add(len)
                 .ok_or(GlueError::Overflow { start: addr, len })?;
             check_touchable(&self.vmas_in(addr, end)?, addr, end, access)?;
+            // Guard markers (MADV_GUARD_INSTALL, 6.13+) sit inside a VMA, so the VMAs do
+            // not show them; pagemap does (bit 58), where the process can read it.
+            if let Some(pagemap) = &self.pagemap {
+                let entries = pagemap.entries(addr, len.div_ceil(PAGE))?;
+                if let Some(i) = entries.iter().position(|e| e.guard()) {
+                    return Err(GlueError::NotReadable {
+                        addr: addr + i as u64 * PAGE,
+                    });
+                }
+            }
         }
         let before = FaultCounters::now();
         if method == FaultInMethod::Touch {

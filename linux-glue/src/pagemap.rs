@@ -17,12 +17,30 @@ pub struct PagemapEntry(pub u64);
 
 impl PagemapEntry {
     const PFN_MASK: u64 = (1 << 55) - 1;
+    /// Swap types from here on are not swap areas but the kernel's special non-present
+    /// entries (device-private, migration, hwpoison, PTE markers), which pagemap also flags
+    /// with bit 62 (`pte_to_pagemap_entry` in fs/proc/task_mmu.c sets PM_SWAP for every
+    /// swap-format PTE). 32 types (MAX_SWAPFILES_SHIFT 5) minus 4 device-private, 3
+    /// migration, 1 hwpoison and 1 PTE-marker type: MAX_SWAPFILES of an x86_64 kernel with
+    /// all of them configured (include/linux/swap.h). A kernel with fewer has more swap
+    /// areas, of which nobody configures 23.
+    pub const FIRST_SPECIAL_SWAP_TYPE: u64 = 23;
     /// Bit 63: page present.
     pub fn present(self) -> bool {
         self.0 & (1 << 63) != 0
     }
-    /// Bit 62: page swapped.
+    /// Bit 62 for a real swap area: the page is in swap (or in the swap cache). Not for a
+    /// guard marker or a special entry (a page under migration), which pagemap flags alike.
     pub fn swapped(self) -> bool {
+        self.swap_format() && !self.guard() && self.0 & 0x1f < Self::FIRST_SPECIAL_SWAP_TYPE
+    }
+    /// Bit 62 for a special entry: the page is in transit (migration) or otherwise
+    /// unavailable (device-private, hwpoison); its frame is going away or gone.
+    pub fn in_transit(self) -> bool {
+        self.swap_format() && !self.guard() && self.0 & 0x1f >= Self::FIRST_SPECIAL_SWAP_TYPE
+    }
+    /// Bit 62 as the kernel sets it: any swap-format PTE (swap, migration, marker...).
+    pub fn swap_format(self) -> bool {
         self.0 & (1 << 62) != 0
     }
     /// Bit 61: file page or shared anonymous.
@@ -142,8 +160,10 @@ pub struct PageState {
     /// Mapped in this process's page table (pagemap) or resident in memory (mincore, which also
     /// counts pages in the page cache or swap cache that are not mapped here).
     pub present: bool,
-    /// Its PTE holds a swap entry.
+    /// Its PTE holds a swap entry of a swap area (not a guard marker or a page in transit).
     pub swapped: bool,
+    /// A guard marker covers it (`MADV_GUARD_INSTALL`): any access faults (SIGSEGV).
+    pub guard: bool,
     /// The physical frame, when present and the PFN is visible (CAP_SYS_ADMIN).
     pub frame: Option<PhysAddr>,
     /// Soft-dirty bit.
@@ -478,6 +498,19 @@ mod tests {
         assert!(PagemapEntry(1 << 61).file_or_shared());
         assert!(PagemapEntry(1 << 58).guard());
         assert!(PagemapEntry(1 << 57).uffd_wp());
+    }
+
+    #[test]
+    fn guard_markers_and_special_entries_are_not_swap() {
+        // The kernel sets bit 62 for every swap-format PTE.
+        let guard = PagemapEntry((1 << 62) | (1 << 58) | 31);
+        assert!(guard.guard() && !guard.swapped() && !guard.in_transit());
+        assert_eq!(guard.swap_type(), None);
+        let migrating = PagemapEntry((1 << 62) | (0x777 << 5) | 29);
+        assert!(migrating.in_transit() && !migrating.swapped());
+        assert_eq!(migrating.swap_offset(), None);
+        let last_area = PagemapEntry((1 << 62) | 22);
+        assert!(last_area.swapped() && !last_area.in_transit());
     }
 
     #[test]

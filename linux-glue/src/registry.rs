@@ -265,7 +265,12 @@ pub(crate) fn classify_change(
         }
     } else if now.swapped() {
         Some(InvalidationCause::SwappedOut)
+    } else if now.in_transit() {
+        // Under migration (or poisoned): the tracked frame is going away.
+        Some(InvalidationCause::FrameChanged)
     } else {
+        // Gone, including a guard marker installed over it (MADV_GUARD_INSTALL zaps the page
+        // without a userfaultfd event).
         Some(InvalidationCause::Dropped)
     }
 }

@@ -8,7 +8,7 @@
 //! CAP_SYS_ADMIN (pagemap hides PFNs otherwise); without them `resolve` fails with
 //! [`NO_FRAME`] and the handler aborts the transfer rather than map a wrong address.
 
-use hal::{Iova, VirtAddr};
+use hal::{Iova, PageSize, VirtAddr};
 use smmu_driver::fault::{
     AccessKind, FaultCost, FaultResolver, RegisteredRegion, ResolveError, ResolveEstimate,
     ResolvedPage, StreamId,
@@ -90,15 +90,39 @@ impl FaultResolver for SmmuResolver {
             .resolve(va(iova), want)
             .map_err(|e| ResolveError(GLUE_ERROR_BASE | (e.code() & 0xffff)))?;
         let frame = r.frame.ok_or(ResolveError(NO_FRAME))?;
-        let writable = r.faulted_for == Access::Write;
+        // Writable for the device only if the region was registered for device writes: a
+        // read may be faulted in for write (stable frames), which must not widen the
+        // device's rights.
+        let registered_for_write = self
+            .resolver
+            .region_of(va(iova))
+            .is_some_and(|(_, access)| access == Access::Write);
+        let writable = r.faulted_for == Access::Write && registered_for_write;
         let permissions = if writable {
             Permissions::READ_WRITE
         } else {
             Permissions::READ_ONLY
         };
+        // The SMMU's tables map 4 KiB pages and 2 MiB blocks (`FaultResolver`): a 1 GiB
+        // hugetlb page is handed out as the 2 MiB block of it that holds the faulting address.
+        let (frame, size) = match r.size {
+            PageSize::Size1G => {
+                let block = PageSize::Size2M.bytes();
+                let offset = iova
+                    .as_u64()
+                    .checked_sub(r.mapping.start().as_u64())
+                    .ok_or(ResolveError(NO_FRAME))?
+                    & !(block - 1);
+                let frame = frame
+                    .checked_add(offset)
+                    .map_err(|_| ResolveError(NO_FRAME))?;
+                (frame, PageSize::Size2M)
+            }
+            size => (frame, size),
+        };
         Ok(ResolvedPage {
             frame,
-            size: r.size,
+            size,
             attributes: Attributes::normal(permissions),
             cost: match r.kind {
                 FaultKind::Major => FaultCost::Major,

@@ -154,3 +154,24 @@ fn handler_maps_the_real_frame() {
     assert!(matches!(o.decision, FaultDecision::Abort(_)));
     assert!(table.translate(Iova::new(outside)).unwrap().is_none());
 }
+
+#[test]
+fn a_region_registered_for_device_reads_is_never_mapped_writable() {
+    if !root() {
+        skip(
+            "a_region_registered_for_device_reads_is_never_mapped_writable",
+            "frames need CAP_SYS_ADMIN",
+        );
+        return;
+    }
+    // Private writable memory: with stable frames a device read is faulted in for write,
+    // which must not widen what the device may do.
+    let (glue, _rx) = glue();
+    let m = Mapping::anonymous(4 * PAGE, Protection::ReadWrite).unwrap();
+    glue.register(m.addr(), m.len(), Access::Read).unwrap();
+    let mut resolver = SmmuResolver::new(glue.resolver(), STREAM);
+    let iova = Iova::new(m.addr().as_u64());
+    assert!(!resolver.region(STREAM, iova).unwrap().writable);
+    let page = resolver.resolve(STREAM, iova, AccessKind::Read).unwrap();
+    assert!(!page.attributes.permissions.writable);
+}
