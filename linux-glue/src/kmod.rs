@@ -242,6 +242,11 @@ pub struct Snapshot {
     pub start: VirtAddr,
     /// The version of each page then.
     pub versions: Vec<u32>,
+    /// Whether every page was present then (and, with `writable`, mapped for device
+    /// writes): a snapshot of pages already invalid can never be valid for a DMA.
+    pub present: bool,
+    /// Whether every page was mapped for device writes then.
+    pub writable: bool,
 }
 
 impl ModuleRegion {
@@ -271,22 +276,31 @@ impl ModuleRegion {
         // Capped by the table: a range longer than the region fails below, and must not first
         // try to reserve memory for every page it names.
         let mut versions = Vec::with_capacity(range.page_count().min(self.entries) as usize);
+        let (mut present, mut writable) = (true, true);
         for p in range.pages() {
             let e = self
                 .entry(p)
                 .ok_or(GlueError::NotRegistered { addr: p.as_u64() })?;
             versions.push(e.version());
+            present &= e.present();
+            writable &= e.writable();
         }
         Ok(Snapshot {
             generation,
             start: range.start(),
             versions,
+            present,
+            writable: present && writable,
         })
     }
 
-    /// Whether no page of `snap` was invalidated since (np-rdma notes §2.5 option B): the
-    /// generation fast path, then a per-page version comparison, and every page still present.
+    /// Whether no page of `snap` was invalidated since (np-rdma notes §2.5 option B): every
+    /// page present when the snapshot was taken, then the generation fast path, or a per-page
+    /// version comparison with every page still present.
     pub fn still_valid(&self, snap: &Snapshot) -> bool {
+        if !snap.present {
+            return false;
+        }
         if self.generation() == snap.generation {
             return true;
         }
@@ -297,6 +311,10 @@ impl ModuleRegion {
         })
     }
 }
+
+/// Snapshots [`ModuleClient::ensure_present`] takes before it gives up on a range that keeps
+/// being invalidated right after its fault-in.
+const ENSURE_RETRIES: u32 = 8;
 
 /// Result of a module fault-in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -564,7 +582,24 @@ impl<B: ModuleBackend> ModuleClient<B> {
             let r = AlignedRange::new(VirtAddr::new(s), e - s, PageSize::Size4K)?;
             self.fault_in(region, r, access)?;
         }
-        region.snapshot(range)
+        // An invalidation between the fault-in and the snapshot (reclaim, migration) leaves
+        // pages absent in it: fault them in again, a bounded number of times.
+        for retry in 0..ENSURE_RETRIES {
+            let snap = region.snapshot(range)?;
+            let usable = match access {
+                Access::Read => snap.present,
+                Access::Write => snap.writable,
+            };
+            if usable {
+                return Ok(snap);
+            }
+            if retry + 1 < ENSURE_RETRIES {
+                self.fault_in(region, range, access)?;
+            }
+        }
+        Err(GlueError::Contended {
+            retries: ENSURE_RETRIES,
+        })
     }
 
     /// Creates the event ring with `entries` records (a power of two) and maps it.

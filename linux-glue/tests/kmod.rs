@@ -392,3 +392,69 @@ fn a_registration_whose_table_cannot_be_mapped_is_given_back_to_the_module() {
     let region = c.register(r.start(), r.len(), Access::Write).unwrap();
     c.unregister(region).unwrap();
 }
+
+/// A module whose MMU notifier fires (reclaim, migration) right after the first `times`
+/// fault-ins returned, invalidating the first page of the region at `base`.
+struct InvalidateAfterFaultIn {
+    fake: Arc<FakeModule>,
+    base: u64,
+    times: std::sync::atomic::AtomicU32,
+}
+
+impl ModuleBackend for InvalidateAfterFaultIn {
+    fn ioctl(&self, cmd: u32, arg: &mut [u8]) -> Result<(), i32> {
+        let r = self.fake.ioctl(cmd, arg);
+        let left = &self.times;
+        if cmd == abi::IOC_FAULT_IN
+            && left
+                .fetch_update(
+                    std::sync::atomic::Ordering::SeqCst,
+                    std::sync::atomic::Ordering::SeqCst,
+                    |n| n.checked_sub(1),
+                )
+                .is_ok()
+        {
+            self.fake
+                .invalidate(VirtAddr::new(self.base), PAGE, abi::cause::SWAPPED_OUT, 0);
+        }
+        r
+    }
+
+    fn map(&self, offset: u64, len: u64) -> linux_glue::Result<linux_glue::kmod::SharedMemory> {
+        self.fake.map(offset, len)
+    }
+}
+
+#[test]
+fn a_page_invalidated_right_after_its_fault_in_is_faulted_in_again_before_the_snapshot() {
+    let base = 0x7f00_0000_0000u64;
+    let fake = Arc::new(FakeModule::new());
+    let backend = |fake: &Arc<FakeModule>, times| InvalidateAfterFaultIn {
+        fake: Arc::clone(fake),
+        base,
+        times: std::sync::atomic::AtomicU32::new(times),
+    };
+    let c = ModuleClient::connect(backend(&fake, 1)).unwrap();
+    let r = c
+        .register(VirtAddr::new(base), 4 * PAGE, Access::Write)
+        .unwrap();
+    let snap = c
+        .ensure_present(&r, range(base, 4 * PAGE), Access::Write)
+        .unwrap();
+    assert!(snap.present && snap.writable);
+    assert!(r.still_valid(&snap));
+    // A snapshot taken while a page is absent is never valid, whatever the generation says.
+    r.snapshot(range(base, 4 * PAGE)).unwrap();
+    fake.invalidate(VirtAddr::new(base), PAGE, abi::cause::SWAPPED_OUT, 0);
+    let stale = r.snapshot(range(base, 4 * PAGE)).unwrap();
+    assert!(!stale.present && !r.still_valid(&stale));
+    // A page invalidated after every fault-in: a typed error, not a snapshot of absent pages.
+    let c = ModuleClient::connect(backend(&Arc::new(FakeModule::new()), u32::MAX)).unwrap();
+    let r = c
+        .register(VirtAddr::new(base), 4 * PAGE, Access::Write)
+        .unwrap();
+    assert!(matches!(
+        c.ensure_present(&r, range(base, 4 * PAGE), Access::Write),
+        Err(GlueError::Contended { .. })
+    ));
+}
