@@ -803,7 +803,27 @@ impl Inner {
             uffd.release_fault(address, flags);
             return;
         }
-        let invs = self.lock().apply(&ev);
+        let (invs, moved) = {
+            let mut reg = self.lock();
+            let moved = match ev {
+                UffdEvent::Remap { from, to, len } => reg
+                    .uffd_pieces(from, from.saturating_add(len))
+                    .into_iter()
+                    .map(|(s, e)| (to.wrapping_add(s - from), e - s))
+                    .collect(),
+                _ => Vec::new(),
+            };
+            (reg.apply(&ev), moved)
+        };
+        // The kernel moves a userfaultfd registration along with its VMA (mremap); the
+        // registration stays bound to the old addresses, so the moved pages are nobody's:
+        // unregister them, or every later DONTNEED there waits for this monitor and the
+        // application's own UFFDIO_REGISTER of that memory fails with EBUSY.
+        for (start, len) in moved {
+            // An error means the moved pages were unmapped again meanwhile: nothing is left
+            // registered there.
+            let _ = uffd.unregister(start, len);
+        }
         self.deliver(&invs);
     }
 }

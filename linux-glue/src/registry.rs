@@ -417,6 +417,14 @@ impl Registry {
         }
     }
 
+    /// The parts of `[start, end)` this glue registered with its userfaultfd.
+    pub(crate) fn uffd_pieces(&self, start: u64, end: u64) -> Vec<(u64, u64)> {
+        self.regions
+            .values()
+            .flat_map(|r| r.uffd.intersect(start, end))
+            .collect()
+    }
+
     /// Applies a userfaultfd event: clips it to the live parts of registered regions, updates
     /// them and returns the invalidations to deliver (none for unregistered memory).
     pub(crate) fn apply(&mut self, ev: &UffdEvent) -> Vec<Invalidate> {

@@ -125,10 +125,28 @@ fn mremap_is_reported_with_the_new_address() {
         glue.resolver().resolve(old, Access::Read),
         Err(GlueError::RegionGone { .. })
     ));
-    // The moved VMA is still attached to the context (EVENT_REMAP keeps it), but it is not a
-    // registered region: dropping its pages says nothing.
+    // The kernel moved the userfaultfd registration with the VMA (EVENT_REMAP keeps it); the
+    // glue unregistered it, since the moved pages are no registered region: no userfaultfd
+    // flag is left on them, and dropping them says nothing.
+    let flags = vm_flags(moved.addr().as_u64());
+    assert!(
+        !flags.split_whitespace().any(|f| f == "uw" || f == "um"),
+        "{flags}"
+    );
     moved.advise(0, moved.len(), Advice::DontNeed).unwrap();
     assert_quiet(&rx, 100);
+}
+
+/// The `VmFlags:` line of the VMA starting at `start` in /proc/self/smaps.
+fn vm_flags(start: u64) -> String {
+    let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
+    let header = format!("{start:x}-");
+    smaps
+        .lines()
+        .skip_while(|l| !l.starts_with(&header))
+        .find(|l| l.starts_with("VmFlags:"))
+        .unwrap_or_default()
+        .to_string()
 }
 
 #[test]
