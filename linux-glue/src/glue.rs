@@ -317,7 +317,7 @@ impl Glue {
         let mut monitored = RangeSet::default();
         if let Some(uffd) = &self.uffd {
             for v in &vmas {
-                if !matches!(v.backing, Backing::Anonymous | Backing::Shmem) {
+                if !matches!(v.backing, Backing::Anonymous | Backing::Shmem) && !v.hugetlb() {
                     continue;
                 }
                 let (s, e) = (v.start.as_u64(), v.end.as_u64());

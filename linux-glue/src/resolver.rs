@@ -128,10 +128,11 @@ impl Resolver {
         if self.lookup(addr).is_some() {
             return Ok(Likely::Present);
         }
-        let backing = {
+        let (backing, hugetlb) = {
             let reg = self.inner.lock();
             let r = reg.lookup(page)?;
-            r.vma_at(page).map(|v| v.backing)
+            let v = r.vma_at(page);
+            (v.map(|v| v.backing), v.is_some_and(|v| v.hugetlb()))
         };
         let (entries, _) = self.inner.entries(page, 1)?;
         let entry = entries.first().copied().unwrap_or_default();
@@ -139,7 +140,8 @@ impl Resolver {
             Likely::Present
         } else if entry.swapped() {
             Likely::Major
-        } else if matches!(backing, Some(Backing::Anonymous)) {
+        } else if matches!(backing, Some(Backing::Anonymous)) || hugetlb {
+            // Zero fill, or a page from the hugetlb pool (never swapped).
             Likely::Minor
         } else {
             Likely::Unknown

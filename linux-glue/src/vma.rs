@@ -76,6 +76,13 @@ impl VmaInfo {
     pub fn locked(&self) -> Option<bool> {
         self.has_flag(b"lo")
     }
+
+    /// Whether hugetlb pages back it (its page size is above 4 KiB: a hugetlbfs file or
+    /// `MAP_HUGETLB` memory, which /proc/self/maps shows as a file, `/anon_hugepage`).
+    /// Userfaultfd can watch it like anonymous memory.
+    pub fn hugetlb(&self) -> bool {
+        self.page_size != PageSize::Size4K
+    }
 }
 
 fn classify(inode: u64, name: Option<&str>) -> Backing {

@@ -635,6 +635,20 @@ fn hugetlb_pages_resolve_with_their_page_size() {
     let states = glue.page_states(m.range().unwrap()).unwrap();
     assert!(states[512..].iter().all(|s| s.present && s.huge));
     assert!(states[..512].iter().all(|s| !s.present));
+    // Hugetlb memory shows as a file in /proc/self/maps, but userfaultfd watches it: a
+    // DONTNEED is reported and the tracked block forgotten.
+    let info = glue.region(id).unwrap();
+    if glue.capabilities().userfaultfd {
+        assert!(
+            info.monitored.iter().any(|&(s, _)| s == m.addr()),
+            "{info:?}"
+        );
+        m.advise(2 * MIB, 2 * MIB, linux_glue::mapping::Advice::DontNeed)
+            .unwrap();
+        let inv = next_event(&_rx);
+        assert_eq!(inv.cause, linux_glue::InvalidationCause::Removed);
+        assert!(glue.resolver().lookup(m.at(2 * MIB)).is_none());
+    }
     drop(glue);
     drop(m);
 }
