@@ -154,7 +154,10 @@ impl Resolver {
     /// is sampled before the fault-in and checked after the frame is read; if an invalidation
     /// was processed in between, the resolution is redone. An invalidation processed after the
     /// check is delivered after this call returns, so a consumer that applies resolutions and
-    /// invalidations in the order it receives them never keeps a stale frame.
+    /// invalidations in the order it receives them never keeps a stale frame, except after a
+    /// `Removed` invalidation: userfaultfd reports only the start of a `madvise` zap, so a
+    /// resolution made between the event and the zap can return a frame the zap frees, with no
+    /// later event (docs/linux-glue.md, "Races"; the kernel module reports the end).
     pub fn resolve(&self, addr: VirtAddr, access: Access) -> Result<Resolution> {
         let inner = &self.inner;
         let page = addr.align_down(PageSize::Size4K).as_u64();
