@@ -85,6 +85,34 @@ fn identification_registers_are_the_zynqmps() {
 }
 
 #[test]
+fn actlr_writes_take_effect_only_after_cache_lock_is_cleared() {
+    let mut m = Mmu500::new(Mmu500Config::zynqmp()).unwrap();
+    // r2p1: CACHE_LOCK set after reset; an ACTLR write is ignored while it is.
+    assert_ne!(m.read(0x10, AccessWidth::U32) & 1 << 26, 0);
+    m.write(CB0 + 4, AccessWidth::U32, 0x1);
+    assert_eq!(m.read(CB0 + 4, AccessWidth::U32), 0x3);
+    m.write(0x10, AccessWidth::U32, 0);
+    m.write(CB0 + 4, AccessWidth::U32, 0x1);
+    assert_eq!(m.read(CB0 + 4, AccessWidth::U32), 0x1);
+}
+
+#[test]
+fn the_driver_reset_turns_the_prefetcher_off_in_every_bank() {
+    let soc = Soc::zynqmp().unwrap();
+    let _smmu = smmu(&soc, smmu_driver::v2::DriverConfig::DEFAULT);
+    let bus = soc.smmu_window().unwrap();
+    assert_eq!(
+        bus.read(0x10, AccessWidth::U32) & 1 << 26,
+        0,
+        "CACHE_LOCK clear"
+    );
+    for bank in 0..16 {
+        let actlr = bus.read(CB0 + bank * 0x1000 + 4, AccessWidth::U32);
+        assert_eq!(actlr & 0x2, 0, "ACTLR.CPRE of bank {bank} is still set");
+    }
+}
+
+#[test]
 fn fsr_is_w1c_ss_clears_only_by_resume_and_resume_waits_for_a_clear_fsr() {
     let soc = Soc::zynqmp().unwrap();
     let dram = &**soc.dram();

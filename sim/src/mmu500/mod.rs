@@ -34,8 +34,10 @@
 //! Not modelled: stage 2 and nested contexts (a transaction routed to one raises a global
 //! fault), AArch32 formats, 16/64 KiB granules, walk caches, TLB capacity, secure state and
 //! the secure/non-secure register banking, address translation operations (ATOS), the
-//! performance monitors, sACR.CACHE_LOCK, MMU-500 prefetching, and time (a stall lasts until
-//! RESUME, however long).
+//! performance monitors, MMU-500 prefetching, and time (a stall lasts until RESUME, however
+//! long). sACR.CACHE_LOCK is modelled only as far as drivers meet it: on r2p0 and later it is
+//! set after reset and context-bank ACTLR writes are ignored while it is set (Linux
+//! `arm_mmu500_reset`; SMMU notes §1.2).
 
 mod regs;
 pub mod tlb;
@@ -326,7 +328,11 @@ impl Mmu500 {
         Ok(Mmu500 {
             config,
             scr0: SCR0_CLIENTPD,
-            sacr: 0,
+            sacr: if config.revision.0 >= 2 {
+                SACR_CACHE_LOCK
+            } else {
+                0
+            },
             sgfsr: 0,
             sgfar: 0,
             sgfsynr: [0; 3],
@@ -867,6 +873,8 @@ impl Mmu500 {
         let b = &mut self.banks[bank];
         match offset {
             CB_SCTLR => b.sctlr = v,
+            // Locked on r2p0+ until sACR.CACHE_LOCK is cleared.
+            CB_ACTLR if self.sacr & SACR_CACHE_LOCK != 0 => {}
             CB_ACTLR => b.actlr = v,
             CB_RESUME => self.resume(bank, v),
             CB_TCR2 => b.tcr2 = v,

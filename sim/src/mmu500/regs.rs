@@ -8,6 +8,8 @@
 // Global register space 0 (page 0).
 pub const SCR0: usize = 0x000;
 pub const SACR: usize = 0x010;
+/// sACR bit 26 (MMU-500 r2p0+): while set, context-bank ACTLR writes do not take effect.
+pub const SACR_CACHE_LOCK: u32 = 1 << 26;
 pub const IDR0: usize = 0x020;
 pub const IDR1: usize = 0x024;
 pub const IDR2: usize = 0x028;

@@ -446,6 +446,17 @@ impl<B: RegisterBus, D: DelayNs> SmmuV2<B, D> {
                 gr0.s2cr(i)?.write(S2CR::TYPE::Fault);
             }
         }
+        {
+            // sACR first: on r2p0+ the context banks' ACTLR writes do not take effect while
+            // CACHE_LOCK is set (Linux arm_mmu500_reset; SMMU notes §1.2).
+            let gr0 = self.gr0()?;
+            let mut sacr = gr0.sacr().get();
+            if self.caps.revision.0 >= 2 {
+                sacr &= !SACR::CACHE_LOCK::SET.value;
+            }
+            sacr |= (SACR::SMTNMB_TLBEN::SET + SACR::S2CRB_TLBEN::SET).value;
+            gr0.sacr().set(sacr);
+        }
         for i in 0..banks {
             let cb = self.bank_regs(i as u16)?;
             cb.sctlr().set(0);
@@ -458,12 +469,6 @@ impl<B: RegisterBus, D: DelayNs> SmmuV2<B, D> {
         }
         {
             let gr0 = self.gr0()?;
-            let mut sacr = gr0.sacr().get();
-            if self.caps.revision.0 >= 2 {
-                sacr &= !SACR::CACHE_LOCK::SET.value;
-            }
-            sacr |= (SACR::SMTNMB_TLBEN::SET + SACR::S2CRB_TLBEN::SET).value;
-            gr0.sacr().set(sacr);
             gr0.tlbiallh().set(0);
             gr0.tlbiallnsnh().set(0);
         }
