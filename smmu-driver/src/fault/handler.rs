@@ -10,8 +10,9 @@ use super::{
     FaultCost, FaultDecision, FaultEstimate, FaultKind, FaultPolicy, FaultRecord, FaultResolver,
     PolicyInput, ResolvedPage, StreamFaultConfig, abort_reason,
 };
+use crate::pagetable::Attributes;
 use crate::pagetable::{Invalidations, PageTable, TlbInvalidation, TlbMaintenance};
-use crate::walk::{self, AccessRequest, Leaf};
+use crate::walk::{self, Leaf};
 use crate::{Result, SmmuError};
 
 /// A fault with what was found out about it and what to do.
@@ -223,14 +224,22 @@ impl<P: FaultPolicy> FaultHandler<P> {
     }
 }
 
-/// Whether `leaf` already allows `record`'s access (AF set, write permission for writes).
+/// Whether `leaf` already allows `record`'s access: AF set, write permission for writes,
+/// AP\[1\] for an unprivileged transaction, execute permission for a fetch (a leaf that
+/// allows only a privileged read does not fix an unprivileged master's fault, and resuming
+/// it would fault again for ever).
 fn allows(leaf: &Leaf, record: &FaultRecord) -> bool {
-    let request = if record.is_write() {
-        AccessRequest::WRITE
-    } else {
-        AccessRequest::READ
-    };
-    walk::check_access(leaf, &request, true).is_ok()
+    walk::check_access(leaf, &record.access_request(), true).is_ok()
+}
+
+/// Whether attributes a resolver handed out allow `record`'s access.
+fn attributes_allow(attributes: &Attributes, record: &FaultRecord) -> bool {
+    let p = &attributes.permissions;
+    let request = record.access_request();
+    p.accessed
+        && (!request.write || p.writable)
+        && (request.privileged || p.unprivileged)
+        && !(request.instruction && p.execute_never)
 }
 
 fn estimate<R, M>(record: &FaultRecord, resolver: &R, table: &PageTable<M>) -> Result<FaultEstimate>
@@ -321,10 +330,8 @@ where
         return Err(contract);
     }
     let base = iova.align_down(page.size);
-    let p = &page.attributes.permissions;
     if !region.contains_range(base, page.size.bytes())
-        || !p.accessed
-        || (record.is_write() && !p.writable)
+        || !attributes_allow(&page.attributes, record)
     {
         return Err(contract);
     }

@@ -135,6 +135,24 @@ impl FaultRecord {
     pub fn is_write(&self) -> bool {
         self.access == AccessKind::Write
     }
+
+    /// The faulting access as the page tables judge it: read or write, and the privilege
+    /// and instruction/data attributes the SMMU recorded in the raw syndrome (SMMUv2
+    /// FSYNR0.PNU bit 5 and IND bit 6; SMMUv3 event PnU bit 33 and InD bit 34 of dword 1;
+    /// 1 = privileged, instruction). A record made up without a syndrome reads as an
+    /// unprivileged data access, the strictest data case.
+    pub fn access_request(&self) -> crate::walk::AccessRequest {
+        let word = self.syndrome.0[1];
+        let (privileged, instruction) = match self.smmu.flavour {
+            SmmuFlavour::V2 => (word & 1 << 5 != 0, word & 1 << 6 != 0),
+            SmmuFlavour::V3 => (word & 1 << 33 != 0, word & 1 << 34 != 0),
+        };
+        crate::walk::AccessRequest {
+            write: self.is_write(),
+            privileged,
+            instruction,
+        }
+    }
 }
 
 /// How costly making a page present will be, as the resolver guesses before doing it.

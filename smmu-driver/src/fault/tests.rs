@@ -628,6 +628,73 @@ fn an_already_fixed_fault_maps_nothing_and_invalidates_only_a_stale_tlb_entry() 
 }
 
 #[test]
+fn an_unprivileged_fault_on_a_privileged_only_page_is_not_taken_for_fixed() {
+    let world = World::new();
+    let mut table = world.table();
+    let mut pager = Pager::new();
+    let mut tlb = Tlb::default();
+    let mut handler = FaultHandler::new(StandardPolicy::Hybrid);
+    let page = RW_REGION + 0x3000;
+    let frame = PhysAddr::new(0x3_0000_0000);
+    let privileged_only = Attributes::normal(Permissions {
+        unprivileged: false,
+        ..Permissions::READ_WRITE
+    });
+    table
+        .map(
+            Iova::new(page),
+            frame,
+            PageSize::Size4K,
+            &privileged_only,
+            &mut tlb,
+        )
+        .unwrap();
+    pager.resident.insert(page, frame);
+    let smmu = SmmuId {
+        flavour: SmmuFlavour::V2,
+        instance: 0,
+    };
+    // FSR: PF | SS; FSYNR0: PLVL 3, PNU 0 (an unprivileged read, as the zDMA issues them).
+    let unprivileged = crate::v2::decode_context_fault(
+        smmu,
+        0,
+        (1 << 3) | (1 << 30),
+        0x3,
+        0,
+        page + 8,
+        0x14e8,
+        0x7fff,
+    )
+    .unwrap();
+    assert!(!unprivileged.access_request().privileged);
+    let out = handler
+        .handle(&unprivileged, &tolerant(), &mut pager, &mut table, &mut tlb)
+        .unwrap();
+    // The leaf allows a privileged read only: the fault is real, and the page is remapped
+    // with the resolver's attributes (which allow unprivileged access), not resumed as is.
+    assert!(
+        !matches!(out.estimate, FaultEstimate::Present { .. }),
+        "{out:?}"
+    );
+    let leaf = world.walk(&table, page).unwrap();
+    let request = unprivileged.access_request();
+    assert!(crate::walk::check_access(&leaf, &request, true).is_ok());
+    // The same fault from a privileged master (PNU = 1) is already fixed.
+    let privileged = crate::v2::decode_context_fault(
+        smmu,
+        0,
+        (1 << 3) | (1 << 30),
+        0x3 | 1 << 5,
+        0,
+        page + 8,
+        0x14e8,
+        0x7fff,
+    )
+    .unwrap();
+    assert!(privileged.access_request().privileged);
+}
+
+#[test]
 fn a_permission_upgrade_changes_permissions_in_place_and_reports_the_page() {
     let world = World::new();
     let mut table = world.table();
