@@ -271,6 +271,21 @@ pub enum SmmuError {
         /// What is wrong.
         reason: &'static str,
     },
+    /// SMMUv3: a malformed record of a *stalled* transaction. Its stream and STAG are kept,
+    /// because every stall must be answered (IHI0070 §3.12.2): `drain_events` terminates it.
+    #[error(
+        "SMMUv3 malformed record {id:#04x} of a stalled transaction (stream {stream:#x}, STAG {stag:#x}): {reason}"
+    )]
+    MalformedStalledEvent {
+        /// The EventID.
+        id: u8,
+        /// What is wrong.
+        reason: &'static str,
+        /// The stream.
+        stream: u32,
+        /// The STAG to answer.
+        stag: u16,
+    },
     /// SMMUv3: an acknowledge register (CR0ACK, IRQ_CTRLACK) did not follow its control
     /// register in time.
     #[error("SMMUv3 {register} did not acknowledge")]
@@ -327,6 +342,7 @@ impl SmmuError {
             Self::MalformedEvent { .. } => 44,
             Self::AckTimeout { .. } => 45,
             Self::StreamNotAttached { .. } => 46,
+            Self::MalformedStalledEvent { .. } => 47,
         }
     }
 }

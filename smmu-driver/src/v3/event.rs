@@ -162,11 +162,25 @@ pub fn decode(raw: [u64; 4], caps: &Capabilities, instance: u8) -> Result<Event>
     if stall && !caps.can_stall() {
         return Err(malformed("Stall set on a terminate-only SMMU"));
     }
+    // A stalled transaction must be answered whatever else is wrong with its record, so
+    // from here on a rejection keeps what CMD_RESUME needs.
+    let reject = |reason: &'static str| {
+        if stall {
+            SmmuError::MalformedStalledEvent {
+                id: event,
+                reason,
+                stream: stream.0,
+                stag: (dw1 & 0xffff) as u16,
+            }
+        } else {
+            malformed(reason)
+        }
+    };
     if dw1 & (1 << 39) != 0 && !caps.stage2 {
-        return Err(malformed("stage-2 fault on an SMMU without stage 2"));
+        return Err(reject("stage-2 fault on an SMMU without stage 2"));
     }
     if (dw1 >> 40) & 0b11 == 0b11 {
-        return Err(malformed("reserved CLASS"));
+        return Err(reject("reserved CLASS"));
     }
     let access = if dw1 & (1 << 35) != 0 {
         AccessKind::Read
@@ -313,5 +327,25 @@ mod tests {
         }
         // C_BAD_STREAMID may name any StreamID.
         assert!(decode([0x02 | (0xffff_ffff << 32), 0, 0, 0], &qemu(), 0).is_ok());
+    }
+
+    #[test]
+    fn a_rejected_record_of_a_stalled_transaction_keeps_what_resume_needs() {
+        let caps = stall_capable();
+        let raw = [
+            0x10 | (0x10 << 32),
+            (1 << 31) | 0x55 | (0b11 << 40),
+            0x1000,
+            0,
+        ];
+        assert_eq!(
+            decode(raw, &caps, 0),
+            Err(SmmuError::MalformedStalledEvent {
+                id: 0x10,
+                reason: "reserved CLASS",
+                stream: 0x10,
+                stag: 0x55
+            })
+        );
     }
 }

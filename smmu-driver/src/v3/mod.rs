@@ -223,6 +223,8 @@ struct Attached {
     /// share an ASID only when these agree.
     translation: (PhysAddr, u8, u8, u64),
     cd: AlignedDma,
+    /// Its CD asks to stall faulting transactions (CD.S).
+    stalls: bool,
 }
 
 /// An SMMUv3 with its stream table and queues.
@@ -845,6 +847,7 @@ impl<'a, B: RegisterBus + ?Sized, M: Deref<Target: DmaMemory>, D: DelayNs> Smmuv
                     asid: context.asid,
                     translation,
                     cd,
+                    stalls: context.stall_on_fault,
                 });
             }
             return Err(e);
@@ -855,6 +858,7 @@ impl<'a, B: RegisterBus + ?Sized, M: Deref<Target: DmaMemory>, D: DelayNs> Smmuv
                 asid: context.asid,
                 translation,
                 cd,
+                stalls: context.stall_on_fault,
             });
         }
         Ok(())
@@ -906,6 +910,19 @@ impl<'a, B: RegisterBus + ?Sized, M: Deref<Target: DmaMemory>, D: DelayNs> Smmuv
             .position(|a| a.as_ref().is_some_and(|a| a.stream == stream))
             .ok_or(SmmuError::StreamNotAttached { stream: stream.0 })?;
         self.retire_ste(stream)?;
+        let stalls = self
+            .streams
+            .get(slot)
+            .and_then(Option::as_ref)
+            .is_some_and(|a| a.stalls);
+        if stalls && self.caps.has_resume() {
+            // Transactions already stalled are not ended by the STE change: every stall must
+            // be answered (IHI0070 §4.7.2, CMD_STALL_TERM after the STE change, CFGI and
+            // SYNC), before the CD they stalled under is freed.
+            self.push(Command::StallTerm { stream }.encode())?;
+            self.publish();
+            self.sync()?;
+        }
         let attached = self.streams.get_mut(slot).and_then(Option::take);
         if let Some(attached) = attached {
             self.invalidate_asid(attached.asid)?;
@@ -966,7 +983,18 @@ impl<'a, B: RegisterBus + ?Sized, M: Deref<Target: DmaMemory>, D: DelayNs> Smmuv
                         self.stats.malformed_events += 1;
                     }
                 }
+                let stalled = match decoded {
+                    Err(SmmuError::MalformedStalledEvent { stream, stag, .. }) => {
+                        Some((StreamId(stream), StallTag(u32::from(stag))))
+                    }
+                    _ => None,
+                };
                 sink(decoded);
+                // Nobody can act on a record the driver rejected, but its transaction waits
+                // for an answer: terminate it with an abort to the master.
+                if let Some((stream, stag)) = stalled {
+                    self.resume(stream, stag, ResumeAction::Abort)?;
+                }
                 // Free space for the SMMU now and then while draining a long queue.
                 if summary.records % 64 == 0 {
                     self.write_eventq_cons();

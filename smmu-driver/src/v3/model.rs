@@ -71,6 +71,10 @@ pub struct ModelStats {
     pub unordered_doorbells: u64,
     /// The last CMD_RESUME consumed: StreamID, STAG, and dword 0 bits \[13:12\] (Ab, Ac).
     pub last_resume: Option<(u32, u16, u8)>,
+    /// CMD_STALL_TERMs consumed.
+    pub stall_terms: u32,
+    /// The StreamID of the last CMD_STALL_TERM consumed.
+    pub last_stall_term: Option<u32>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -343,6 +347,9 @@ impl Smmuv3Model {
                 if op == 0x44 {
                     self.stats.last_resume =
                         Some((sid, (dw1 & 0xffff) as u16, ((dw0 >> 12) & 0b11) as u8));
+                } else {
+                    self.stats.stall_terms += 1;
+                    self.stats.last_stall_term = Some(sid);
                 }
             }
             0x46 => {

@@ -618,6 +618,36 @@ fn refused_configurations() {
 }
 
 #[test]
+fn a_stalled_transaction_whose_record_is_rejected_is_still_terminated() {
+    let mem = memory();
+    let idr = IdRegisters {
+        idr0: IdRegisters::QEMU_7_2.idr0 & !(0b11 << 24),
+        ..IdRegisters::QEMU_7_2
+    };
+    let bus = bus_with(&mem, idr);
+    let mut smmu = driver(&bus, &mem, Smmuv3Config::default());
+    // F_TRANSLATION of stream 0x10, stalled with STAG 0x55, but with the reserved CLASS.
+    bus.lock().inject_event([
+        0x10 | (0x10 << 32),
+        (1 << 31) | 0x55 | (0b11 << 40),
+        0x1000,
+        0,
+    ]);
+    let mut seen = Vec::new();
+    smmu.drain_events(|e| seen.push(e)).unwrap();
+    assert!(matches!(
+        seen.as_slice(),
+        [Err(SmmuError::MalformedStalledEvent {
+            stream: 0x10,
+            stag: 0x55,
+            ..
+        })]
+    ));
+    // Answered with CMD_RESUME, abort to the master (Ac = 0, Ab = 1).
+    assert_eq!(bus.lock().stats.last_resume, Some((0x10, 0x55, 0b10)));
+}
+
+#[test]
 fn stalled_faults_are_resumed_or_terminated_with_cmd_resume() {
     // An SMMU with STALL_MODEL = 0b00 and a stall-tolerant platform stream that stalls.
     let mem = memory();
@@ -709,6 +739,10 @@ fn stalled_faults_are_resumed_or_terminated_with_cmd_resume() {
         Err(SmmuError::StreamNotAttached { stream: 0x11 })
     );
     assert_eq!(bus.lock().stats.last_resume, Some((0x11, 0x7a, 0b10)));
+    // Detaching a stalling stream ends whatever is still stalled (CMD_STALL_TERM) before
+    // its CD is freed.
+    smmu.detach(SID).unwrap();
+    assert_eq!(bus.lock().stats.last_stall_term, Some(0x10));
 }
 
 #[test]
