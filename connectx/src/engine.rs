@@ -2445,7 +2445,12 @@ impl QpCtl {
             _ => (false, false, false),
         };
         let n = app.num_sge.max(0) as usize;
-        if n > 4096 {
+        let inline = app.send_flags & IBV_SEND_INLINE != 0;
+        // Refused before the list is read, as providers do (mlx5 checks num_sge against the
+        // queue's SGE limit first): a bogus count must not make the library read past the
+        // application's array. Inline data is copied, not described by SGEs the NIC reads,
+        // so it is bounded only loosely.
+        if n > 4096 || (!inline && n > self.max_send_sge) {
             return Err(PostFail::Errno(libc::EINVAL, app_ptr));
         }
         let app_sges: &[ibv_sge] = if n == 0 || app.sg_list.is_null() {
@@ -2454,7 +2459,6 @@ impl QpCtl {
             // SAFETY: the application's SGE array of `num_sge` entries.
             unsafe { core::slice::from_raw_parts(app.sg_list, n) }
         };
-        let inline = app.send_flags & IBV_SEND_INLINE != 0;
         let classes: Vec<SgeClass> = {
             let st = lock(&self.engine.state);
             app_sges
@@ -3022,10 +3026,17 @@ pub(crate) unsafe fn post_recv_common(
         // SAFETY: an element of the application's list.
         let app = unsafe { *cur };
         let n = app.num_sge.max(0) as usize;
+        // Every application SGE becomes at least one SGE of the provider's WR, so a count
+        // above the limit fails anyway; refuse it before reading the list, as the providers
+        // do (rxe, mlx5), so that a bogus count cannot make the library read past the array.
+        if n > max_sge {
+            fail = Some((libc::EINVAL, cur));
+            break;
+        }
         let app_sges: &[ibv_sge] = if n == 0 || app.sg_list.is_null() {
             &[]
         } else {
-            // SAFETY: the application's SGE array.
+            // SAFETY: the application's SGE array of `num_sge` entries.
             unsafe { core::slice::from_raw_parts(app.sg_list, n) }
         };
         let planned: Vec<PlannedSge> = {

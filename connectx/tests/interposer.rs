@@ -2127,3 +2127,55 @@ fn a_builder_wr_handed_over_at_its_opcode_is_taken_back_for_an_sge() {
     assert!(poll_rest(a.cq).is_empty());
     assert_eq!(fake::builder_posts(qa), posts);
 }
+
+/// One SGE at the end of a page followed by an inaccessible page: reading a second entry of
+/// the list faults.
+fn sge_before_guard_page(s: ibv_sge) -> *mut ibv_sge {
+    // SAFETY: a private mapping of two pages this test owns; the second is made inaccessible
+    // and the SGE is written at the very end of the first.
+    unsafe {
+        let p = libc::mmap(
+            core::ptr::null_mut(),
+            8192,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        );
+        assert_ne!(p, libc::MAP_FAILED);
+        assert_eq!(
+            libc::mprotect(p.cast::<u8>().add(4096).cast(), 4096, libc::PROT_NONE),
+            0
+        );
+        let at = p
+            .cast::<u8>()
+            .add(4096 - core::mem::size_of::<ibv_sge>())
+            .cast::<ibv_sge>();
+        at.write(s);
+        at
+    }
+}
+
+#[test]
+fn a_num_sge_above_the_limit_is_refused_before_the_list_is_read() {
+    let h = Host::with_library(1 << 20, 64 * 1024);
+    let qp = h.create_qp(false);
+    let mut buf = Buf::new(64 * 1024);
+    let mr = h.reg(&mut buf, IBV_ACCESS_LOCAL_WRITE);
+    let list = sge_before_guard_page(sge(&buf, 0, 64, keys(mr).0));
+    // A receive claiming 2^20 entries: EINVAL, no read past the one real entry.
+    let mut wr = ibv_recv_wr {
+        wr_id: 1,
+        next: core::ptr::null_mut(),
+        sg_list: list,
+        num_sge: 1 << 20,
+    };
+    assert_eq!(post_recv(qp, &mut wr), libc::EINVAL);
+    // A send claiming 100 entries.
+    let mut wr = ibv_send_wr::zeroed();
+    wr.opcode = IBV_WR_SEND;
+    wr.sg_list = list;
+    wr.num_sge = 100;
+    let (rc, bad) = post_send(qp, &mut wr);
+    assert_eq!((rc, bad), (libc::EINVAL, &mut wr as *mut ibv_send_wr));
+}
