@@ -102,10 +102,7 @@ impl Config {
             })?,
             None => 5000,
         };
-        let log = !matches!(get("NPRDMA_LOG").as_deref().map(str::trim), Some("0"));
-        let status_dir = get("NPRDMA_STATUS_DIR")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| default_status_dir(uid));
+        let (log, status_dir) = Self::log_and_status_dir(&get, uid);
         Ok(Self {
             mode,
             budget,
@@ -117,9 +114,39 @@ impl Config {
         })
     }
 
+    /// `NPRDMA_LOG` and `NPRDMA_STATUS_DIR`: they never fail to parse.
+    fn log_and_status_dir(get: &impl Fn(&str) -> Option<String>, uid: u32) -> (bool, PathBuf) {
+        let log = !matches!(get("NPRDMA_LOG").as_deref().map(str::trim), Some("0"));
+        let status_dir = get("NPRDMA_STATUS_DIR")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| default_status_dir(uid));
+        (log, status_dir)
+    }
+
+    /// The configuration after another variable failed to parse: pass-through (the library
+    /// steps aside), but still logging and publishing its status where the user asked, so
+    /// that `nprdma doctor` shows the process and why it stepped aside.
+    pub fn pass_through_from_lookup(get: impl Fn(&str) -> Option<String>, uid: u32) -> Self {
+        let (log, status_dir) = Self::log_and_status_dir(&get, uid);
+        Self {
+            mode: Mode::Off,
+            budget: DEFAULT_BUDGET,
+            budget_source: "not used (pass-through: a setting did not parse)",
+            window: DEFAULT_WINDOW,
+            remote_timeout_ms: 5000,
+            log,
+            status_dir,
+        }
+    }
+
     /// The process's configuration: environment, `RLIMIT_MEMLOCK` and uid.
     pub fn from_env() -> Result<Self> {
         Self::from_lookup(|k| std::env::var(k).ok(), memlock_limit(), current_uid())
+    }
+
+    /// [`pass_through_from_lookup`](Self::pass_through_from_lookup) on the environment.
+    pub fn pass_through_from_env() -> Self {
+        Self::pass_through_from_lookup(|k| std::env::var(k).ok(), current_uid())
     }
 
     /// A configuration for tests: unpinned, the given budget and window, log off.
@@ -214,6 +241,26 @@ mod tests {
         // An explicit budget wins.
         let c = cfg(&[("NPRDMA_PIN_BUDGET", "16M")], Some(8 << 20)).unwrap();
         assert_eq!(c.budget, 16 << 20);
+    }
+
+    #[test]
+    fn after_a_bad_setting_the_pass_through_config_keeps_the_log_and_status_settings() {
+        let env = [
+            ("NPRDMA_PIN_BUDGET", "lots"),
+            ("NPRDMA_LOG", "0"),
+            ("NPRDMA_STATUS_DIR", "/run/user/7/nprdma"),
+        ];
+        let get = |k: &str| {
+            env.iter()
+                .find(|(n, _)| *n == k)
+                .map(|(_, v)| v.to_string())
+        };
+        assert!(Config::from_lookup(get, None, 7).is_err());
+        let c = Config::pass_through_from_lookup(get, 7);
+        assert_eq!(c.mode, Mode::Off);
+        assert!(!c.log);
+        assert_eq!(c.status_dir, PathBuf::from("/run/user/7/nprdma"));
+        assert_ne!(c.budget_source, "test");
     }
 
     #[test]

@@ -656,15 +656,20 @@ unsafe extern "C" fn fake_rereg_mr(
     mr: *mut ibv_mr,
     flags: c_int,
     pd: *mut ibv_pd,
-    _addr: *mut c_void,
-    _len: usize,
-    _access: c_int,
+    addr: *mut c_void,
+    len: usize,
+    access: c_int,
 ) -> c_int {
     let mut f = fake();
     let Some(key) = f.mr_keys.get(&(mr as usize)).copied() else {
         return IBV_REREG_MR_ERR_INPUT;
     };
-    if flags != IBV_REREG_MR_CHANGE_PD {
+    let supported =
+        IBV_REREG_MR_CHANGE_PD | IBV_REREG_MR_CHANGE_TRANSLATION | IBV_REREG_MR_CHANGE_ACCESS;
+    if flags == 0 || flags & !supported != 0 {
+        return IBV_REREG_MR_ERR_INPUT;
+    }
+    if flags & IBV_REREG_MR_CHANGE_TRANSLATION != 0 && (addr.is_null() || len == 0) {
         return IBV_REREG_MR_ERR_INPUT;
     }
     // Like mlx5, which may give the MR a new mkey: the keys change (ibv_rereg_mr(3) says
@@ -672,7 +677,27 @@ unsafe extern "C" fn fake_rereg_mr(
     let Some(mut m) = f.mrs.remove(&key) else {
         return IBV_REREG_MR_ERR_INPUT;
     };
-    m.pd = pd as usize;
+    if flags & IBV_REREG_MR_CHANGE_PD != 0 {
+        m.pd = pd as usize;
+    }
+    if flags & IBV_REREG_MR_CHANGE_ACCESS != 0 {
+        m.access = access as u32;
+    }
+    if flags & IBV_REREG_MR_CHANGE_TRANSLATION != 0 {
+        // The old pages are unpinned, the new ones pinned; the IOVA becomes the address.
+        let p = f.pinned.entry(m.ctx).or_default();
+        *p -= pinned_bytes(m.va, m.len);
+        *p += pinned_bytes(addr as u64, len as u64);
+        m.va = addr as u64;
+        m.len = len as u64;
+        m.iova = addr as u64;
+        // SAFETY: a live MR.
+        unsafe {
+            (*mr).addr = addr;
+            (*mr).length = len;
+        }
+    }
+    let pd = (m.pd as *mut ibv_pd).cast::<ibv_pd>();
     let new_key = f.next_key;
     f.next_key = f.next_key.wrapping_add(0x100 + 7);
     f.mrs.insert(new_key, m);

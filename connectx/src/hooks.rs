@@ -20,10 +20,14 @@ use crate::status::PageStore;
 use crate::sys::*;
 
 static GLOBAL: OnceLock<Option<Arc<Engine>>> = OnceLock::new();
-static STATUS_PATH: OnceLock<std::path::PathBuf> = OnceLock::new();
+/// The status file and the process that created it: a child made by `fork()` inherits the
+/// exit handler, and must not delete its parent's file when it exits.
+static STATUS_PATH: OnceLock<(u32, std::path::PathBuf)> = OnceLock::new();
 
 extern "C" fn remove_status_file() {
-    if let Some(p) = STATUS_PATH.get() {
+    if let Some((owner, p)) = STATUS_PATH.get()
+        && *owner == std::process::id()
+    {
         let _ = std::fs::remove_file(p);
     }
 }
@@ -36,14 +40,7 @@ pub fn global() -> Option<&'static Arc<Engine>> {
                 Ok(c) => c,
                 Err(e) => {
                     crate::log::line(&format!("{e}; stepping aside (pass-through)"));
-                    let mut c = Config::for_tests(
-                        crate::config::DEFAULT_BUDGET,
-                        crate::config::DEFAULT_WINDOW,
-                    );
-                    c.mode = Mode::Off;
-                    c.log = true;
-                    c.status_dir = crate::config::default_status_dir(crate::config::current_uid());
-                    c
+                    Config::pass_through_from_env()
                 }
             };
             crate::log::set_enabled(cfg.log);
@@ -57,7 +54,7 @@ pub fn global() -> Option<&'static Arc<Engine>> {
             let status = match PageStore::file(&cfg) {
                 Ok(s) => {
                     if let Some(p) = s.path() {
-                        let _ = STATUS_PATH.set(p.to_path_buf());
+                        let _ = STATUS_PATH.set((std::process::id(), p.to_path_buf()));
                         // SAFETY: registering a plain function with no captured state.
                         unsafe {
                             libc::atexit(remove_status_file);
@@ -457,18 +454,42 @@ pub unsafe extern "C" fn mlx5dv_init_obj(obj: *mut c_void, obj_type: u64) -> c_i
     let Some(p) = next_symbol("mlx5dv_init_obj") else {
         return libc::EOPNOTSUPP;
     };
-    // `struct mlx5dv_obj` starts with `{ struct ibv_qp *in; struct mlx5dv_qp *out; } qp` and
-    // MLX5DV_OBJ_QP is bit 0 (mlx5dv.h).
-    if obj_type & 1 != 0 && !obj.is_null() {
-        // SAFETY: the first word of a mlx5dv_obj is the QP pointer when MLX5DV_OBJ_QP is set.
-        let qp = unsafe { *(obj as *const *mut ibv_qp) };
-        if !qp.is_null() {
-            // SAFETY: a live QP.
-            let ctx = unsafe { (*qp).context };
-            crate::interpose::enter_passthrough(
-                ctx,
-                "mlx5dv_init_obj on a QP: direct-verbs data path; the context passes through from now on",
-            );
+    // `struct mlx5dv_obj` is `{ in, out }` pairs of pointers: qp at offset 0, cq at 16,
+    // srq at 32 (mlx5dv.h; MLX5DV_OBJ_QP = 1 << 0, MLX5DV_OBJ_CQ = 1 << 1, MLX5DV_OBJ_SRQ
+    // = 1 << 2). An application that reads a CQ's CQEs itself, or fills an SRQ's or QP's
+    // rings, bypasses the library (it would see the library's tagged wr_ids and its own
+    // completions), and `ibv_qp`, `ibv_cq` and `ibv_srq` all start with their context.
+    const OBJECTS: [(u64, usize, &str); 3] = [
+        (
+            1 << 0,
+            0,
+            "mlx5dv_init_obj on a QP: direct-verbs data path; the context passes through from now on",
+        ),
+        (
+            1 << 1,
+            16,
+            "mlx5dv_init_obj on a CQ: direct-verbs completions; the context passes through from now on",
+        ),
+        (
+            1 << 2,
+            32,
+            "mlx5dv_init_obj on an SRQ: direct-verbs receives; the context passes through from now on",
+        ),
+    ];
+    if !obj.is_null() {
+        for (bit, offset, why) in OBJECTS {
+            if obj_type & bit == 0 {
+                continue;
+            }
+            // SAFETY: with this bit set, the mlx5dv_obj holds the object's pointer at
+            // `offset` (the `in` member of its pair).
+            let object =
+                unsafe { *(obj.cast::<u8>().add(offset) as *const *const *mut ibv_context) };
+            if !object.is_null() {
+                // SAFETY: a live verbs object whose first member is its context.
+                let ctx = unsafe { *object };
+                crate::interpose::enter_passthrough(ctx, why);
+            }
         }
     }
     type F = unsafe extern "C" fn(*mut c_void, u64) -> c_int;

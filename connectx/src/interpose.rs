@@ -128,9 +128,29 @@ pub unsafe fn rereg_mr(
         // SAFETY: a virtual region of this engine.
         return unsafe { eng.rereg_mr(mr, flags, pd, addr, len, access) };
     }
-    let _g = RealCall::enter();
-    // SAFETY: forwarded.
-    unsafe { (eng.real.rereg_mr)(mr, flags, pd, addr, len, access) }
+    let rc = {
+        let _g = RealCall::enter();
+        // SAFETY: forwarded.
+        unsafe { (eng.real.rereg_mr)(mr, flags, pd, addr, len, access) }
+    };
+    // A pass-through MR given a new translation changes size: keep doctor's count of
+    // pass-through bytes right.
+    if rc == 0 && flags & IBV_REREG_MR_CHANGE_TRANSLATION != 0 && !mr.is_null() {
+        let old = crate::engine::lock(&eng.state)
+            .passthrough_mrs
+            .insert(mr as usize, len as u64);
+        if let Some(old) = old {
+            let bytes = &eng.counters().passthrough_bytes;
+            bytes.fetch_sub(old, std::sync::atomic::Ordering::Relaxed);
+            bytes.fetch_add(len as u64, std::sync::atomic::Ordering::Relaxed);
+        } else {
+            // Not one of ours (registered before the library was loaded): nothing counted.
+            crate::engine::lock(&eng.state)
+                .passthrough_mrs
+                .remove(&(mr as usize));
+        }
+    }
+    rc
 }
 
 /// `ibv_dereg_mr`.
@@ -242,11 +262,17 @@ pub unsafe fn modify_qp(
 /// # Safety
 /// As `ibv_destroy_cq`.
 pub unsafe fn destroy_cq(eng: &Arc<Engine>, cq: *mut ibv_cq) -> c_int {
+    // The record goes first: once the provider has freed the CQ, another thread may create
+    // a new one at the same address, which must not find this record (it is put back if
+    // the destroy fails).
+    let rec = registry::remove_cq(cq as usize);
     let _g = RealCall::enter();
     // SAFETY: forwarded.
     let rc = unsafe { (eng.real.destroy_cq)(cq) };
-    if rc == 0 {
-        registry::remove_cq(cq as usize);
+    if rc != 0
+        && let Some(rec) = rec
+    {
+        registry::restore_cq(cq as usize, rec);
     }
     rc
 }
@@ -293,14 +319,20 @@ pub unsafe fn create_srq(
 /// # Safety
 /// As `ibv_destroy_srq`.
 pub unsafe fn destroy_srq(eng: &Arc<Engine>, srq: *mut ibv_srq) -> c_int {
+    // As for CQs: the record goes before the provider frees the SRQ, so that a new SRQ at
+    // the same address never records its receives in this one's record (whose windows are
+    // released below).
+    let rec = registry::remove_srq(srq as usize);
     let _g = RealCall::enter();
     // SAFETY: forwarded.
     let rc = unsafe { (eng.real.destroy_srq)(srq) };
-    if rc == 0
-        && let Some(s) = registry::remove_srq(srq as usize)
-    {
-        let windows = s.track.lock().drain();
-        eng.release(&windows);
+    match rec {
+        Some(s) if rc == 0 => {
+            let windows = s.track.lock().drain();
+            eng.release(&windows);
+        }
+        Some(s) => registry::restore_srq(srq as usize, s),
+        None => {}
     }
     rc
 }

@@ -364,6 +364,14 @@ pub(crate) fn remove_cq(cq: usize) -> Option<Arc<CqCtl>> {
     r
 }
 
+/// Puts back a CQ record [`remove_cq`] took, when the destroy it was taken for failed.
+pub(crate) fn restore_cq(cq: usize, rec: Arc<CqCtl>) {
+    write(|m| {
+        m.cqs.entry(cq).or_insert(rec);
+    });
+    invalidate();
+}
+
 /// The record of an SRQ, created with `make` if missing.
 pub(crate) fn srq_or_insert(
     srq: usize,
@@ -386,6 +394,14 @@ pub(crate) fn remove_srq(srq: usize) -> Option<Arc<SrqCtl>> {
     let r = write(|m| m.srqs.remove(&srq));
     invalidate();
     r
+}
+
+/// Puts back an SRQ record [`remove_srq`] took, when the destroy it was taken for failed.
+pub(crate) fn restore_srq(srq: usize, rec: Arc<SrqCtl>) {
+    write(|m| {
+        m.srqs.entry(srq).or_insert(rec);
+    });
+    invalidate();
 }
 
 #[cfg(test)]

@@ -152,6 +152,31 @@ fn odp_and_mw_bind_pass_through_and_are_reported() {
 }
 
 #[test]
+fn a_pass_through_region_given_a_new_translation_is_counted_at_its_new_size() {
+    let h = Host::with_library(1 << 20, 64 * 1024);
+    let mut buf = Buf::new(256 * 1024);
+    let mr = h.reg(&mut buf, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_ON_DEMAND);
+    assert!(!mr.is_null());
+    // SAFETY: a live pass-through MR; a smaller translation inside the same buffer.
+    let rc = unsafe {
+        nprdma::interpose::rereg_mr(
+            h.eng(),
+            mr,
+            IBV_REREG_MR_CHANGE_TRANSLATION,
+            core::ptr::null_mut(),
+            buf.as_mut_ptr().add(4096).cast(),
+            64 * 1024,
+            0,
+        )
+    };
+    assert_eq!(rc, 0);
+    let report = h.eng().status().page().report();
+    assert_eq!(report.passthrough_bytes, 64 * 1024);
+    assert_eq!(h.dereg(mr), 0);
+    assert_eq!(h.eng().status().page().report().passthrough_bytes, 0);
+}
+
+#[test]
 fn nprdma_off_steps_aside() {
     let h = Host::off();
     let real = fake::real_verbs();
