@@ -314,12 +314,17 @@ unsafe impl<const WORDS: usize> Sync for PoolDma<WORDS> {}
 unsafe impl<const WORDS: usize> Send for PoolDma<WORDS> {}
 
 impl<const WORDS: usize> PoolDma<WORDS> {
-    /// A pool of `pages` pages at `cpu_base`, seen by devices at `bus_base`.
+    /// A pool of `pages` pages at `cpu_base`, seen by devices at `bus_base`. Both ranges
+    /// must end below the top of their address spaces (a region's end is always
+    /// representable, as everywhere in this crate).
     ///
     /// # Safety
-    /// `[cpu_base, cpu_base + pages * 4096)` must be memory owned by the pool for its whole
-    /// life, 4 KiB aligned, mapped so that the CPU and devices agree (coherent or
-    /// non-cacheable), and visible to devices at `bus_base`.
+    /// `[cpu_base, cpu_base + pages * 4096)` must be memory used by nothing but the pool and
+    /// the regions it hands out, and stay valid as long as the pool **or any region allocated
+    /// from it** exists: a [`DmaRegion`] carries no lifetime and may outlive the pool (the
+    /// firmware's pools are `'static` memory). It must be 4 KiB aligned, mapped so that the
+    /// CPU and devices agree (coherent or non-cacheable), and visible to devices at
+    /// `bus_base`.
     pub unsafe fn new(cpu_base: NonNull<u8>, bus_base: PhysAddr, pages: usize) -> Result<Self> {
         bus_base.require_aligned(PageSize::Size4K)?;
         if !(cpu_base.as_ptr() as usize).is_multiple_of(DMA_PAGE) {
@@ -328,6 +333,19 @@ impl<const WORDS: usize> PoolDma<WORDS> {
                 align: DMA_PAGE as u64,
             });
         }
+        let len = pages
+            .checked_mul(DMA_PAGE)
+            .ok_or(HalError::AddressOverflow {
+                base: bus_base.as_u64(),
+                offset: u64::MAX,
+            })?;
+        bus_base.checked_add(len as u64)?;
+        (cpu_base.as_ptr() as usize)
+            .checked_add(len)
+            .ok_or(HalError::AddressOverflow {
+                base: cpu_base.as_ptr() as u64,
+                offset: len as u64,
+            })?;
         Ok(Self {
             cpu_base,
             bus_base,
@@ -355,7 +373,8 @@ unsafe impl<const WORDS: usize> DmaMemory for PoolDma<WORDS> {
         let cpu = unsafe { NonNull::new_unchecked(self.cpu_base.as_ptr().add(offset)) };
         // SAFETY: `cpu` is valid for `len` bytes and exclusively ours now.
         unsafe { core::ptr::write_bytes(cpu.as_ptr(), 0, len) };
-        // SAFETY: the region lives until freed back to this pool.
+        // SAFETY: the memory stays valid while the region exists (`new`'s contract), and the
+        // bitmap gives these pages to this region alone until it is freed back.
         Ok(unsafe { DmaRegion::from_raw_parts(cpu, bus, len, direction) })
     }
 
@@ -750,28 +769,21 @@ mod tests {
     }
 
     #[test]
-    fn a_pool_allocation_past_the_top_of_the_bus_takes_nothing() {
+    fn a_pool_reaching_past_the_top_of_the_bus_is_refused() {
         let mut backing = vec![0u64; 2 * DMA_PAGE / 8 + DMA_PAGE / 8];
         let at = backing.as_mut_ptr() as usize;
-        let aligned = at.next_multiple_of(DMA_PAGE) as *mut u8;
-        // SAFETY: two pages of `backing`, page aligned, owned by this test for the pool's life.
-        let pool = unsafe {
-            PoolDma::<1>::new(
-                NonNull::new(aligned).unwrap(),
-                PhysAddr::new(0xffff_ffff_ffff_f000),
-                2,
-            )
-        }
-        .unwrap();
-        let first = pool.allocate(1, DmaDirection::Bidirectional).unwrap();
-        assert!(matches!(
-            pool.allocate(1, DmaDirection::Bidirectional),
-            Err(HalError::AddressOverflow { .. })
-        ));
-        pool.free(first).unwrap();
-        // The failed allocation left its page free: both pages can be had together now.
-        let again = pool.allocate(2, DmaDirection::Bidirectional).unwrap();
-        pool.free(again).unwrap();
+        let aligned = NonNull::new(at.next_multiple_of(DMA_PAGE) as *mut u8).unwrap();
+        // Two pages from 2^64 - 4 KiB: the second would be at bus address 0.
+        // SAFETY: two pages of `backing`, page aligned; no region outlives `backing`.
+        let pool = unsafe { PoolDma::<1>::new(aligned, PhysAddr::new(0xffff_ffff_ffff_f000), 2) };
+        assert!(matches!(pool, Err(HalError::AddressOverflow { .. })));
+        // Two pages ending just below the top: every region's end is representable.
+        // SAFETY: as above.
+        let pool =
+            unsafe { PoolDma::<1>::new(aligned, PhysAddr::new(0xffff_ffff_ffff_d000), 2) }.unwrap();
+        let region = pool.allocate(2, DmaDirection::Bidirectional).unwrap();
+        assert!(region.bus_addr().checked_add(region.len() as u64).is_ok());
+        pool.free(region).unwrap();
         drop(backing);
     }
 
