@@ -11,6 +11,8 @@
 //!   identification and liveness registers.
 //! - `fault-probe`: reads an address outside the identity map on purpose; the exception
 //!   handler must report the data abort and fail the run.
+//! - `stack-overflow`: recurses past the bottom of the program stack; the unmapped guard page
+//!   there must fault, and the exception handler (on its own stack) report it.
 //! - `smmuv3-faults`: edu DMA through QEMU's SMMUv3 into a 4 MiB IOVA window that is only
 //!   partly mapped; faults are found through the event queue, resolved by a pager and the
 //!   transfers retransmitted (also with an overflowing event queue), and an eviction without
@@ -70,7 +72,7 @@
 //! |---|---|---|
 //! | `0x0000_0000..0x4000_0000` | flash, GIC, PL011 `0x0900_0000`, SMMUv3 `0x0905_0000`, PCIe MMIO `0x1000_0000..0x3eff_0000` | Device-nGnRnE, execute-never |
 //! | `0x4000_0000..0x4020_0000` | the device tree QEMU copies there (1 MiB; QEMU loads none if it does not fit below the image) | Normal write-back |
-//! | `0x4020_0000..` | the image: `.text` (entry first, vectors 2 KiB aligned), `.rodata`, `.data`, `.bss` (includes the 4 translation tables), then the exception stack (16 KiB) and program stack (512 KiB) | Normal write-back |
+//! | `0x4020_0000..` | the image: `.text` (entry first, vectors 2 KiB aligned), `.rodata`, `.data`, `.bss` (includes the 6 translation tables), then a guard page, the exception stack (16 KiB), a guard page and the program stack (512 KiB); the guard pages are unmapped | Normal write-back (guard pages unmapped) |
 //! | rest of RAM up to its end (256 MiB with `-m 256M`) | free | Normal write-back |
 //! | RAM end `..2^39` | high ECAM `0x40_1000_0000`, everything else | Device-nGnRnE, execute-never |
 //! | `2^39..` | (beyond the 39-bit VA space) | not mapped: translation fault |
@@ -79,7 +81,7 @@
 //! | address | what | mapped as |
 //! |---|---|---|
 //! | `0x0000_0000..0x1000_0000` | DDR, unused (Linux/U-Boot load addresses of other boot flows) | Normal write-back |
-//! | `0x1000_0000..0x1100_0000` | the image (16 MiB budget, checked by the linker): `.text` (entry first), `.rodata`, `.data`, `.bss`, exception stack (16 KiB), program stack (512 KiB) | Normal write-back |
+//! | `0x1000_0000..0x1100_0000` | the image (16 MiB budget, checked by the linker): `.text` (entry first), `.rodata`, `.data`, `.bss`, guard page, exception stack (16 KiB), guard page, program stack (512 KiB) | Normal write-back (guard pages unmapped) |
 //! | `0x1100_0000..0x1200_0000` | `.dma_pool`: 16 MiB for `hal::dma::PoolDma` (SMMU page tables, frames, backing store) | Normal non-cacheable, execute-never |
 //! | `0x1200_0000..0x8000_0000` | rest of DDR low (assumed populated, as on ZCU102 and QFDB) | Normal write-back |
 //! | `0x8000_0000..2^39` | PL, GDMA `0xFD50_0000 + n * 0x1_0000`, SMMU `0xFD80_0000`, UART0 `0xFF00_0000`, OCM (FSBL, ATF), DDR high `0x8_0000_0000..` (not used) | Device-nGnRnE, execute-never |

@@ -294,6 +294,93 @@ pub fn build_identity_map(
     })
 }
 
+/// Makes the 4 KiB pages at `guards` invalid in a map [`build_identity_map`] made, so that
+/// any access there takes a translation fault: a stack that overflows stops at its guard
+/// page, with the fault reported, instead of running into the memory below. The 1 GiB or
+/// 2 MiB block holding a guard is split into a table of smaller blocks or pages with the
+/// same attributes, using the tables after the `summary.tables` already in use. Call it
+/// before the MMU is on (no break-before-make is needed then). Returns the new summary.
+pub fn unmap_guard_pages(
+    tables: &mut [Table],
+    table_pa: impl Fn(&Table) -> u64,
+    summary: MapSummary,
+    guards: &[u64],
+) -> Result<MapSummary> {
+    let available = tables.len();
+    let mut used = summary.tables;
+    // The table a table descriptor points at, by its physical address.
+    let find = |tables: &[Table], desc: u64| {
+        tables
+            .iter()
+            .position(|t| table_pa(t) == desc & DESC_ADDR_MASK)
+    };
+    // Splits the block in `tables[table].0[entry]` (covering `block_bytes` from its output
+    // address) into a new table of `block_bytes / 512` pieces; returns the new table.
+    let mut split = |tables: &mut [Table], table: usize, entry: usize, piece: u64, page: bool| {
+        let index = used;
+        let desc = tables
+            .get(table)
+            .and_then(|t| t.0.get(entry))
+            .copied()
+            .ok_or(FirmwareError::PageTablesExhausted { available })?;
+        let base = desc & DESC_ADDR_MASK & !(piece * ENTRIES as u64 - 1);
+        let attrs = desc & !DESC_ADDR_MASK;
+        // A level-3 page descriptor has bit 1 set; a level-2 block has it clear.
+        let kind_bit = if page { DESC_TABLE } else { 0 };
+        let new = tables
+            .get_mut(index)
+            .ok_or(FirmwareError::PageTablesExhausted { available })?;
+        for (k, e) in new.0.iter_mut().enumerate() {
+            *e = attrs | kind_bit | ((base + k as u64 * piece) & DESC_ADDR_MASK);
+        }
+        let pa = table_pa(new);
+        if let Some(e) = tables.get_mut(table).and_then(|t| t.0.get_mut(entry)) {
+            *e = table_descriptor(pa);
+        }
+        used += 1;
+        Ok::<usize, FirmwareError>(index)
+    };
+    for &guard in guards {
+        let fail = FirmwareError::RegionNotMappable {
+            base: guard,
+            size: 4096,
+        };
+        if !guard.is_multiple_of(4096) || guard >= summary.mapped_limit {
+            return Err(fail);
+        }
+        let gib = (guard / L1_BLOCK) as usize;
+        let l1 = tables
+            .first()
+            .and_then(|t| t.0.get(gib))
+            .copied()
+            .ok_or(fail)?;
+        let l2 = match l1 & 0b11 {
+            0b11 => find(tables, l1).ok_or(fail)?,
+            0b01 => split(tables, 0, gib, L2_BLOCK, false)?,
+            _ => return Err(fail),
+        };
+        let j = ((guard % L1_BLOCK) / L2_BLOCK) as usize;
+        let l2e = tables
+            .get(l2)
+            .and_then(|t| t.0.get(j))
+            .copied()
+            .ok_or(fail)?;
+        let l3 = match l2e & 0b11 {
+            0b11 => find(tables, l2e).ok_or(fail)?,
+            0b01 => split(tables, l2, j, 4096, true)?,
+            _ => return Err(fail),
+        };
+        let k = ((guard % L2_BLOCK) / 4096) as usize;
+        if let Some(e) = tables.get_mut(l3).and_then(|t| t.0.get_mut(k)) {
+            *e = 0;
+        }
+    }
+    Ok(MapSummary {
+        tables: used,
+        ..summary
+    })
+}
+
 /// The tables being filled by [`build_identity_map`].
 struct Blocks<'t, F> {
     l1: &'t mut Table,

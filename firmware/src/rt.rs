@@ -28,7 +28,8 @@ use crate::{Boot, DtbOrigin, MAX_RAM_REGIONS, Program, println, psci};
 // - let FP/SIMD through at every level before any Rust code (which uses SIMD registers) runs;
 // - install the vector table for the current EL;
 // - exception stack on SP_ELx, program stack on SP_EL0, so a program that overflows its stack
-//   still gets its fault reported;
+//   still gets its fault reported (an unmapped guard page lies below each stack once the MMU
+//   is on, so an overflow faults instead of running into the memory below);
 // - zero .bss, then call `__firmware_rust_entry(boot_arg, el)` (defined by `program!`).
 global_asm!(
     r#"
@@ -147,12 +148,17 @@ static VERDICT_PRINTED: AtomicBool = AtomicBool::new(false);
 static IN_PANIC: AtomicBool = AtomicBool::new(false);
 
 /// Translation tables for the identity map; only `enable_mmu` touches them, once, before the
-/// MMU is on. Table::EMPTY is all zeroes, so this lives in .bss.
-static mut TABLES: [Table; 4] = [const { Table::EMPTY }; 4];
+/// MMU is on. Table::EMPTY is all zeroes, so this lives in .bss. Up to four for the map, two
+/// more to split the stacks' blocks down to their guard pages.
+static mut TABLES: [Table; 6] = [const { Table::EMPTY }; 6];
 
 unsafe extern "C" {
     static __image_start: u8;
     static __image_end: u8;
+    /// The unmapped page below the exception stack (linker scripts).
+    static __exception_stack_guard: u8;
+    /// The unmapped page below the program stack (linker scripts).
+    static __stack_guard: u8;
 }
 
 /// The platform the running program selected (none before `start` ran).
@@ -484,6 +490,14 @@ fn enable_mmu(
         pa_bits,
         regime,
     )?;
+    // A stack that overflows faults on its guard page, and the exception stack (intact,
+    // below the guard) reports it, instead of overwriting the exception stack, `.bss` (these
+    // tables) and the code below.
+    let guards = [
+        ptr::addr_of!(__exception_stack_guard) as u64,
+        ptr::addr_of!(__stack_guard) as u64,
+    ];
+    let map = mmu::unmap_guard_pages(tables, |t| ptr::from_ref(t) as u64, map, &guards)?;
     let root = ptr::from_ref(&tables[0]) as u64;
     let mair = mmu::MAIR;
     let tcr = mmu::tcr(regime, pa_bits);

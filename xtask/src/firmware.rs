@@ -94,6 +94,13 @@ pub const PROGRAMS: &[Program] = &[
         qemu_args: &[],
     },
     Program {
+        name: "stack-overflow",
+        machine: Machine::Virt,
+        expect: Expect::Exception,
+        timeout: Duration::from_secs(60),
+        qemu_args: &[],
+    },
+    Program {
         name: "smmuv3-faults",
         machine: Machine::Virt,
         expect: Expect::Pass,

@@ -16,7 +16,7 @@ struct Walk {
     ap: u64,
     shareability: u64,
     access_flag: bool,
-    /// 1 or 2.
+    /// 1, 2 or 3.
     level: u32,
 }
 
@@ -48,6 +48,13 @@ fn walk(tables: &[Table], va: u64) -> Option<Walk> {
             let l2 = table.0[((va >> 21) & 511) as usize];
             match l2 & 3 {
                 0b01 => Some(leaf(l2, 2, 21)),
+                0b11 => {
+                    let next = l2 & 0x0000_ffff_ffff_f000;
+                    let table = tables.iter().find(|t| pa_of(t) == next)?;
+                    let l3 = table.0[((va >> 12) & 511) as usize];
+                    // At level 3, 0b11 is a page; anything else faults.
+                    (l3 & 3 == 0b11).then(|| leaf(l3, 3, 12))
+                }
                 _ => None,
             }
         }
@@ -168,6 +175,62 @@ fn qemu_virt_map() {
     device(0x40_1000_0000); // high ECAM
     device(0x7f_ffff_fff8);
     assert_eq!(walk(&tables, 1 << 39), None);
+}
+
+#[test]
+fn guard_pages_fault_and_everything_around_them_keeps_its_mapping() {
+    // QEMU virt: the image's GiB already has a level-2 table.
+    let ram = [MemRegion::new(0x4000_0000, 256 * MIB)];
+    let (mut tables, summary) = build(&ram, 44, Regime::El1, 4);
+    let before: Vec<_> = [0x4024_8000u64, 0x4024_a000, 0x4024_c000, 0x4040_0000]
+        .iter()
+        .map(|&va| walk(&tables, va).map(|w| (w.pa, w.attr_index, w.xn, w.ap)))
+        .collect();
+    // Two guards in one 2 MiB block share one level-3 table.
+    let guards = [0x4024_9000, 0x4024_b000];
+    let summary = unmap_guard_pages(&mut tables, pa_of, summary.unwrap(), &guards).unwrap();
+    assert_eq!(summary.tables, 3);
+    for g in guards {
+        assert_eq!(walk(&tables, g), None, "{g:#x} is a guard");
+        assert_eq!(walk(&tables, g + 0xff8), None);
+    }
+    let after: Vec<_> = [0x4024_8000u64, 0x4024_a000, 0x4024_c000, 0x4040_0000]
+        .iter()
+        .map(|&va| walk(&tables, va).map(|w| (w.pa, w.attr_index, w.xn, w.ap)))
+        .collect();
+    assert_eq!(
+        before, after,
+        "the pages around the guards keep their attributes"
+    );
+    assert_eq!(walk(&tables, 0x4024_a000).unwrap().level, 3);
+    assert_eq!(walk(&tables, 0x4040_0000).unwrap().level, 2);
+
+    // The ZynqMP at EL3: DDR from 0 in whole-GiB level-1 blocks, split twice.
+    let ddr = [MemRegion::new(0, 2 * GIB)];
+    let (mut tables, summary) = build(&ddr, 40, Regime::El3, 4);
+    let summary = summary.unwrap();
+    assert_eq!(walk(&tables, 0x10_0000).unwrap().level, 1);
+    let summary = unmap_guard_pages(&mut tables, pa_of, summary, &[0x10_0000]).unwrap();
+    assert_eq!(summary.tables, 3);
+    assert_eq!(walk(&tables, 0x10_0000), None);
+    let next = walk(&tables, 0x10_1000).unwrap();
+    assert_eq!(
+        (next.pa, next.attr_index, next.level),
+        (0x10_1000, ATTR_NORMAL, 3)
+    );
+    assert_eq!(walk(&tables, 0x20_0000).unwrap().level, 2);
+    assert_eq!(walk(&tables, GIB).unwrap().level, 1);
+
+    // Out of tables, or a guard that is no page of the map: errors, not panics.
+    let (mut tables, summary) = build(&ram, 44, Regime::El1, 2);
+    assert!(matches!(
+        unmap_guard_pages(&mut tables, pa_of, summary.unwrap(), &[0x4024_9000]),
+        Err(FirmwareError::PageTablesExhausted { .. })
+    ));
+    let (mut tables, summary) = build(&ram, 44, Regime::El1, 4);
+    assert!(unmap_guard_pages(&mut tables, pa_of, summary.unwrap(), &[0x4024_9008]).is_err());
+    let (mut tables, summary) = build(&ram, 44, Regime::El1, 4);
+    assert!(unmap_guard_pages(&mut tables, pa_of, summary.unwrap(), &[1 << 39]).is_err());
 }
 
 #[test]
