@@ -250,6 +250,17 @@ fn one_block(src: u64) -> TransferDesc {
     }
 }
 
+/// Channel 0 open and one block of 0x10_0000 posted to it; the memory manager calls every
+/// page present.
+fn one_block_posted(b: &Bench) -> (Driver<'_>, Host) {
+    let mut npe = b.driver();
+    npe.open_channel(&b.dma, 0, CHANNEL).unwrap();
+    npe.submit(0, one_block(0x10_0000)).unwrap();
+    let mut host = Host::new(FaultClass::Present);
+    npe.poll(0, &mut host).unwrap();
+    (npe, host)
+}
+
 /// §4.1 PEER is 22 bits; answers are routed by (peer, session).
 #[test]
 fn connections_the_descriptors_or_the_routing_cannot_tell_apart_are_refused() {
@@ -357,11 +368,7 @@ fn an_undecodable_receive_entry_frees_its_slot_and_the_next_entries_are_still_ta
 #[test]
 fn a_source_read_that_reaches_no_memory_aborts_its_transfer_instead_of_retrying() {
     let b = Bench::new();
-    let mut npe = b.driver();
-    npe.open_channel(&b.dma, 0, CHANNEL).unwrap();
-    npe.submit(0, one_block(0x10_0000)).unwrap();
-    let mut host = Host::new(FaultClass::Present);
-    npe.poll(0, &mut host).unwrap();
+    let (mut npe, mut host) = one_block_posted(&b);
     b.source_fault(0x10_0000, DECERR);
     npe.poll(1, &mut host).unwrap();
     assert_eq!(b.bus.lock().resumes, [2], "SKIP, not RETRY");
@@ -387,11 +394,7 @@ fn a_source_read_that_reaches_no_memory_aborts_its_transfer_instead_of_retrying(
 #[test]
 fn a_source_fault_on_a_present_page_is_retried_a_bounded_number_of_times() {
     let b = Bench::new();
-    let mut npe = b.driver();
-    npe.open_channel(&b.dma, 0, CHANNEL).unwrap();
-    npe.submit(0, one_block(0x10_0000)).unwrap();
-    let mut host = Host::new(FaultClass::Present);
-    npe.poll(0, &mut host).unwrap();
+    let (mut npe, mut host) = one_block_posted(&b);
     for t in 1..=20 {
         b.source_fault(0x10_0000, SLVERR);
         npe.poll(t, &mut host).unwrap();

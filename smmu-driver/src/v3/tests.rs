@@ -21,6 +21,11 @@ use crate::pagetable::{Attributes, PageTableConfig, Permissions};
 const RAM: u64 = 0x4000_0000;
 const SID: StreamId = StreamId(0x10);
 const WINDOW: u64 = 0x40_0000;
+/// QEMU's SMMUv3 but with IDR0.STALL_MODEL = 0b00: stalls supported, CMD_RESUME exists.
+const STALL_CAPABLE: IdRegisters = IdRegisters {
+    idr0: IdRegisters::QEMU_7_2.idr0 & !(0b11 << 24),
+    ..IdRegisters::QEMU_7_2
+};
 
 type Bus = ModelBus<Smmuv3Model>;
 type Driver<'a> = Smmuv3<'a, Bus, Arc<HostDma>, NoDelay>;
@@ -590,10 +595,7 @@ fn refused_configurations() {
     // An SMMU that can stall: a stalling context on a stream that may not stall is refused;
     // a PCIe stream gets STE.S1STALLD.
     let mem = memory();
-    let idr = IdRegisters {
-        idr0: IdRegisters::QEMU_7_2.idr0 & !(0b11 << 24),
-        ..IdRegisters::QEMU_7_2
-    };
+    let idr = STALL_CAPABLE;
     let bus = bus_with(&mem, idr);
     let mut smmu = driver(&bus, &mem, Smmuv3Config::default());
     let pt = table(&mem);
@@ -620,10 +622,7 @@ fn refused_configurations() {
 #[test]
 fn a_stalled_transaction_whose_record_is_rejected_is_still_terminated() {
     let mem = memory();
-    let idr = IdRegisters {
-        idr0: IdRegisters::QEMU_7_2.idr0 & !(0b11 << 24),
-        ..IdRegisters::QEMU_7_2
-    };
+    let idr = STALL_CAPABLE;
     let bus = bus_with(&mem, idr);
     let mut smmu = driver(&bus, &mem, Smmuv3Config::default());
     // F_TRANSLATION of stream 0x10, stalled with STAG 0x55, but with the reserved CLASS.
@@ -651,10 +650,7 @@ fn a_stalled_transaction_whose_record_is_rejected_is_still_terminated() {
 fn stalled_faults_are_resumed_or_terminated_with_cmd_resume() {
     // An SMMU with STALL_MODEL = 0b00 and a stall-tolerant platform stream that stalls.
     let mem = memory();
-    let idr = IdRegisters {
-        idr0: IdRegisters::QEMU_7_2.idr0 & !(0b11 << 24),
-        ..IdRegisters::QEMU_7_2
-    };
+    let idr = STALL_CAPABLE;
     let bus = bus_with(&mem, idr);
     let mut smmu = driver(&bus, &mem, Smmuv3Config::default());
     let mut pt = table(&mem);
