@@ -17,6 +17,8 @@ const RESUME: usize = CB0 + 0x8;
 const TF: u64 = 1 << 1;
 const SS: u64 = 1 << 30;
 const MULTI: u64 = 1 << 31;
+/// FSR.FORMAT = 0b10 (AArch64), shown with a recorded fault.
+const FORMAT: u64 = 0b10 << 9;
 
 fn w32(bus: &Window, offset: usize, value: u64) {
     bus.write(offset, AccessWidth::U32, value);
@@ -130,7 +132,7 @@ fn fsr_is_w1c_ss_clears_only_by_resume_and_resume_waits_for_a_clear_fsr() {
     );
     zdma_start(&soc, 0, SRC, DST, 4096);
 
-    assert_eq!(r32(&bus, FSR), TF | SS);
+    assert_eq!(r32(&bus, FSR), TF | SS | FORMAT);
     assert_eq!(bus.read(CB0 + 0x60, AccessWidth::U64), SRC, "FAR");
     assert_eq!(r32(&bus, CB0 + 0x68) & 3, 3, "FSYNR0.PLVL: level 3");
     assert_eq!(r32(&bus, CB0 + 0x68) & (1 << 4), 0, "a read");
@@ -138,11 +140,15 @@ fn fsr_is_w1c_ss_clears_only_by_resume_and_resume_waits_for_a_clear_fsr() {
     assert!(soc.smmu_interrupt());
 
     w32(&bus, FSR, 0);
-    assert_eq!(r32(&bus, FSR), TF | SS, "writing 0 clears nothing");
+    assert_eq!(r32(&bus, FSR), TF | SS | FORMAT, "writing 0 clears nothing");
     w32(&bus, FSR, SS);
-    assert_eq!(r32(&bus, FSR), TF | SS, "SS is not W1C");
+    assert_eq!(r32(&bus, FSR), TF | SS | FORMAT, "SS is not W1C");
     w32(&bus, RESUME, 0);
-    assert_eq!(r32(&bus, FSR), TF | SS, "RESUME ignored: TF still set");
+    assert_eq!(
+        r32(&bus, FSR),
+        TF | SS | FORMAT,
+        "RESUME ignored: TF still set"
+    );
     assert_eq!(soc.lock().smmu.stats().resumes_ignored, 1);
     assert!(soc.lock().gdma[0].held_by_smmu());
 
@@ -195,7 +201,7 @@ fn a_second_fault_sets_multi_and_keeps_the_first_syndrome() {
     );
     zdma_start(&soc, 0, SRC, DST, 64);
     zdma_start(&soc, 1, SRC + 0x2000, DST + 0x1000, 64);
-    assert_eq!(r32(&bus, FSR), TF | MULTI);
+    assert_eq!(r32(&bus, FSR), TF | MULTI | FORMAT);
     assert_eq!(
         bus.read(CB0 + 0x60, AccessWidth::U64),
         SRC,
@@ -248,7 +254,7 @@ fn stream_matching_honours_masks_conflicts_and_the_unmatched_policy() {
     // too (conflict).
     program(&bus, table.root().as_u64(), M | CFRE | HUPCF, 0x14e8, 0x7);
     zdma_start(&soc, 5, s, d, 64);
-    assert_eq!(r32(&bus, FSR), TF, "GDMA5 (0x14ed) matched SMR0");
+    assert_eq!(r32(&bus, FSR), TF | FORMAT, "GDMA5 (0x14ed) matched SMR0");
     assert_eq!(r32(&bus, GR1 + 0x400), 0x14ed);
     w32(&bus, FSR, TF);
 
@@ -320,4 +326,69 @@ fn an_access_outside_dram_is_a_decode_error() {
         port.read(&access, &mut buf),
         AccessResult::Err(AxiResponse::DecErr)
     );
+}
+
+/// A context whose page at SRC maps `old` (cached by one copy), then is remapped to `new`.
+fn remapped_after_one_copy(
+    soc: &Soc,
+    tlbi_before_the_pte: bool,
+) -> (Window, Vec<u8>, hal::dma::DmaRegion) {
+    let dram = &**soc.dram();
+    let mut table = table(dram);
+    let old = page_with(dram, 1, |_| 0x11);
+    let new = page_with(dram, 1, |_| 0x22);
+    let dst = page_with(dram, 1, |_| 0);
+    map(&mut table, SRC, &old, 1);
+    map(&mut table, DST, &dst, 1);
+    let bus = soc.smmu_window().unwrap();
+    program(&bus, table.root().as_u64(), M | CFRE | HUPCF, 0x14e8, 0);
+    if tlbi_before_the_pte {
+        // The invalidation is written before the table changes (the wrong order), and the
+        // copy below refills the TLB from the old entry after it.
+        bus.write(CB0 + 0x600, AccessWidth::U64, SRC >> 12);
+    }
+    zdma_start(soc, 0, SRC, DST, 64);
+    assert_eq!(contents(&dst, 64), vec![0x11; 64]);
+    table.unmap(hal::Iova::new(SRC), 4096, &mut NoTlb).unwrap();
+    table
+        .map(
+            hal::Iova::new(SRC),
+            new.bus_addr(),
+            hal::PageSize::Size4K,
+            &rw(),
+            &mut NoTlb,
+        )
+        .unwrap();
+    (bus, contents(&new, 64), dst)
+}
+
+#[test]
+fn an_invalidation_does_not_cover_entries_cached_after_it_was_written() {
+    let soc = Soc::zynqmp().unwrap();
+    let (bus, _, dst) = remapped_after_one_copy(&soc, true);
+    w32(&bus, CB0 + 0x7f0, 0); // TLBSYNC
+    while r32(&bus, CB0 + 0x7f4) & 1 != 0 {} // TLBSTATUS
+    zdma_start(&soc, 0, SRC, DST, 64);
+    assert_eq!(
+        contents(&dst, 64),
+        vec![0x11; 64],
+        "the entry refilled after the TLBI survives it"
+    );
+}
+
+#[test]
+fn an_invalidation_takes_effect_only_once_its_sync_is_seen_complete() {
+    let soc = Soc::zynqmp().unwrap();
+    let (bus, new, dst) = remapped_after_one_copy(&soc, false);
+    bus.write(CB0 + 0x600, AccessWidth::U64, SRC >> 12); // TLBIVA
+    w32(&bus, CB0 + 0x7f0, 0); // TLBSYNC, never polled
+    zdma_start(&soc, 0, SRC, DST, 64);
+    assert_eq!(
+        contents(&dst, 64),
+        vec![0x11; 64],
+        "not complete yet: the old entry"
+    );
+    while r32(&bus, CB0 + 0x7f4) & 1 != 0 {}
+    zdma_start(&soc, 0, SRC, DST, 64);
+    assert_eq!(contents(&dst, 64), new, "complete: the new mapping");
 }

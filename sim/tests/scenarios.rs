@@ -306,24 +306,24 @@ fn the_driver_clears_fsr_exactly_and_before_resume_with_cfie_masked_meanwhile() 
     assert_eq!(resumes.len(), 4, "four retries");
     // SCTLR as programmed: M TRE AFE CFRE CFIE CFCFG HUPCF ASIDPNE = 0x11E7.
     let (programmed, masked) = (0x11e7u64, 0x11e7u64 & !(1 << 6));
+    // FSR as recorded: SS, TF and FORMAT = 0b10 (AArch64).
+    let recorded = 1u64 << 30 | 1 << 1 | 0b10 << 9;
     for &r in &resumes {
         // Before the RESUME: the FSR read with SS and TF, CFIE masked, then exactly that value
         // written back.
         let before = &accesses[..r];
         let read = before
             .iter()
-            .rposition(|&(w, o, v)| !w && o == fsr && v == (1 << 30 | 1 << 1))
+            .rposition(|&(w, o, v)| !w && o == fsr && v == recorded)
             .expect("FSR read with SS|TF");
         let after_read = &before[read + 1..];
         assert!(
             after_read.contains(&(true, sctlr, masked)),
             "{after_read:x?}"
         );
-        assert!(after_read.contains(&(true, fsr, 1 << 30 | 1 << 1)));
+        assert!(after_read.contains(&(true, fsr, recorded)));
         let mask_at = after_read.iter().position(|a| *a == (true, sctlr, masked));
-        let clear_at = after_read
-            .iter()
-            .position(|a| *a == (true, fsr, 1 << 30 | 1 << 1));
+        let clear_at = after_read.iter().position(|a| *a == (true, fsr, recorded));
         assert!(mask_at < clear_at, "CFIE masked before FSR is cleared");
         assert_eq!(
             after_read

@@ -217,18 +217,9 @@ pub struct Mmu500Stats {
     pub unknown_accesses: u64,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum TlbOp {
-    Va { va: u64, asid: Option<u16> },
-    Asid(u16),
-    Context,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum GlobalOp {
-    All,
-    Vmid(u8),
-}
+/// TLB entries an invalidation named when it was written: removed when its sync is seen
+/// complete (see the `tlb` module).
+type Doomed = Vec<u64>;
 
 #[derive(Clone, Debug)]
 struct ContextBank {
@@ -249,7 +240,10 @@ struct ContextBank {
     far: u64,
     fsynr0: u32,
     fsynr1: u32,
-    pending: Vec<TlbOp>,
+    /// Invalidations written since the last TLBSYNC.
+    pending: Doomed,
+    /// Invalidations a TLBSYNC covers, applied when TLBSTATUS reads idle.
+    syncing: Doomed,
     sync_reads: u32,
     stalled: Option<StallTicket>,
     held: VecDeque<StallTicket>,
@@ -276,6 +270,7 @@ impl ContextBank {
             fsynr0: 0,
             fsynr1: 0,
             pending: Vec::new(),
+            syncing: Vec::new(),
             sync_reads: 0,
             stalled: None,
             held: VecDeque::new(),
@@ -311,7 +306,8 @@ pub struct Mmu500 {
     s2cr: Vec<u32>,
     banks: Vec<ContextBank>,
     tlb: Tlb,
-    global_pending: Vec<GlobalOp>,
+    global_pending: Doomed,
+    global_syncing: Doomed,
     global_sync_reads: u32,
     tickets: HashMap<StallTicket, TicketState>,
     next_ticket: u64,
@@ -343,6 +339,7 @@ impl Mmu500 {
                 .collect(),
             tlb: Tlb::default(),
             global_pending: Vec::new(),
+            global_syncing: Vec::new(),
             global_sync_reads: 0,
             tickets: HashMap::new(),
             next_ticket: 1,
@@ -547,6 +544,7 @@ impl Mmu500 {
                     && (!access_flag_faults || l.accessed())
                 {
                     self.tlb.insert(TlbEntry {
+                        id: 0,
                         context: bank,
                         asid: l.not_global().then_some(asid),
                         leaf: l,
@@ -624,7 +622,7 @@ impl Mmu500 {
             if !stall_mode && b.sctlr & SCTLR_CFRE != 0 {
                 fsynr0 |= FSYNR0_AFR;
             }
-            b.fsr = bit | if stall_mode { FSR_SS } else { 0 };
+            b.fsr = bit | FSR_FORMAT_AARCH64 | if stall_mode { FSR_SS } else { 0 };
             b.far = access.address;
             b.fsynr0 = fsynr0;
             b.fsynr1 = 0;
@@ -658,7 +656,7 @@ impl Mmu500 {
             self.stats.resumes_without_stall += 1;
             return;
         };
-        if b.fsr & !FSR_SS != 0 {
+        if b.fsr & !(FSR_SS | FSR_FORMAT_AARCH64) != 0 {
             // MMU-500 ignores RESUME until FSR is cleared (SMMU notes §0 item 18, §1.7).
             self.stats.resumes_ignored += 1;
             return;
@@ -683,33 +681,16 @@ impl Mmu500 {
         self.stats.resumes_accepted += 1;
     }
 
-    fn apply_context_ops(&mut self, bank: usize) {
-        let ops = std::mem::take(&mut self.banks[bank].pending);
-        for op in ops {
-            self.stats.tlb_invalidated += match op {
-                TlbOp::Va { va, asid } => self.tlb.invalidate_va(bank, va, asid),
-                TlbOp::Asid(asid) => self.tlb.invalidate_asid(bank, asid),
-                TlbOp::Context => self.tlb.invalidate_context(bank),
-            } as u64;
-        }
+    /// The bank's sync is seen complete: its invalidations take effect.
+    fn complete_context_sync(&mut self, bank: usize) {
+        let doomed = std::mem::take(&mut self.banks[bank].syncing);
+        self.stats.tlb_invalidated += self.tlb.remove(&doomed) as u64;
     }
 
-    fn apply_global_ops(&mut self) {
-        let ops = std::mem::take(&mut self.global_pending);
-        for op in ops {
-            self.stats.tlb_invalidated += match op {
-                GlobalOp::All => self.tlb.invalidate_all(),
-                GlobalOp::Vmid(vmid) => {
-                    let banks: Vec<usize> = (0..self.banks.len())
-                        .filter(|&b| (self.banks[b].cbar & 0xff) as u8 == vmid)
-                        .collect();
-                    banks
-                        .into_iter()
-                        .map(|b| self.tlb.invalidate_context(b))
-                        .sum()
-                }
-            } as u64;
-        }
+    /// The global sync is seen complete: the global invalidations take effect.
+    fn complete_global_sync(&mut self) {
+        let doomed = std::mem::take(&mut self.global_syncing);
+        self.stats.tlb_invalidated += self.tlb.remove(&doomed) as u64;
     }
 
     fn unknown(&mut self, offset: usize, write: bool) -> u64 {
@@ -740,6 +721,8 @@ impl Mmu500 {
                     self.global_sync_reads -= 1;
                     SYNC_ACTIVE
                 } else {
+                    // Seen idle: only now is the sync complete.
+                    self.complete_global_sync();
                     0
                 }
             }
@@ -760,17 +743,26 @@ impl Mmu500 {
             SGFSR => self.sgfsr &= !v,
             SGFSRRESTORE => self.sgfsr = v,
             TLBIVMID => {
-                self.global_pending.push(GlobalOp::Vmid(v as u8));
+                let vmid = v as u8;
+                let banks: Vec<usize> = (0..self.banks.len())
+                    .filter(|&b| (self.banks[b].cbar & 0xff) as u8 == vmid)
+                    .collect();
+                for b in banks {
+                    let doomed = self.tlb.select_context(b);
+                    self.global_pending.extend(doomed);
+                }
                 self.stats.tlbi_ops += 1;
             }
             TLBIALLNSNH => {
-                self.global_pending.push(GlobalOp::All);
+                let doomed = self.tlb.select_all();
+                self.global_pending.extend(doomed);
                 self.stats.tlbi_ops += 1;
             }
             // No hypervisor entries are ever cached.
             TLBIALLH => self.stats.tlbi_ops += 1,
             STLBGSYNC => {
-                self.apply_global_ops();
+                let pending = std::mem::take(&mut self.global_pending);
+                self.global_syncing.extend(pending);
                 self.global_sync_reads = self.config.sync_latency_reads;
                 self.stats.syncs += 1;
             }
@@ -817,6 +809,11 @@ impl Mmu500 {
 
     fn read_bank(&mut self, bank: usize, offset: usize, width: AccessWidth) -> u64 {
         let wide = width == AccessWidth::U64;
+        if offset == CB_TLBSTATUS && self.banks[bank].sync_reads == 0 {
+            // Seen idle: only now is the sync complete.
+            self.complete_context_sync(bank);
+            return 0;
+        }
         let b = &mut self.banks[bank];
         let half = |v: u64, high: bool| if high { v >> 32 } else { v & 0xffff_ffff };
         let v: u64 = match offset {
@@ -870,6 +867,25 @@ impl Mmu500 {
         };
         let tlbi =
             |value: u64| -> (u64, u16) { ((value & ((1 << 44) - 1)) << 12, (value >> 48) as u16) };
+        // An invalidation names the entries cached now; they go when its sync completes.
+        let doomed = match offset {
+            CB_TLBIVA | CB_TLBIVAL if wide => {
+                let (va, asid) = tlbi(value);
+                Some(self.tlb.select_va(bank, va, Some(asid)))
+            }
+            CB_TLBIVAA | CB_TLBIVAAL if wide => {
+                let (va, _) = tlbi(value);
+                Some(self.tlb.select_va(bank, va, None))
+            }
+            CB_TLBIASID => Some(self.tlb.select_asid(bank, v as u16)),
+            CB_TLBIALL => Some(self.tlb.select_context(bank)),
+            _ => None,
+        };
+        if let Some(doomed) = doomed {
+            self.banks[bank].pending.extend(doomed);
+            self.stats.tlbi_ops += 1;
+            return;
+        }
         let b = &mut self.banks[bank];
         match offset {
             CB_SCTLR => b.sctlr = v,
@@ -889,32 +905,21 @@ impl Mmu500 {
             CB_MAIR0 => b.mair0 = v,
             CB_MAIR1 => b.mair1 = v,
             // W1C for the fault bits and MULTI; SS only clears through RESUME.
-            CB_FSR => b.fsr &= !(v & (FSR_FAULTS | FSR_MULTI)),
-            CB_FSRRESTORE => b.fsr = (b.fsr & FSR_SS) | (v & (FSR_FAULTS | FSR_MULTI)),
-            CB_TLBIVA | CB_TLBIVAL if wide => {
-                let (va, asid) = tlbi(value);
-                b.pending.push(TlbOp::Va {
-                    va,
-                    asid: Some(asid),
-                });
-                self.stats.tlbi_ops += 1;
+            CB_FSR => {
+                b.fsr &= !(v & (FSR_FAULTS | FSR_MULTI));
+                if b.fsr & (FSR_FAULTS | FSR_MULTI) == 0 {
+                    b.fsr &= !FSR_FORMAT_AARCH64;
+                }
             }
-            CB_TLBIVAA | CB_TLBIVAAL if wide => {
-                let (va, _) = tlbi(value);
-                b.pending.push(TlbOp::Va { va, asid: None });
-                self.stats.tlbi_ops += 1;
-            }
-            CB_TLBIASID => {
-                b.pending.push(TlbOp::Asid(v as u16));
-                self.stats.tlbi_ops += 1;
-            }
-            CB_TLBIALL => {
-                b.pending.push(TlbOp::Context);
-                self.stats.tlbi_ops += 1;
+            CB_FSRRESTORE => {
+                let restored = v & (FSR_FAULTS | FSR_MULTI);
+                let format = if restored != 0 { FSR_FORMAT_AARCH64 } else { 0 };
+                b.fsr = (b.fsr & FSR_SS) | restored | format;
             }
             CB_TLBSYNC => {
-                self.apply_context_ops(bank);
-                self.banks[bank].sync_reads = self.config.sync_latency_reads;
+                let pending = std::mem::take(&mut b.pending);
+                b.syncing.extend(pending);
+                b.sync_reads = self.config.sync_latency_reads;
                 self.stats.syncs += 1;
             }
             o => {

@@ -116,6 +116,9 @@ pub const FSR_ASF: u32 = 1 << 7;
 pub const FSR_FAULTS: u32 = 0x1fe;
 pub const FSR_SS: u32 = 1 << 30;
 pub const FSR_MULTI: u32 = 1 << 31;
+/// FSR.FORMAT (bits 10:9): 0b10 for a fault recorded in an AArch64 context (Linux
+/// `ARM_SMMU_CB_FSR_FORMAT`); shown with the fault, gone when the fault bits are cleared.
+pub const FSR_FORMAT_AARCH64: u32 = 0b10 << 9;
 
 // FSYNR0.
 pub const FSYNR0_WNR: u32 = 1 << 4;

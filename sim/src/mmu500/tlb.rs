@@ -1,6 +1,11 @@
 //! The model's TLB: successful stage-1 translations, tagged with the context bank and the
 //! ASID (or global, for nG = 0 leaves), kept until an invalidation *and its sync* remove them.
 //!
+//! An invalidation covers the entries cached when it was written, not entries filled after
+//! it (from a table entry software had not updated yet), and it takes effect only when its
+//! sync is seen complete: the selectors below return the entries an operation names, and
+//! [`Tlb::remove`] drops them later (IHI0062 TLBSYNC/TLBSTATUS; SMMU notes §5).
+//!
 //! Only valid translations are cached, never faults (Arm ARM DDI0487 D8.16 R_XCLRD; SMMU notes
 //! §5). A leaf that would raise an access-flag fault is not cached either. Walk caches
 //! (intermediate table entries) are not modelled: every miss walks from TTBR0.
@@ -11,6 +16,8 @@ use smmu_driver::walk::Leaf;
 /// One cached translation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TlbEntry {
+    /// Its identity, given by [`Tlb::insert`].
+    pub id: u64,
     /// Context bank.
     pub context: usize,
     /// ASID, `None` for a global (nG = 0) entry.
@@ -31,6 +38,7 @@ impl TlbEntry {
 #[derive(Clone, Debug, Default)]
 pub struct Tlb {
     entries: Vec<TlbEntry>,
+    next_id: u64,
 }
 
 impl Tlb {
@@ -44,41 +52,50 @@ impl Tlb {
             .map(|e| e.leaf)
     }
 
-    /// Caches a translation.
+    /// Caches a translation (its `id` is assigned here).
     pub fn insert(&mut self, entry: TlbEntry) {
-        self.entries.push(entry);
+        let id = self.next_id;
+        self.next_id += 1;
+        self.entries.push(TlbEntry { id, ..entry });
     }
 
     /// TLBIVA/TLBIVAL (`asid` = `Some`) or TLBIVAA/TLBIVAAL (`None`): every entry of the
     /// context covering `va` with that ASID, and global entries covering it.
-    pub fn invalidate_va(&mut self, context: usize, va: u64, asid: Option<u16>) -> usize {
-        self.retain(|e| {
-            !(e.context == context
+    pub fn select_va(&self, context: usize, va: u64, asid: Option<u16>) -> Vec<u64> {
+        self.select(|e| {
+            e.context == context
                 && e.covers(va)
-                && (asid.is_none() || e.asid.is_none() || e.asid == asid))
+                && (asid.is_none() || e.asid.is_none() || e.asid == asid)
         })
     }
 
     /// TLBIASID: every non-global entry of the context with `asid`.
-    pub fn invalidate_asid(&mut self, context: usize, asid: u16) -> usize {
-        self.retain(|e| !(e.context == context && e.asid == Some(asid)))
+    pub fn select_asid(&self, context: usize, asid: u16) -> Vec<u64> {
+        self.select(|e| e.context == context && e.asid == Some(asid))
     }
 
     /// TLBIALL (context bank) or TLBIVMID for that bank's VMID: every entry of the context.
-    pub fn invalidate_context(&mut self, context: usize) -> usize {
-        self.retain(|e| e.context != context)
+    pub fn select_context(&self, context: usize) -> Vec<u64> {
+        self.select(|e| e.context == context)
     }
 
     /// TLBIALLNSNH: everything.
-    pub fn invalidate_all(&mut self) -> usize {
-        let n = self.entries.len();
-        self.entries.clear();
-        n
+    pub fn select_all(&self) -> Vec<u64> {
+        self.select(|_| true)
     }
 
-    fn retain(&mut self, keep: impl Fn(&TlbEntry) -> bool) -> usize {
+    fn select(&self, matches: impl Fn(&TlbEntry) -> bool) -> Vec<u64> {
+        self.entries
+            .iter()
+            .filter(|e| matches(e))
+            .map(|e| e.id)
+            .collect()
+    }
+
+    /// Drops the entries with these ids (those still cached); returns how many.
+    pub fn remove(&mut self, ids: &[u64]) -> usize {
         let before = self.entries.len();
-        self.entries.retain(keep);
+        self.entries.retain(|e| !ids.contains(&e.id));
         before - self.entries.len()
     }
 
