@@ -364,7 +364,21 @@ pub fn read_file(path: &Path) -> Result<Report> {
         path: path.display().to_string(),
         why,
     };
-    let file = File::open(path).map_err(|e| err(e.to_string()))?;
+    // Only a regular file: opening a FIFO (or a device) someone left in the directory would
+    // block doctor, or read something that is no status page. Not following a symbolic link
+    // either, and not blocking on the open.
+    let kind = std::fs::symlink_metadata(path).map_err(|e| err(e.to_string()))?;
+    if !kind.file_type().is_file() {
+        return Err(err("not a regular file".into()));
+    }
+    let file = {
+        use std::os::unix::fs::OpenOptionsExt;
+        std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+            .open(path)
+            .map_err(|e| err(e.to_string()))?
+    };
     let len = file.metadata().map_err(|e| err(e.to_string()))?.len();
     if len < 4096 {
         return Err(err(format!("{len} bytes, not a status page")));
@@ -410,6 +424,19 @@ pub fn scan(dir: Option<&Path>) -> Vec<Report> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_fifo_in_the_status_directory_is_refused_without_blocking() {
+        let dir = std::env::temp_dir().join(format!("nprdma-fifo-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let fifo = dir.join("99999.status");
+        let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: a path this test owns.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        // Opening the FIFO for reading would block until a writer came: refused first.
+        assert!(read_file(&fifo).is_err());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     #[test]
     fn file_page_is_readable_from_outside_and_removed_on_drop() {

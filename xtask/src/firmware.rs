@@ -8,7 +8,7 @@
 //! Programs for a board QEMU cannot model (ZynqMP: QEMU has no MMU-500) are `BuildOnly`:
 //! `cargo xtask test` builds them, `cargo xtask qemu` refuses them in one line.
 
-use std::io::{BufRead, BufReader, Read};
+use std::io::Read;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::sync::mpsc;
@@ -65,7 +65,13 @@ pub struct Program {
     pub timeout: Duration,
     /// Extra QEMU arguments for this program.
     pub qemu_args: &'static [&'static str],
+    /// For [`Expect::Exception`]: what the reported fault must be, beyond being reported
+    /// (given the console output).
+    pub fault_check: Option<FaultCheck>,
 }
+
+/// Checks a program's console output for the exception it must report.
+pub type FaultCheck = fn(&str) -> Result<(), String>;
 
 impl Program {
     pub fn describe_expectation(&self) -> &'static str {
@@ -85,6 +91,7 @@ pub const PROGRAMS: &[Program] = &[
         expect: Expect::Pass,
         timeout: Duration::from_secs(60),
         qemu_args: &[],
+        fault_check: None,
     },
     Program {
         name: "fault-probe",
@@ -92,6 +99,7 @@ pub const PROGRAMS: &[Program] = &[
         expect: Expect::Exception,
         timeout: Duration::from_secs(60),
         qemu_args: &[],
+        fault_check: None,
     },
     Program {
         name: "stack-overflow",
@@ -99,6 +107,7 @@ pub const PROGRAMS: &[Program] = &[
         expect: Expect::Exception,
         timeout: Duration::from_secs(60),
         qemu_args: &[],
+        fault_check: Some(guard_page_fault),
     },
     Program {
         name: "smmuv3-faults",
@@ -109,6 +118,7 @@ pub const PROGRAMS: &[Program] = &[
         // virtual clock to the next timer while the CPU waits in `wfi` instead of sleeping
         // (QEMU docs, `-icount`). shift=0: one instruction = 1 ns of virtual time.
         qemu_args: &["-icount", "shift=0,sleep=off"],
+        fault_check: None,
     },
     Program {
         name: "zynqmp-smmu-faults",
@@ -117,8 +127,36 @@ pub const PROGRAMS: &[Program] = &[
         // Not run here; the board run takes well under a second.
         timeout: Duration::from_secs(60),
         qemu_args: &[],
+        fault_check: None,
     },
 ];
+
+/// `stack-overflow`'s fault must be a data abort in the guard page: the 4 KiB below the
+/// program stack's bottom, which the program prints before it recurses. Any other exception
+/// (the recursion running into `.bss` and faulting elsewhere) means the guard is gone.
+fn guard_page_fault(output: &str) -> Result<(), String> {
+    let hex_after = |marker: &str| {
+        let rest = &output[output.rfind(marker)? + marker.len()..];
+        let digits: String = rest
+            .trim_start_matches("0x")
+            .chars()
+            .take_while(char::is_ascii_hexdigit)
+            .collect();
+        u64::from_str_radix(&digits, 16).ok()
+    };
+    let bottom = hex_after("program stack's bottom ")
+        .ok_or("no stack bottom printed before the recursion")?;
+    let far = hex_after("FAR ").ok_or("no FAR in the exception report")?;
+    if !output.contains("data abort") {
+        return Err(format!("not a data abort (FAR {far:#x})"));
+    }
+    if !(bottom.saturating_sub(4096)..bottom).contains(&far) {
+        return Err(format!(
+            "the fault at {far:#x} is not in the guard page below {bottom:#x}"
+        ));
+    }
+    Ok(())
+}
 
 /// Looks a program up by name.
 pub fn find(name: &str) -> Result<&'static Program, XtaskError> {
@@ -351,7 +389,7 @@ fn run_qemu(
     let reader = std::thread::spawn(move || {
         let mut defmt = defmt;
         if let Some(out) = stdout {
-            for line in BufReader::new(out).lines().map_while(Result::ok) {
+            for line in crate::util::lossy_lines(out) {
                 let shown = defmt.render(&line).unwrap_or_else(|| line.clone());
                 println!("  | {shown}");
                 if tx.send(shown).is_err() {
@@ -543,11 +581,14 @@ fn check_programs(
                     // The runtime must have reported the syndrome, not just died.
                     let reported =
                         output.contains("ESR") && output.contains("ELR") && output.contains("FAR");
-                    if reason.starts_with("FAIL") && reported {
+                    let checked = program.fault_check.map_or(Ok(()), |check| check(&output));
+                    if reason.starts_with("FAIL") && reported && checked.is_ok() {
                         println!(
                             "xtask: `{}` faulted as expected and reported the syndrome",
                             program.name
                         );
+                    } else if let Err(why) = checked {
+                        failed.push(format!("{}: {why}", program.name));
                     } else {
                         failed.push(format!(
                             "{}: expected a reported exception, got: {reason}",
@@ -564,6 +605,26 @@ fn check_programs(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_stack_overflow_fault_must_be_in_the_guard_page() {
+        let said = |far: &str| {
+            format!(
+                "stack-overflow: recursing below the program stack's bottom 0x4024d000; expect\n\
+                 FAIL synchronous exception: data abort from the same EL (EC 0x25): translation \
+                 fault, level 3, write, ESR 0x96000047, ELR 0x4020119c, FAR {far}"
+            )
+        };
+        assert_eq!(guard_page_fault(&said("0x4024cf70")), Ok(()));
+        assert!(
+            guard_page_fault(&said("0x4024d000")).is_err(),
+            "the stack itself"
+        );
+        assert!(guard_page_fault(&said("0x40243000")).is_err(), "in .bss");
+        let undefined =
+            "program stack's bottom 0x4024d000;\nundefined instruction, FAR 0x0 (not valid)";
+        assert!(guard_page_fault(undefined).is_err());
+    }
 
     #[test]
     fn every_program_has_a_binary_and_a_machine_its_name_matches() {
@@ -596,6 +657,7 @@ mod tests {
             expect,
             timeout: Duration::from_secs(1),
             qemu_args: &[],
+            fault_check: None,
         };
         let programs = [
             program("broken", Machine::Virt, Expect::Pass),

@@ -83,9 +83,10 @@ fn run(args: &[String]) -> Result<(), XtaskError> {
             Ok(())
         }
         "qemu" => {
-            let name = opts.positional("program name")?;
-            let release = opts.flag("--release");
+            // Options with values first: their values are not the program's name.
             let timeout = opts.value_u64("--timeout")?;
+            let release = opts.flag("--release");
+            let name = opts.positional("program name")?;
             opts.finish()?;
             let program = firmware::find(&name)?;
             let outcome = firmware::build_and_run(program, release, timeout)?;

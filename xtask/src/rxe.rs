@@ -17,7 +17,7 @@
 //! <value>` per measurement; the host turns them into the exit status and the ratio report.
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -391,7 +391,16 @@ pub fn run(opts: &Options) -> Result<(), XtaskError> {
             println!("\nxtask: boot {boot} of {boots}");
             cache.join(format!("last-run-{boot}.log"))
         };
-        let lines = run_vm(&qemu, &vmlinuz, &initrd, accel, opts, &log)?;
+        let lines = match run_vm(&qemu, &vmlinuz, &initrd, accel, opts, &log) {
+            Ok(lines) => lines,
+            Err(e) if boots == 1 => return Err(e),
+            // One failed boot of several: the others still count and are pooled.
+            Err(e) => {
+                println!("xtask: boot {boot} failed: {e}");
+                failed.push(format!("boot {boot}: {e}"));
+                continue;
+            }
+        };
         let verdict = evaluate(&lines);
         println!(
             "xtask: rxe-test {} {:.0} s (full serial log: {})",
@@ -972,8 +981,13 @@ fn run_vm(
     let (tx, rx) = std::sync::mpsc::channel::<String>();
     let reader = std::thread::spawn(move || {
         if let Some(out) = stdout {
-            for line in BufReader::new(out).lines().map_while(Result::ok) {
-                let line = line.trim_end_matches('\r').to_string();
+            for line in crate::util::lossy_lines(out) {
+                // The first guest line can follow the boot loader's screen-clearing escapes
+                // on the same console line: the test protocol starts at its marker.
+                let line = match line.find("NPRDMA-") {
+                    Some(at) if at > 0 => line[at..].to_string(),
+                    _ => line,
+                };
                 let shown = line.starts_with("NPRDMA-")
                     || line.starts_with("  ")
                     || line.contains("Kernel panic");
@@ -989,6 +1003,16 @@ fn run_vm(
     // Each comparison round beyond the default five takes up to about a minute under TCG.
     // A latency round takes about 1 s here and a bandwidth round about 4 s: ten times that
     // on top of the rest.
+    // QEMU's stderr is read all along: a full pipe would block it (and the run would end at
+    // the timeout), and its message is what explains a failed start.
+    let mut stderr = child.stderr.take();
+    let err_reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        if let Some(e) = stderr.as_mut() {
+            let _ = std::io::Read::read_to_string(e, &mut s);
+        }
+        s
+    });
     let timeout = VM_TIMEOUT + Duration::from_secs(10 * opts.rounds + 40 * opts.bw_rounds);
     let start = Instant::now();
     let status = loop {
@@ -1009,18 +1033,28 @@ fn run_vm(
         }
     };
     let _ = reader.join();
+    let qemu_stderr = err_reader.join().unwrap_or_default();
     let lines: Vec<String> = rx.try_iter().collect();
     if let Ok(mut f) = std::fs::File::create(log) {
         for l in &lines {
             let _ = writeln!(f, "{l}");
         }
     }
+    let said = |what: String| {
+        let tail: Vec<&str> = qemu_stderr.lines().rev().take(5).collect();
+        if tail.is_empty() {
+            what
+        } else {
+            let tail: Vec<&str> = tail.into_iter().rev().collect();
+            format!("{what}; qemu said: {}", tail.join(" / "))
+        }
+    };
     match status {
-        None => Err(other(format!(
+        None => Err(other(said(format!(
             "the VM did not finish within {} s",
             timeout.as_secs()
-        ))),
-        Some(s) if !s.success() => Err(other(format!("qemu exited with {s}"))),
+        )))),
+        Some(s) if !s.success() => Err(other(said(format!("qemu exited with {s}")))),
         Some(_) => Ok(lines),
     }
 }

@@ -56,15 +56,20 @@ pub const ALL_PACKAGES: &[Package] = &[
     },
 ];
 
+/// Whether a dpkg `Status` (`<want> <error> <state>`, e.g. `install ok installed` or, for a
+/// package on hold, `hold ok installed`) says the package is installed.
+fn status_installed(status: &str) -> bool {
+    let mut words = status.split_whitespace();
+    let (_want, error, state) = (words.next(), words.next(), words.next());
+    error == Some("ok") && state == Some("installed")
+}
+
 /// Whether dpkg says `name` is installed.
 fn installed(name: &str) -> bool {
     Command::new("dpkg-query")
         .args(["-W", "-f=${Status}", name])
         .output()
-        .map(|o| {
-            o.status.success()
-                && String::from_utf8_lossy(&o.stdout).contains("install ok installed")
-        })
+        .map(|o| o.status.success() && status_installed(&String::from_utf8_lossy(&o.stdout)))
         .unwrap_or(false)
 }
 
@@ -207,10 +212,7 @@ fn backports_suite_of(package: &str) -> Option<String> {
         .ok()?;
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
     let (status, version) = text.split_once('|')?;
-    if !out.status.success()
-        || !status.contains("install ok installed")
-        || !version.contains("~bpo")
-    {
+    if !out.status.success() || !status_installed(status) || !version.contains("~bpo") {
         return None;
     }
     let release = std::fs::read_to_string("/etc/os-release").ok()?;
@@ -259,6 +261,15 @@ fn ensure_suite_source(suite: &str) -> Result<(), XtaskError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_package_on_hold_is_installed() {
+        assert!(status_installed("install ok installed"));
+        assert!(status_installed("hold ok installed"));
+        assert!(!status_installed("deinstall ok config-files"));
+        assert!(!status_installed("install reinstreq half-installed"));
+        assert!(!status_installed(""));
+    }
 
     const SUITE: &str = "bookworm-backports";
 

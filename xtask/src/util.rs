@@ -156,3 +156,48 @@ pub fn run_status(what: &str, cmd: &mut Command) -> Result<(), XtaskError> {
 pub fn section(title: &str) {
     println!("\n==> {title}");
 }
+
+/// The lines of `reader`, each decoded lossily: one byte that is not UTF-8 (a dumped log, a
+/// console escape) must not end the stream, as `BufRead::lines` would, and lose every line
+/// after it. A trailing `\r` is dropped.
+pub fn lossy_lines(reader: impl std::io::Read) -> impl Iterator<Item = String> {
+    use std::io::BufRead;
+    let mut reader = std::io::BufReader::new(reader);
+    std::iter::from_fn(move || {
+        let mut buf = Vec::new();
+        match reader.read_until(b'\n', &mut buf) {
+            Ok(0) | Err(_) => None,
+            Ok(_) => {
+                while matches!(buf.last(), Some(b'\n' | b'\r')) {
+                    buf.pop();
+                }
+                Some(String::from_utf8_lossy(&buf).into_owned())
+            }
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_byte_that_is_not_utf8_loses_no_line() {
+        let input: &[u8] =
+            b"NPRDMA-RXE: PASS a\r\n  srv| garbage \xff\xfe\nNPRDMA-RXE: PASS b\nNPRDMA-RXE: DONE";
+        let lines: Vec<String> = lossy_lines(input).collect();
+        assert_eq!(lines.len(), 4, "{lines:?}");
+        assert_eq!(lines[0], "NPRDMA-RXE: PASS a");
+        assert!(lines[1].starts_with("  srv| garbage "));
+        assert_eq!(lines[3], "NPRDMA-RXE: DONE");
+    }
+
+    #[test]
+    fn option_values_are_taken_before_the_positional() {
+        let args: Vec<String> = ["--timeout", "30", "pci-probe"].map(String::from).to_vec();
+        let mut o = Options::parse(&args).unwrap();
+        assert_eq!(o.value_u64("--timeout").unwrap(), Some(30));
+        assert_eq!(o.positional("program").unwrap(), "pci-probe");
+        o.finish().unwrap();
+    }
+}
