@@ -56,6 +56,12 @@ pub mod isr {
     pub const SRC_DSCR_DONE: u32 = 1 << 1;
     /// A destination descriptor with INTR finished.
     pub const DST_DSCR_DONE: u32 = 1 << 2;
+    /// TOTAL_BYTE wrapped (QEMU `BYTE_CNT_OVRFL`).
+    pub const BYTE_CNT_OVRFL: u32 = 1 << 3;
+    /// IRQ_SRC_ACCT wrapped past 0xff (QEMU `IRQ_SRC_ACCT_ERR`).
+    pub const IRQ_SRC_ACCT_ERR: u32 = 1 << 4;
+    /// IRQ_DST_ACCT wrapped past 0xff (QEMU `IRQ_DST_ACCT_ERR`).
+    pub const IRQ_DST_ACCT_ERR: u32 = 1 << 5;
     /// Error response on a data read.
     pub const AXI_RD_DATA: u32 = 1 << 8;
     /// Error response on a data write.
@@ -240,12 +246,20 @@ impl ZdmaModel {
     fn complete(&mut self) {
         self.job = None;
         self.isr |= isr::DMA_DONE;
+        // The 8-bit interrupt accounting counters flag their overflow (QEMU zdma_src_done /
+        // zdma_dst_done).
         if self.src_dscr[3] & (1 << 2) != 0 {
             self.isr |= isr::SRC_DSCR_DONE;
+            if self.irq_src_acct == 0xff {
+                self.isr |= isr::IRQ_SRC_ACCT_ERR;
+            }
             self.irq_src_acct = (self.irq_src_acct + 1) & 0xff;
         }
         if self.dst_dscr[3] & (1 << 2) != 0 {
             self.isr |= isr::DST_DSCR_DONE;
+            if self.irq_dst_acct == 0xff {
+                self.isr |= isr::IRQ_DST_ACCT_ERR;
+            }
             self.irq_dst_acct = (self.irq_dst_acct + 1) & 0xff;
         }
         self.ctrl2 = 0;
@@ -337,7 +351,11 @@ impl DmaMaster for ZdmaModel {
 
 impl ZdmaModel {
     fn burst_written(&mut self, len: usize) {
-        self.total_byte = self.total_byte.wrapping_add(len as u32);
+        let (total, wrapped) = self.total_byte.overflowing_add(len as u32);
+        self.total_byte = total;
+        if wrapped {
+            self.isr |= isr::BYTE_CNT_OVRFL;
+        }
         let Some(job) = self.job.as_mut() else {
             return;
         };

@@ -392,3 +392,18 @@ fn an_invalidation_takes_effect_only_once_its_sync_is_seen_complete() {
     zdma_start(&soc, 0, SRC, DST, 64);
     assert_eq!(contents(&dst, 64), new, "complete: the new mapping");
 }
+
+#[test]
+fn a_64_bit_access_is_taken_only_by_the_64_bit_registers() {
+    let mut m = Mmu500::new(Mmu500Config::zynqmp()).unwrap();
+    // SCTLR (and the ACTLR above it), SMR0/SMR1, FSR/FSRRESTORE: 32-bit registers.
+    m.write(CB0, AccessWidth::U64, 0x161);
+    m.write(0x800, AccessWidth::U64, 0x8000_14e8_8000_14e9);
+    let _ = m.read(FSR, AccessWidth::U64);
+    assert_eq!(m.unknown_accesses().len(), 3);
+    assert_eq!(m.read(CB0, AccessWidth::U32), 0x100, "SCTLR unchanged");
+    // TTBR0 is a 64-bit register.
+    m.write(CB0 + 0x20, AccessWidth::U64, 0x1234_5000);
+    assert_eq!(m.read(CB0 + 0x20, AccessWidth::U64), 0x1234_5000);
+    assert_eq!(m.unknown_accesses().len(), 3);
+}

@@ -33,6 +33,42 @@ fn a_copy_with_the_smmu_disabled_goes_to_physical_addresses() {
 }
 
 #[test]
+fn the_interrupt_accounting_counter_flags_its_overflow() {
+    let soc = Soc::zynqmp().unwrap();
+    let dram = &**soc.dram();
+    let src = page_with(dram, 1, |i| i as u8);
+    let dst = page_with(dram, 1, |_| 0);
+    // The driver reads (and so clears) IRQ_DST_ACCT only at init: 256 copies later the
+    // 8-bit counter has wrapped, which the channel flags in ISR.IRQ_DST_ACCT_ERR (bit 5).
+    let mut ch = channel(&soc, 2);
+    let t = Transfer {
+        src: phys(&src).as_u64(),
+        dst: phys(&dst).as_u64(),
+        len: 16,
+    };
+    for _ in 0..255 {
+        ch.transfer(&t).unwrap();
+        assert_eq!(ch.bus().read(0x100, AccessWidth::U32) & (1 << 5), 0);
+    }
+    // The 256th copy started by hand, so that nothing acknowledges its ISR bits.
+    let w = soc.gdma_window(2).unwrap();
+    let set = |offset: usize, value: u64| w.write(offset, AccessWidth::U32, value);
+    set(0x128, t.src & 0xffff_ffff);
+    set(0x12c, t.src >> 32);
+    set(0x130, 16);
+    set(0x138, t.dst & 0xffff_ffff);
+    set(0x13c, t.dst >> 32);
+    set(0x140, 16);
+    set(0x144, 1 << 2); // DST_WORD3.INTR
+    set(0x200, 1); // CTRL2.EN
+    assert_ne!(
+        w.read(0x100, AccessWidth::U32) & (1 << 5),
+        0,
+        "IRQ_DST_ACCT_ERR"
+    );
+}
+
+#[test]
 fn the_channel_rejects_what_it_does_not_implement() {
     let soc = Soc::zynqmp().unwrap();
     let win = soc.gdma_window(0).unwrap();

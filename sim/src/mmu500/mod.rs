@@ -217,6 +217,9 @@ pub struct Mmu500Stats {
     pub unknown_accesses: u64,
 }
 
+/// Unsupported accesses kept with their offsets ([`Mmu500::unknown_accesses`]).
+const MAX_UNKNOWN_LOGGED: usize = 1024;
+
 /// TLB entries an invalidation named when it was written: removed when its sync is seen
 /// complete (see the `tlb` module).
 type Doomed = Vec<u64>;
@@ -695,7 +698,11 @@ impl Mmu500 {
 
     fn unknown(&mut self, offset: usize, write: bool) -> u64 {
         self.stats.unknown_accesses += 1;
-        self.unknown.push((offset, write));
+        // The first ones only: a driver polling an unimplemented register must not grow
+        // this without bound (the count goes on in the stats).
+        if self.unknown.len() < MAX_UNKNOWN_LOGGED {
+            self.unknown.push((offset, write));
+        }
         0
     }
 
@@ -954,6 +961,30 @@ enum Space {
     Bank(usize),
 }
 
+impl Mmu500 {
+    /// Whether `offset` (decoded) is one of the 64-bit registers, the only ones that take a
+    /// 64-bit access (SMMU notes §1.1): sGFAR, and per bank TTBR0/1, PAR, FAR and the
+    /// address-based TLBIs. A 64-bit access anywhere else would also touch the next 32-bit
+    /// register, which the model does not guess at: it is recorded as unsupported.
+    fn wide_register(&self, offset: usize) -> bool {
+        match self.decode(offset) {
+            Some((Space::Gr0, o)) => o == SGFAR,
+            Some((Space::Bank(_), o)) => matches!(
+                o,
+                CB_TTBR0
+                    | CB_TTBR1
+                    | CB_PAR
+                    | CB_FAR
+                    | CB_TLBIVA
+                    | CB_TLBIVAA
+                    | CB_TLBIVAL
+                    | CB_TLBIVAAL
+            ),
+            _ => false,
+        }
+    }
+}
+
 impl RegisterModel for Mmu500 {
     fn size(&self) -> usize {
         self.config.window_size()
@@ -965,6 +996,7 @@ impl RegisterModel for Mmu500 {
         // (SMMU notes §1.1).
         if !matches!(width, AccessWidth::U32 | AccessWidth::U64)
             || !offset.is_multiple_of(width.bytes())
+            || (width == AccessWidth::U64 && !self.wide_register(offset))
         {
             return self.unknown(offset, false);
         }
@@ -979,6 +1011,7 @@ impl RegisterModel for Mmu500 {
     fn write(&mut self, offset: usize, width: AccessWidth, value: u64) {
         if !matches!(width, AccessWidth::U32 | AccessWidth::U64)
             || !offset.is_multiple_of(width.bytes())
+            || (width == AccessWidth::U64 && !self.wide_register(offset))
         {
             self.unknown(offset, true);
             return;
