@@ -104,6 +104,17 @@ fn two_qfdbs_in_a_ring_work() {
 
 #[test]
 fn bad_knobs_are_one_line_errors() {
+    // Valid knobs whose buffers would need 60 GiB of host memory: refused up front.
+    let huge = SimConfig {
+        nodes: 16,
+        slots: 1024,
+        transfer_size: 128 * 1024,
+        transfers: 10,
+        ..SimConfig::default()
+    };
+    let e = run(&huge, &mut |_, _| {}).unwrap_err();
+    assert!(matches!(e, SimError::Config(_)), "{e}");
+    assert!(e.to_string().contains("of host memory"), "{e}");
     let one_node = SimConfig {
         nodes: 1,
         ..SimConfig::default()

@@ -82,6 +82,9 @@ pub(crate) struct Pair {
     pub(crate) dst_used: Vec<ModelTime>,
 }
 
+/// Host memory the simulated nodes' buffers may take together (their DRAM is real memory).
+const MAX_MODELLED_BYTES: u64 = 8 << 30;
+
 pub(crate) struct Record {
     prepared: Prepared,
     posted: ModelTime,
@@ -303,6 +306,19 @@ impl<'p> World<'p> {
                 deliveries: Vec::new(),
                 dst_used: vec![ModelTime::ZERO; cfg.slots],
             });
+        }
+        // Every node's buffers are real memory of this process (its simulated DRAM): refuse
+        // a configuration that would need more than the host is asked to give, with a line
+        // that says so, rather than abort on a failed allocation.
+        let modelled: u64 = (0..cfg.nodes)
+            .map(|n| (out_pairs[n].len() + in_pairs[n].len()) as u64 * buffer_bytes)
+            .sum();
+        if modelled > MAX_MODELLED_BYTES {
+            return Err(SimError::Config(format!(
+                "the buffers of this run need {} MiB of host memory (nodes x peers x slots x size); at most {} MiB: lower --slots, --size or --nodes",
+                modelled >> 20,
+                MAX_MODELLED_BYTES >> 20
+            )));
         }
         let mut nodes = Vec::with_capacity(cfg.nodes);
         for n in 0..cfg.nodes {
