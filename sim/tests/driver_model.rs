@@ -382,3 +382,75 @@ fn freeing_a_context_terminates_its_stalled_transaction() {
     assert!(!soc.lock().smmu.stall_pending(0));
     assert_eq!(soc.lock().smmu.sctlr(0), Some(0), "bank disabled");
 }
+
+/// Context banks over two tables that map SRC to different pages, with the ASIDs asked for;
+/// GDMA channel n is attached to bank n. Returns each bank's ASID (or the refusal) and the
+/// pages SRC and DST map to in each table.
+#[allow(clippy::type_complexity)]
+fn two_contexts(
+    soc: &Soc,
+    smmu: &mut common::Smmu,
+    asids: [Option<u16>; 2],
+) -> Vec<(
+    Result<u16, SmmuError>,
+    hal::dma::DmaRegion,
+    hal::dma::DmaRegion,
+)> {
+    let dram = &**soc.dram();
+    asids
+        .iter()
+        .enumerate()
+        .map(|(n, &asid)| {
+            let mut table = table(dram);
+            let src = page_with(dram, 1, |_| 0xa0 + n as u8);
+            let dst = page_with(dram, 1, |_| 0);
+            map(&mut table, SRC, &src, 1);
+            map(&mut table, DST, &dst, 1);
+            let mut config = smmu_driver::v2::ContextConfig::new(
+                table.root(),
+                &table.walk_config(),
+                FaultModel::Terminate,
+            );
+            config.asid = asid;
+            let cb = smmu.alloc_context(&config);
+            if let Ok(cb) = cb {
+                smmu.attach(
+                    smmu_driver::v2::StreamMatch::exact(GDMA0 + n as u16),
+                    smmu_driver::v2::StreamRoute::Translate(cb),
+                    smmu_driver::fault::StreamFaultConfig::stall_tolerant(20_000),
+                )
+                .unwrap();
+            }
+            // The tables stay in DRAM for the test's life.
+            std::mem::forget(table);
+            (cb.and_then(|cb| smmu.context_asid(cb)), src, dst)
+        })
+        .collect()
+}
+
+#[test]
+fn an_asid_that_another_context_has_is_refused() {
+    let soc = Soc::zynqmp().unwrap();
+    let mut smmu = smmu(&soc, DriverConfig::DEFAULT);
+    let banks = two_contexts(&soc, &mut smmu, [Some(5), Some(5)]);
+    assert_eq!(banks[0].0, Ok(5));
+    let refusal = banks[1].0.unwrap_err();
+    assert_eq!(refusal, SmmuError::AsidInUse { asid: 5, index: 0 });
+    assert_eq!(refusal.code(), 30);
+}
+
+#[test]
+fn a_default_asid_taken_by_an_explicit_one_moves_and_the_banks_keep_their_translations() {
+    let soc = Soc::zynqmp().unwrap();
+    let mut smmu = smmu(&soc, DriverConfig::DEFAULT);
+    // Bank 0 asks for ASID 1, bank 1's default.
+    let banks = two_contexts(&soc, &mut smmu, [Some(1), None]);
+    assert_eq!(banks[0].0, Ok(1));
+    assert_eq!(banks[1].0, Ok(2));
+    for (n, (_, src, dst)) in banks.iter().enumerate() {
+        let mut ch = channel(&soc, n);
+        ch.start(&copy(SRC, DST, 64)).unwrap();
+        assert_eq!(ch.wait(), Ok(Completion { bytes: 64 }));
+        assert_eq!(contents(dst, 64), contents(src, 64), "bank {n}'s own pages");
+    }
+}

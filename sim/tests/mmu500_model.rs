@@ -407,3 +407,128 @@ fn a_64_bit_access_is_taken_only_by_the_64_bit_registers() {
     assert_eq!(m.read(CB0 + 0x20, AccessWidth::U64), 0x1234_5000);
     assert_eq!(m.unknown_accesses().len(), 3);
 }
+
+/// Bank `n` over its own table, with `vmid` (CBAR.VMID, 8-bit VMIDs) and `asid` (TTBR0, 16-bit
+/// ASIDs), translating GDMA channel `n`'s stream; returns the page SRC maps to, filled with
+/// `fill`, and the page DST maps to. sCR0 is left to the caller.
+fn program_bank(
+    soc: &Soc,
+    n: usize,
+    vmid: u64,
+    asid: u64,
+    fill: u8,
+) -> (hal::dma::DmaRegion, hal::dma::DmaRegion) {
+    let dram = &**soc.dram();
+    let mut table = table(dram);
+    let src = page_with(dram, 1, |_| fill);
+    let dst = page_with(dram, 1, |_| 0);
+    map(&mut table, SRC, &src, 1);
+    map(&mut table, DST, &dst, 1);
+    let bus = soc.smmu_window().unwrap();
+    let cb = CB0 + n * 0x1000;
+    w32(&bus, GR1 + 0x800 + 4 * n, 1); // CBA2R.VA64
+    w32(&bus, GR1 + 4 * n, 1 << 16 | vmid); // CBAR: stage 1, stage 2 bypass, VMID
+    w32(&bus, cb + 0x10, 1 << 4 | 5); // TCR2: AS (16-bit ASIDs), PASIZE = 48 bits
+    w32(&bus, cb + 0x30, 16); // TCR.T0SZ = 16, TG0 = 4 KiB
+    bus.write(
+        cb + 0x20,
+        AccessWidth::U64,
+        asid << 48 | table.root().as_u64(),
+    );
+    w32(&bus, cb, M | CFRE | HUPCF);
+    w32(&bus, 0xc00 + 4 * n, n as u64); // S2CR: translate via bank n
+    w32(&bus, 0x800 + 4 * n, 1 << 31 | (0x14e8 + n as u64)); // SMR: GDMA channel n
+    // The tables are not needed after this: the test keeps the pages, DRAM keeps the tables.
+    std::mem::forget(table);
+    (src, dst)
+}
+
+fn two_banks(
+    soc: &Soc,
+    (vmid0, asid0): (u64, u64),
+    (vmid1, asid1): (u64, u64),
+) -> [(hal::dma::DmaRegion, hal::dma::DmaRegion); 2] {
+    let banks = [
+        program_bank(soc, 0, vmid0, asid0, 0xa0),
+        program_bank(soc, 1, vmid1, asid1, 0xb1),
+    ];
+    w32(&soc.smmu_window().unwrap(), 0x0, 1 << 1 | 1 << 2 | 1 << 10); // sCR0
+    banks
+}
+
+#[test]
+fn banks_with_the_same_vmid_and_asid_share_tlb_entries() {
+    let soc = Soc::zynqmp().unwrap();
+    let [(_, dst0), (_, dst1)] = two_banks(&soc, (0, 7), (0, 7));
+    zdma_start(&soc, 0, SRC, DST, 64);
+    assert_eq!(contents(&dst0, 64), vec![0xa0; 64]);
+    // Bank 1's walk would give its own page, but bank 0's entry has its tags. (DST too hits
+    // bank 0's entry, so the copy lands in bank 0's destination page.)
+    zdma_start(&soc, 1, SRC, DST, 64);
+    assert_eq!(
+        contents(&dst1, 64),
+        vec![0; 64],
+        "bank 1's own page was not used"
+    );
+    assert_eq!(contents(&dst0, 64), vec![0xa0; 64]);
+    assert_eq!(soc.lock().smmu.tlb().len(), 2, "no walk of bank 1's table");
+}
+
+#[test]
+fn banks_with_different_asids_or_vmids_do_not_share_entries() {
+    for (bank1, what) in [((0, 8), "ASID"), ((3, 7), "VMID")] {
+        let soc = Soc::zynqmp().unwrap();
+        let [(_, dst0), (_, dst1)] = two_banks(&soc, (0, 7), bank1);
+        zdma_start(&soc, 0, SRC, DST, 64);
+        zdma_start(&soc, 1, SRC, DST, 64);
+        assert_eq!(contents(&dst0, 64), vec![0xa0; 64], "another {what}");
+        assert_eq!(contents(&dst1, 64), vec![0xb1; 64], "another {what}");
+    }
+}
+
+/// Writes a context's TLBIALL and waits for its sync.
+fn tlbiall_and_sync(bus: &Window, n: usize) {
+    let cb = CB0 + n * 0x1000;
+    w32(bus, cb + 0x618, 0);
+    w32(bus, cb + 0x7f0, 0);
+    while r32(bus, cb + 0x7f4) & 1 != 0 {}
+}
+
+#[test]
+fn a_context_tlbiall_removes_every_entry_of_its_vmid() {
+    let soc = Soc::zynqmp().unwrap();
+    let bus = soc.smmu_window().unwrap();
+    two_banks(&soc, (2, 7), (2, 8));
+    zdma_start(&soc, 0, SRC, DST, 64);
+    assert_eq!(soc.lock().smmu.tlb().len(), 2);
+    // Bank 1 has another ASID, but the same VMID: its TLBIALL reaches bank 0's entries.
+    tlbiall_and_sync(&bus, 1);
+    assert_eq!(soc.lock().smmu.tlb().len(), 0);
+
+    let soc = Soc::zynqmp().unwrap();
+    let bus = soc.smmu_window().unwrap();
+    two_banks(&soc, (2, 7), (3, 7));
+    zdma_start(&soc, 0, SRC, DST, 64);
+    tlbiall_and_sync(&bus, 1);
+    assert_eq!(soc.lock().smmu.tlb().len(), 2, "another VMID keeps them");
+}
+
+#[test]
+fn with_8_bit_asids_only_the_low_byte_tags_and_invalidates() {
+    let soc = Soc::zynqmp().unwrap();
+    let bus = soc.smmu_window().unwrap();
+    let [(_, dst0), (_, dst1)] = two_banks(&soc, (0, 0x107), (0, 0x207));
+    for n in 0..2 {
+        // TCR2.AS clear: 8-bit ASIDs, and both banks' ASIDs read as 7.
+        w32(&bus, CB0 + n * 0x1000 + 0x10, 5);
+    }
+    zdma_start(&soc, 0, SRC, DST, 64);
+    zdma_start(&soc, 1, SRC, DST, 64);
+    assert_eq!(contents(&dst0, 64), vec![0xa0; 64]);
+    assert_eq!(contents(&dst1, 64), vec![0; 64], "ASID 0x207 is 7 too");
+    // TLBIASID with 0x307 is TLBIASID 7.
+    w32(&bus, CB0 + 0x610, 0x307);
+    w32(&bus, CB0 + 0x7f0, 0);
+    while r32(&bus, CB0 + 0x7f4) & 1 != 0 {}
+    assert_eq!(soc.lock().smmu.tlb().len(), 0);
+}

@@ -233,6 +233,16 @@ pub enum SmmuError {
         /// The context bank.
         context: u16,
     },
+    /// An ASID asked for is already another context bank's. Stage-1 banks share VMID 0, and
+    /// MMU-500 tags TLB entries with the VMID and ASID only, so the two banks would hit each
+    /// other's translations and invalidate each other's entries.
+    #[error("ASID {asid} is already used by context bank {index}")]
+    AsidInUse {
+        /// The ASID asked for.
+        asid: u16,
+        /// The context bank that has it.
+        index: u16,
+    },
     /// SMMUv3: a CMD_SYNC was not consumed in time (IHI0070 §4.7.3); the commands before it
     /// may not have taken effect.
     #[error("SMMUv3 CMD_SYNC not consumed after {waited_us} us")]
@@ -334,6 +344,7 @@ impl SmmuError {
             Self::TlbSyncTimeout { .. } => 27,
             Self::NoStallPending { .. } => 28,
             Self::StallNotReleased { .. } => 29,
+            Self::AsidInUse { .. } => 30,
             // SMMUv3 driver: 40-49.
             Self::CommandSyncTimeout { .. } => 40,
             Self::CommandQueueFull { .. } => 41,

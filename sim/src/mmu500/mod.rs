@@ -11,7 +11,8 @@
 //! - stage-1 translation of AArch64 (CBA2R.VA64) contexts with a 4 KiB granule, walked in the
 //!   simulated DRAM with `smmu_driver::walk` (T0SZ from TCR, output size from TCR2.PASIZE,
 //!   TTBR0, access flag faults unless SCTLR.AFFD);
-//! - a TLB ([`tlb::Tlb`]) that keeps translations until TLBIVA/TLBIVAL/TLBIVAA/TLBIASID/
+//! - a TLB ([`tlb::Tlb`]) tagged with VMID and ASID (not with the bank, as on MMU-500) that
+//!   keeps translations until TLBIVA/TLBIVAL/TLBIVAA/TLBIASID/
 //!   TLBIALL (context) or TLBIALLNSNH/TLBIVMID (global) **and** the matching TLBSYNC /
 //!   sTLBGSYNC: an invalidation takes effect at the sync, and TLBSTATUS/sTLBGSTATUS read
 //!   active for a configurable number of reads after it;
@@ -153,7 +154,7 @@ impl Mmu500Config {
 
     fn idr2(&self) -> u32 {
         // IAS = OAS = UBS = 48 bits (5), AArch64 4 KiB and 64 KiB granules, 16-bit VMIDs.
-        5 | 5 << 4 | 5 << 8 | 1 << 12 | 1 << 14 | 1 << 15
+        5 | 5 << 4 | 5 << 8 | 1 << 12 | 1 << 14 | IDR2_VMID16
     }
 
     fn idr7(&self) -> u32 {
@@ -532,10 +533,11 @@ impl Mmu500 {
                 return b.abort_or_razwi();
             }
         }
-        let asid = (b.ttbr0 >> 48) as u16;
+        let asid = (b.ttbr0 >> 48) as u16 & self.asid_mask(bank);
+        let vmid = self.bank_vmid(bank);
         let iova = Iova::new(access.address);
         let access_flag_faults = sctlr & SCTLR_AFFD == 0;
-        let leaf = match self.tlb.lookup(bank, asid, iova) {
+        let leaf = match self.tlb.lookup(vmid, asid, iova) {
             Some(leaf) => {
                 self.stats.tlb_hits += 1;
                 Ok(leaf)
@@ -549,6 +551,7 @@ impl Mmu500 {
                     self.tlb.insert(TlbEntry {
                         id: 0,
                         context: bank,
+                        vmid,
                         asid: l.not_global().then_some(asid),
                         leaf: l,
                     });
@@ -740,6 +743,31 @@ impl Mmu500 {
         u64::from(v)
     }
 
+    /// Whether VMIDs are 16 bits wide: sCR0.VMID16EN, which IDR2.VMID16 makes writable.
+    fn vmid16(&self) -> bool {
+        self.config.idr2() & IDR2_VMID16 != 0 && self.scr0 & SCR0_VMID16EN != 0
+    }
+
+    /// The VMID that tags a bank's TLB entries: CBA2R.VMID16 with 16-bit VMIDs, else CBAR.VMID
+    /// (IHI0062D CBAR, CBA2R). Stage-1 banks with stage 2 bypass carry one too.
+    fn bank_vmid(&self, bank: usize) -> u16 {
+        let b = &self.banks[bank];
+        if self.vmid16() {
+            (b.cba2r >> CBA2R_VMID16_SHIFT) as u16
+        } else {
+            (b.cbar & CBAR_VMID_MASK) as u16
+        }
+    }
+
+    /// The bits of an ASID that count in a bank: all 16 with TCR2.AS, else the low 8.
+    fn asid_mask(&self, bank: usize) -> u16 {
+        if self.banks[bank].tcr2 & TCR2_AS != 0 {
+            0xffff
+        } else {
+            0xff
+        }
+    }
+
     fn write_gr0(&mut self, offset: usize, value: u64) {
         let v = value as u32;
         let groups = self.config.stream_match_groups;
@@ -750,14 +778,13 @@ impl Mmu500 {
             SGFSR => self.sgfsr &= !v,
             SGFSRRESTORE => self.sgfsr = v,
             TLBIVMID => {
-                let vmid = v as u8;
-                let banks: Vec<usize> = (0..self.banks.len())
-                    .filter(|&b| (self.banks[b].cbar & 0xff) as u8 == vmid)
-                    .collect();
-                for b in banks {
-                    let doomed = self.tlb.select_context(b);
-                    self.global_pending.extend(doomed);
-                }
+                let vmid = if self.vmid16() {
+                    v as u16
+                } else {
+                    v as u8 as u16
+                };
+                let doomed = self.tlb.select_vmid(vmid);
+                self.global_pending.extend(doomed);
                 self.stats.tlbi_ops += 1;
             }
             TLBIALLNSNH => {
@@ -874,18 +901,22 @@ impl Mmu500 {
         };
         let tlbi =
             |value: u64| -> (u64, u16) { ((value & ((1 << 44) - 1)) << 12, (value >> 48) as u16) };
-        // An invalidation names the entries cached now; they go when its sync completes.
+        // An invalidation names the entries cached now; they go when its sync completes. It
+        // names them by the bank's VMID (and the ASID it carries), so it also reaches entries
+        // that another bank with the same tags filled.
+        let vmid = self.bank_vmid(bank);
+        let asid_mask = self.asid_mask(bank);
         let doomed = match offset {
             CB_TLBIVA | CB_TLBIVAL if wide => {
                 let (va, asid) = tlbi(value);
-                Some(self.tlb.select_va(bank, va, Some(asid)))
+                Some(self.tlb.select_va(vmid, va, Some(asid & asid_mask)))
             }
             CB_TLBIVAA | CB_TLBIVAAL if wide => {
                 let (va, _) = tlbi(value);
-                Some(self.tlb.select_va(bank, va, None))
+                Some(self.tlb.select_va(vmid, va, None))
             }
-            CB_TLBIASID => Some(self.tlb.select_asid(bank, v as u16)),
-            CB_TLBIALL => Some(self.tlb.select_context(bank)),
+            CB_TLBIASID => Some(self.tlb.select_asid(vmid, v as u16 & asid_mask)),
+            CB_TLBIALL => Some(self.tlb.select_vmid(vmid)),
             _ => None,
         };
         if let Some(doomed) = doomed {

@@ -61,11 +61,16 @@ pub const CB_TLBIVAAL: usize = 0x628;
 pub const CB_TLBSYNC: usize = 0x7f0;
 pub const CB_TLBSTATUS: usize = 0x7f4;
 
+/// IDR2.VMID16: 16-bit VMIDs are supported.
+pub const IDR2_VMID16: u32 = 1 << 15;
+
 // sCR0 bits.
 pub const SCR0_CLIENTPD: u32 = 1 << 0;
 pub const SCR0_GFRE: u32 = 1 << 1;
 pub const SCR0_GFIE: u32 = 1 << 2;
 pub const SCR0_USFCFG: u32 = 1 << 10;
+/// 16-bit VMIDs: the VMID comes from CBA2R.VMID16 instead of CBAR.VMID.
+pub const SCR0_VMID16EN: u32 = 1 << 31;
 
 // sGFSR bits.
 pub const SGFSR_ICF: u32 = 1 << 0;
@@ -87,6 +92,10 @@ pub const CBAR_TYPE_SHIFT: u32 = 16;
 pub const CBAR_TYPE_S1_S2BYPASS: u32 = 1;
 pub const CBAR_WRITABLE: u32 = 0xff03_f3ff;
 pub const CBA2R_VA64: u32 = 1 << 0;
+/// CBA2R.VMID16, bits [31:16].
+pub const CBA2R_VMID16_SHIFT: u32 = 16;
+/// CBAR.VMID (8-bit VMID mode), bits [7:0].
+pub const CBAR_VMID_MASK: u32 = 0xff;
 
 // SCTLR.
 pub const SCTLR_M: u32 = 1 << 0;
@@ -105,6 +114,8 @@ pub const TCR_T0SZ_MASK: u32 = 0x3f;
 pub const TCR_EPD0: u32 = 1 << 7;
 pub const TCR_TG0_SHIFT: u32 = 14;
 pub const TCR2_PASIZE_MASK: u32 = 0x7;
+/// TCR2.AS: 16-bit ASIDs (0: the low 8 bits of TTBR0.ASID and of TLBI values count).
+pub const TCR2_AS: u32 = 1 << 4;
 
 // FSR.
 pub const FSR_TF: u32 = 1 << 1;

@@ -1,5 +1,12 @@
-//! The model's TLB: successful stage-1 translations, tagged with the context bank and the
-//! ASID (or global, for nG = 0 leaves), kept until an invalidation *and its sync* remove them.
+//! The model's TLB: successful stage-1 translations, tagged as MMU-500 tags them, with the
+//! VMID of the context bank that filled them and the ASID (or global, for nG = 0 leaves), kept
+//! until an invalidation *and its sync* remove them.
+//!
+//! The tag is the VMID and ASID, not the bank: two non-secure banks with the same VMID and ASID
+//! share entries, and a non-secure context's TLBIALL removes every unlocked entry tagged with
+//! the bank's VMID (MMU-500 TRM, SMMU_CBn_TLBIALL; Intel's Agilex HPS register map of its
+//! MMU-500 describes the register the same way). Stage-1 banks with stage 2 bypass usually all
+//! have VMID 0, so their ASIDs must differ.
 //!
 //! An invalidation covers the entries cached when it was written, not entries filled after
 //! it (from a table entry software had not updated yet), and it takes effect only when its
@@ -18,8 +25,10 @@ use smmu_driver::walk::Leaf;
 pub struct TlbEntry {
     /// Its identity, given by [`Tlb::insert`].
     pub id: u64,
-    /// Context bank.
+    /// The context bank whose walk filled it (for diagnostics: it is not part of the tag).
     pub context: usize,
+    /// VMID of that bank when it was filled.
+    pub vmid: u16,
     /// ASID, `None` for a global (nG = 0) entry.
     pub asid: Option<u16>,
     /// The leaf as walked.
@@ -42,13 +51,11 @@ pub struct Tlb {
 }
 
 impl Tlb {
-    /// The entry translating `iova` in `context` for `asid`.
-    pub fn lookup(&self, context: usize, asid: u16, iova: Iova) -> Option<Leaf> {
+    /// The entry translating `iova` for `vmid` and `asid`, whichever bank filled it.
+    pub fn lookup(&self, vmid: u16, asid: u16, iova: Iova) -> Option<Leaf> {
         self.entries
             .iter()
-            .find(|e| {
-                e.context == context && e.asid.is_none_or(|a| a == asid) && e.covers(iova.as_u64())
-            })
+            .find(|e| e.vmid == vmid && e.asid.is_none_or(|a| a == asid) && e.covers(iova.as_u64()))
             .map(|e| e.leaf)
     }
 
@@ -60,23 +67,21 @@ impl Tlb {
     }
 
     /// TLBIVA/TLBIVAL (`asid` = `Some`) or TLBIVAA/TLBIVAAL (`None`): every entry of the
-    /// context covering `va` with that ASID, and global entries covering it.
-    pub fn select_va(&self, context: usize, va: u64, asid: Option<u16>) -> Vec<u64> {
+    /// VMID covering `va` with that ASID, and global entries covering it.
+    pub fn select_va(&self, vmid: u16, va: u64, asid: Option<u16>) -> Vec<u64> {
         self.select(|e| {
-            e.context == context
-                && e.covers(va)
-                && (asid.is_none() || e.asid.is_none() || e.asid == asid)
+            e.vmid == vmid && e.covers(va) && (asid.is_none() || e.asid.is_none() || e.asid == asid)
         })
     }
 
-    /// TLBIASID: every non-global entry of the context with `asid`.
-    pub fn select_asid(&self, context: usize, asid: u16) -> Vec<u64> {
-        self.select(|e| e.context == context && e.asid == Some(asid))
+    /// TLBIASID: every non-global entry of the VMID with `asid`.
+    pub fn select_asid(&self, vmid: u16, asid: u16) -> Vec<u64> {
+        self.select(|e| e.vmid == vmid && e.asid == Some(asid))
     }
 
-    /// TLBIALL (context bank) or TLBIVMID for that bank's VMID: every entry of the context.
-    pub fn select_context(&self, context: usize) -> Vec<u64> {
-        self.select(|e| e.context == context)
+    /// A context bank's TLBIALL, or TLBIVMID: every entry of the VMID.
+    pub fn select_vmid(&self, vmid: u16) -> Vec<u64> {
+        self.select(|e| e.vmid == vmid)
     }
 
     /// TLBIALLNSNH: everything.

@@ -190,7 +190,8 @@ pub struct ContextConfig {
     pub input_bits: u8,
     /// Output address size (TCR2.PASIZE), 32..=48, at most the SMMU's OAS.
     pub output_bits: u8,
-    /// ASID; `None` uses the context bank index, as Linux does.
+    /// ASID, which no other allocated context may have ([`SmmuError::AsidInUse`]); `None`
+    /// uses the context bank index, as Linux does, or the lowest free ASID above it.
     pub asid: Option<u16>,
     /// Terminate or stall.
     pub fault_model: FaultModel,
@@ -547,7 +548,7 @@ impl<B: RegisterBus, D: DelayNs> SmmuV2<B, D> {
                 capacity: banks.saturating_sub(first) as u32,
             },
         )? as u16;
-        let asid = config.asid.unwrap_or(index);
+        let asid = self.free_asid(config.asid, index)?;
 
         let mut sctlr = SCTLR::M::SET + SCTLR::TRE::SET + SCTLR::AFE::SET + SCTLR::ASIDPNE::SET;
         if config.abort_on_fault {
@@ -603,6 +604,34 @@ impl<B: RegisterBus, D: DelayNs> SmmuV2<B, D> {
             deferred_fsr: 0,
         };
         Ok(ContextBank(index))
+    }
+
+    /// The ASID for a new context in bank `index`: the one asked for, or by default the bank's
+    /// index as Linux does (the lowest free ASID above it if an explicit ASID took it). An
+    /// ASID must not be shared: every stage-1 bank has VMID 0 (CBAR.VMID is not written), and
+    /// MMU-500 tags TLB entries with VMID and ASID, not with the bank (MMU-500 TRM,
+    /// SMMU_CBn_TLBIALL and TLBIASID), so two banks with one ASID would translate through
+    /// each other's cached entries.
+    fn free_asid(&self, wanted: Option<u16>, index: u16) -> Result<u16> {
+        let owner = |asid: u16| {
+            self.contexts
+                .iter()
+                .position(|c| c.in_use && c.asid == asid)
+                .map(|i| i as u16)
+        };
+        match wanted {
+            Some(asid) => match owner(asid) {
+                Some(index) => Err(SmmuError::AsidInUse { asid, index }),
+                None => Ok(asid),
+            },
+            None => (index..=u16::MAX)
+                .chain(0..index)
+                .find(|&a| owner(a).is_none())
+                .ok_or(SmmuError::ResourceExhausted {
+                    what: "ASID",
+                    capacity: 1 << 16,
+                }),
+        }
     }
 
     /// Disables a context bank and invalidates its ASID. Fails while streams are attached.
