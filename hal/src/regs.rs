@@ -337,8 +337,28 @@ macro_rules! register_block {
             /// Size of the block in bytes.
             pub const SIZE: usize = $size;
 
-            /// Views the block at byte offset `base` of `bus`; fails if it does not fit.
+            /// The alignment a base needs: the width of the block's widest register, so that
+            /// every register is naturally aligned wherever the block is placed.
+            pub const ALIGN: usize = {
+                let mut widest = 1;
+                $(
+                    let width = $crate::__register_width!($($entry)*);
+                    if width > widest {
+                        widest = width;
+                    }
+                )*
+                widest
+            };
+
+            /// Views the block at byte offset `base` of `bus`; fails if it does not fit, or if
+            /// `base` would leave a register misaligned (every access to it would fail).
             pub fn new(bus: &'a B, base: usize) -> $crate::Result<Self> {
+                if base % Self::ALIGN != 0 {
+                    return Err($crate::HalError::Misaligned {
+                        value: base as u64,
+                        align: Self::ALIGN as u64,
+                    });
+                }
                 match base.checked_add(Self::SIZE) {
                     Some(end) if end <= bus.size() => Ok(Self { bus, base }),
                     _ => Err($crate::HalError::BlockOutsideWindow {
@@ -401,6 +421,18 @@ macro_rules! __register_accessor {
             }
             Ok($crate::regs::Register::new(self.bus, self.base + $off + index * $stride))
         }
+    };
+}
+
+/// The width in bytes of one entry of a [`register_block!`]; not part of the API.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __register_width {
+    ($(#[$m:meta])* $off:literal => $vis:vis $name:ident : $acc:ident $ty:ty $(, $reg:ty)?) => {
+        ::core::mem::size_of::<$ty>()
+    };
+    ($(#[$m:meta])* $off:literal => $vis:vis $name:ident : [$acc:ident $ty:ty $(, $reg:ty)? ; $count:literal, stride $stride:literal]) => {
+        ::core::mem::size_of::<$ty>()
     };
 }
 

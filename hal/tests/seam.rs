@@ -238,6 +238,49 @@ fn block_must_fit_its_window() {
     assert!(CopyEngine::new(&bus, usize::MAX).is_err());
 }
 
+register_block! {
+    /// A 32-bit and a 64-bit register.
+    struct Mixed {
+        (0x00 => narrow: Rw u32),
+        (0x08 => wide: Rw u64),
+    }
+    size = 0x10;
+}
+
+register_block! {
+    /// 32-bit registers only.
+    struct Narrow {
+        (0x00 => first: Rw u32),
+        (0x04 => second: Rw u32),
+    }
+    size = 0x8;
+}
+
+#[test]
+fn a_base_must_keep_the_widest_register_aligned() {
+    let (_mem, bus) = setup();
+    assert_eq!(Mixed::<ModelBus<CopyEngineModel>>::ALIGN, 8);
+    assert!(matches!(
+        Mixed::new(&bus, 0x44),
+        Err(hal::HalError::Misaligned {
+            value: 0x44,
+            align: 8
+        })
+    ));
+    assert!(Mixed::new(&bus, 0x48).is_ok());
+    // A block of 32-bit registers may sit at any 4-byte boundary.
+    let narrow = Narrow::new(&bus, 0x44).unwrap();
+    narrow.second().set(3);
+    assert_eq!(narrow.second().get(), 3);
+    assert!(matches!(
+        Narrow::new(&bus, 0x42),
+        Err(hal::HalError::Misaligned {
+            value: 0x42,
+            align: 4
+        })
+    ));
+}
+
 #[test]
 fn journal_shows_barrier_before_doorbell() {
     let (mem, model) = setup();
