@@ -5,7 +5,7 @@
 //! has the library preloaded it prints the live counters from that process's status page
 //! (docs/connectx.md, "nprdma doctor").
 
-use libnprdma::doctor::{self, Report, ReportMode};
+use libnprdma::doctor::{self, Report, ReportMode, Survey};
 
 fn mib(bytes: u64) -> String {
     format!("{:.1} MiB", bytes as f64 / (1024.0 * 1024.0))
@@ -52,29 +52,99 @@ pub fn describe(r: &Report) -> Vec<String> {
     lines
 }
 
+/// The lines about other processes' status files. With `clean`, the files of processes that
+/// have exited are removed (a process that crashed leaves its file behind; one that exits
+/// normally removes it); nothing else is touched.
+pub fn describe_others(found: &Survey, clean: bool) -> Vec<String> {
+    let mut lines = Vec::new();
+    if found.reports.is_empty() {
+        lines.push("no running process has libnprdma.so active".to_string());
+    }
+    let mut exited = 0;
+    for (path, r) in &found.reports {
+        let state = if r.alive { "running" } else { "exited" };
+        lines.push(format!("process {} ({state}):", r.pid));
+        lines.extend(describe(r));
+        if r.alive {
+            continue;
+        }
+        if !clean {
+            exited += 1;
+            continue;
+        }
+        match std::fs::remove_file(path) {
+            Ok(()) => lines.push(format!("  removed:    {}", path.display())),
+            Err(e) => lines.push(format!("  not removed: {}: {e}", path.display())),
+        }
+    }
+    if exited > 0 {
+        lines.push(format!(
+            "{exited} status file(s) of exited processes: `nprdma doctor --clean` removes them"
+        ));
+    }
+    for s in &found.skipped {
+        lines.push(format!("skipped {}: {}", s.path.display(), s.why));
+    }
+    lines
+}
+
 /// Prints the report.
-pub fn run() {
+pub fn run(clean: bool) {
     let me = doctor::current();
     println!("this environment (a verbs application started now with LD_PRELOAD=libnprdma.so):");
     for l in describe(&me) {
         println!("{l}");
     }
-    let others = doctor::others(None);
-    if others.is_empty() {
-        println!("no running process has libnprdma.so active");
-    }
-    for r in others {
-        let state = if r.alive { "running" } else { "exited" };
-        println!("process {} ({state}):", r.pid);
-        for l in describe(&r) {
-            println!("{l}");
-        }
+    for l in describe_others(&doctor::others(None), clean) {
+        println!("{l}");
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn exited_processes_are_named_and_removed_only_with_clean() {
+        let dir = std::env::temp_dir().join(format!("nprdma-doctor-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut exited = doctor::current();
+        exited.pid = 4_000_001;
+        exited.alive = false;
+        let mut running = doctor::current();
+        running.pid = 4_000_002;
+        running.alive = true;
+        let dead_file = dir.join("4000001.status");
+        let live_file = dir.join("4000002.status");
+        std::fs::write(&dead_file, b"x").unwrap();
+        std::fs::write(&live_file, b"x").unwrap();
+        let found = Survey {
+            reports: vec![(dead_file.clone(), exited), (live_file.clone(), running)],
+            skipped: vec![doctor::Skipped {
+                path: dir.join("9.status"),
+                why: "a status page of layout version 2".into(),
+            }],
+        };
+        let text = describe_others(&found, false).join("\n");
+        assert!(text.contains("process 4000001 (exited):"), "{text}");
+        assert!(text.contains("process 4000002 (running):"), "{text}");
+        assert!(
+            text.contains("1 status file(s) of exited processes"),
+            "{text}"
+        );
+        assert!(
+            text.contains("9.status: a status page of layout version 2"),
+            "{text}"
+        );
+        assert!(dead_file.exists());
+
+        let text = describe_others(&found, true).join("\n");
+        assert!(text.contains("removed:"), "{text}");
+        assert!(!dead_file.exists());
+        assert!(live_file.exists(), "a running process's file is kept");
+        assert!(!text.contains("exited processes:"), "{text}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     #[test]
     fn describes_mode_budget_and_memory() {

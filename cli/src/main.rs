@@ -41,7 +41,15 @@ enum Command {
     Sim(SimArgs),
     /// Report what the server-path library (libnprdma.so) does: mode, budget, pinned vs
     /// registered bytes, and why it steps aside.
-    Doctor,
+    Doctor(DoctorArgs),
+}
+
+/// Options of `nprdma doctor`.
+#[derive(clap::Args, Debug)]
+struct DoctorArgs {
+    /// Remove the status files that processes which have exited left behind.
+    #[arg(long)]
+    clean: bool,
 }
 
 /// Options of `nprdma demo`.
@@ -111,8 +119,8 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Demo(args) => demo::run(&args),
         Command::Sim(args) => run_sim(&args),
-        Command::Doctor => {
-            doctor::run();
+        Command::Doctor(args) => {
+            doctor::run(args.clean);
             Ok(())
         }
     };

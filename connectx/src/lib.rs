@@ -46,7 +46,7 @@ pub use error::{ConnectxError, Result};
 /// `nprdma doctor`'s data.
 pub mod doctor {
     use crate::config::{Config, Mode};
-    pub use crate::status::{Report, ReportMode, read_file, scan};
+    pub use crate::status::{Report, ReportMode, Skipped, Survey, read_file, scan, survey};
 
     /// The report of this process: the live counters if the library is active here (this
     /// process runs with libnprdma.so preloaded and has made a verbs call), otherwise what the
@@ -77,14 +77,14 @@ pub mod doctor {
         page.page().report()
     }
 
-    /// Reports of every process that runs with the library, from their status files in
-    /// `dir` (`None`: `$NPRDMA_STATUS_DIR`, else `/dev/shm/nprdma-<uid>`).
-    pub fn others(dir: Option<&std::path::Path>) -> Vec<Report> {
+    /// The status files of every other process that runs (or ran) with the library, in
+    /// `dir` (`None`: `$NPRDMA_STATUS_DIR`, else `/dev/shm/nprdma-<uid>`), and the files that
+    /// could not be read.
+    pub fn others(dir: Option<&std::path::Path>) -> Survey {
         let env_dir = std::env::var_os("NPRDMA_STATUS_DIR").map(std::path::PathBuf::from);
         let me = std::process::id();
-        scan(dir.or(env_dir.as_deref()))
-            .into_iter()
-            .filter(|r| r.pid != me)
-            .collect()
+        let mut found = survey(dir.or(env_dir.as_deref()));
+        found.reports.retain(|(_, r)| r.pid != me || !r.alive);
+        found
     }
 }

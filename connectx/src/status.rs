@@ -386,10 +386,17 @@ pub fn read_file(path: &Path) -> Result<Report> {
     let ptr = map(&file, false).ok_or_else(|| err("mmap failed".into()))?;
     // SAFETY: a read-only 4096-byte mapping of the file; all-zero or any bytes are valid atomics.
     let page = unsafe { &*ptr };
-    let result = if page.magic.load(Ordering::Acquire) != STATUS_MAGIC
-        || page.version.load(Ordering::Relaxed) != STATUS_VERSION
-    {
-        Err(err("not an nprdma status page of this version".into()))
+    let version = page.version.load(Ordering::Relaxed);
+    let result = if page.magic.load(Ordering::Acquire) != STATUS_MAGIC {
+        // The magic is stored last: a library that is still setting its page up reads so too.
+        Err(err(
+            "not an nprdma status page (or one still being set up)".into()
+        ))
+    } else if version != STATUS_VERSION {
+        Err(err(format!(
+            "a status page of layout version {version}, written by another release of \
+             libnprdma.so; this nprdma reads version {STATUS_VERSION}"
+        )))
     } else {
         let mut r = page.report();
         let started = page.start_time.load(Ordering::Relaxed);
@@ -403,22 +410,56 @@ pub fn read_file(path: &Path) -> Result<Report> {
     result
 }
 
-/// Reads every status file in `dir` (`None`: the default directory of this uid), sorted by
-/// pid. Unreadable files are skipped.
-pub fn scan(dir: Option<&Path>) -> Vec<Report> {
+/// A status file that could not be read, and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Skipped {
+    /// The file.
+    pub path: PathBuf,
+    /// Why it was not read.
+    pub why: String,
+}
+
+/// What a status directory holds.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Survey {
+    /// Each readable status page with its file, sorted by pid.
+    pub reports: Vec<(PathBuf, Report)>,
+    /// The `*.status` files that are not readable pages of this version, sorted by path.
+    pub skipped: Vec<Skipped>,
+}
+
+/// Reads every `*.status` file in `dir` (`None`: the default directory of this uid). A
+/// missing directory is an empty survey.
+pub fn survey(dir: Option<&Path>) -> Survey {
     let dir = dir
         .map(Path::to_path_buf)
         .unwrap_or_else(|| crate::config::default_status_dir(crate::config::current_uid()));
-    let mut out: Vec<Report> = std::fs::read_dir(&dir)
-        .map(|it| {
-            it.filter_map(|e| e.ok())
-                .filter(|e| e.file_name().to_string_lossy().ends_with(".status"))
-                .filter_map(|e| read_file(&e.path()).ok())
-                .collect()
-        })
-        .unwrap_or_default();
-    out.sort_by_key(|r| r.pid);
+    let mut out = Survey::default();
+    let Ok(entries) = std::fs::read_dir(&dir) else {
+        return out;
+    };
+    for entry in entries.filter_map(|e| e.ok()) {
+        if !entry.file_name().to_string_lossy().ends_with(".status") {
+            continue;
+        }
+        let path = entry.path();
+        match read_file(&path) {
+            Ok(r) => out.reports.push((path, r)),
+            Err(ConnectxError::Status { why, .. }) => out.skipped.push(Skipped { path, why }),
+            Err(e) => out.skipped.push(Skipped {
+                path,
+                why: e.to_string(),
+            }),
+        }
+    }
+    out.reports.sort_by_key(|(_, r)| r.pid);
+    out.skipped.sort_by(|a, b| a.path.cmp(&b.path));
     out
+}
+
+/// The readable reports of [`survey`], sorted by pid.
+pub fn scan(dir: Option<&Path>) -> Vec<Report> {
+    survey(dir).reports.into_iter().map(|(_, r)| r).collect()
 }
 
 #[cfg(test)]
@@ -488,6 +529,55 @@ mod tests {
         std::fs::remove_dir_all(&dir).unwrap();
         assert_eq!(process_start_time(u32::MAX), None);
         assert!(process_start_time(std::process::id()).is_some());
+    }
+
+    /// Writes `bytes` as `<name>.status` in `dir`.
+    fn put(dir: &Path, name: &str, bytes: &[u8]) -> PathBuf {
+        let path = dir.join(format!("{name}.status"));
+        std::fs::write(&path, bytes).unwrap();
+        path
+    }
+
+    #[test]
+    fn a_survey_names_what_it_skipped_and_which_pages_are_of_exited_processes() {
+        let dir = std::env::temp_dir().join(format!("nprdma-survey-{}", std::process::id()));
+        let mut cfg = Config::for_tests(16 << 20, 1 << 20);
+        cfg.status_dir = dir.clone();
+        let store = PageStore::file(&cfg).unwrap();
+        let live = std::fs::read(store.path().unwrap()).unwrap();
+        // Layout: magic @0, version @8, pid @12, start time @16.
+        let mut other_release = live.clone();
+        other_release[8..12].copy_from_slice(&2u32.to_le_bytes());
+        let newer = put(&dir, "other-release", &other_release);
+        // The same pid with another start time: the process exited and its pid was reused.
+        let mut exited = live.clone();
+        let started = u64::from_le_bytes(live[16..24].try_into().unwrap());
+        exited[16..24].copy_from_slice(&(started + 1).to_le_bytes());
+        let stale = put(&dir, "exited", &exited);
+        let junk = put(&dir, "junk", &[0u8; 4096]);
+
+        let survey = survey(Some(&dir));
+        let alive: Vec<_> = survey
+            .reports
+            .iter()
+            .map(|(p, r)| (p.clone(), r.alive))
+            .collect();
+        assert!(alive.contains(&(store.path().unwrap().to_path_buf(), true)));
+        assert!(alive.contains(&(stale, false)));
+        assert_eq!(alive.len(), 2);
+        assert_eq!(survey.skipped.len(), 2);
+        let why = |p: &Path| {
+            survey
+                .skipped
+                .iter()
+                .find(|s| s.path == p)
+                .map(|s| s.why.clone())
+                .unwrap()
+        };
+        assert!(why(&newer).contains("layout version 2"), "{}", why(&newer));
+        assert!(why(&junk).contains("not an nprdma status page"));
+        drop(store);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
