@@ -123,6 +123,10 @@ pub(crate) struct Region {
     pub leases: LeaseBook,
     pub generation: u64,
     pub stall_since: Option<Instant>,
+    /// The next lease-ring ticket to serve. Kept here and only published to the directory's
+    /// SERVED word: peers can write the whole directory, and a value one of them wrote must
+    /// not move (or overflow) the owner's position.
+    pub served: u64,
 }
 
 impl Region {
@@ -732,6 +736,7 @@ impl Engine {
                 leases: LeaseBook::new(usize::from(header.lease_cap)),
                 generation: 0,
                 stall_since: None,
+                served: 0,
             },
         );
         st.by_mr.insert(mr as usize, id);
@@ -996,7 +1001,10 @@ impl Engine {
             r.header = header;
             r.leases = LeaseBook::new(usize::from(header.lease_cap));
             r.generation += 1;
-            // Clear the ring and entries, then publish the new header.
+            // Clear the ring and entries (tickets and the served count restart at 0), then
+            // publish the new header.
+            r.served = 0;
+            r.stall_since = None;
             r.dir.write(0, &vec![0u8; r.dir.len()]);
             r.dir.write(0, &header.encode());
             // SAFETY: the directory MR is live; the application sees the new range.

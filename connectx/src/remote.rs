@@ -253,14 +253,16 @@ impl QpCtl {
             );
             // Wait for the ring to have room for it.
             let mut served = served_hint;
-            while ticket >= served + header.slots() {
+            // `served` is read from the peer's memory: saturating, so a corrupt value cannot
+            // overflow.
+            while ticket >= served.saturating_add(header.slots()) {
                 self.dir_op(side, IBV_WR_RDMA_READ, rkey, SERVED_OFF, OFF_SERVED, 8, 0)?;
                 served = u64::from_le_bytes(
                     Self::scratch_read(side, OFF_SERVED, 8)
                         .try_into()
                         .unwrap_or([0; 8]),
                 );
-                if ticket >= served + header.slots() {
+                if ticket >= served.saturating_add(header.slots()) {
                     if Instant::now() >= deadline {
                         return give_up(side);
                     }
@@ -439,7 +441,7 @@ impl Engine {
                 let Some(r) = st.regions.get_mut(&id) else {
                     break;
                 };
-                let t = r.dir.load(SERVED_OFF);
+                let t = r.served;
                 let off = r.header.slot_off(t);
                 let bytes = r.dir.read(off, 56);
                 let Some(req) = LeaseRequest::decode(&bytes, t) else {
@@ -449,7 +451,8 @@ impl Engine {
                         let since = *r.stall_since.get_or_insert_with(Instant::now);
                         if since.elapsed() > STALL_LIMIT {
                             r.stall_since = None;
-                            r.dir.store(SERVED_OFF, t + 1);
+                            r.served = t.wrapping_add(1);
+                            r.dir.store(SERVED_OFF, r.served);
                             continue;
                         }
                     }
@@ -462,7 +465,8 @@ impl Engine {
                 };
                 let bytes = encode_answer(req.lessee, t, answer, r.generation);
                 r.dir.write(off + ANSWER_OFF, &bytes);
-                r.dir.store(SERVED_OFF, t + 1);
+                r.served = t.wrapping_add(1);
+                r.dir.store(SERVED_OFF, r.served);
                 answered += 1;
             }
         }

@@ -14,6 +14,7 @@
 //! a peer on a first touch.
 
 use core::cell::UnsafeCell;
+use core::marker::PhantomData;
 use core::ops::{Deref, DerefMut};
 use core::sync::atomic::{AtomicBool, Ordering};
 
@@ -48,7 +49,10 @@ impl<T> SpinLock<T> {
     #[inline]
     pub(crate) fn lock(&self) -> SpinGuard<'_, T> {
         self.raw_lock();
-        SpinGuard { lock: self }
+        SpinGuard {
+            lock: self,
+            _value: PhantomData,
+        }
     }
 
     /// Locks if the lock is free; `None` otherwise.
@@ -57,7 +61,10 @@ impl<T> SpinLock<T> {
         self.locked
             .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
             .is_ok()
-            .then_some(SpinGuard { lock: self })
+            .then_some(SpinGuard {
+                lock: self,
+                _value: PhantomData,
+            })
     }
 
     /// Locks without a guard (for a lock held across calls, such as an `ibv_wr_*` batch);
@@ -125,6 +132,10 @@ impl<T> SpinLock<T> {
 /// Holds a [`SpinLock`]; unlocks when dropped.
 pub(crate) struct SpinGuard<'a, T> {
     lock: &'a SpinLock<T>,
+    /// A guard hands out `&T` and `&mut T`, so it may be shared between threads only when `T`
+    /// may (`&SpinLock<T>` alone would make it `Sync` for any `T: Send`, as `std`'s
+    /// `MutexGuard` is not).
+    _value: PhantomData<&'a mut T>,
 }
 
 impl<T> Deref for SpinGuard<'_, T> {
@@ -156,6 +167,30 @@ impl<T> Drop for SpinGuard<'_, T> {
 mod tests {
     use super::*;
     use std::sync::Arc;
+
+    /// Whether `T` is `Sync`, decided at compile time (a method found through auto-ref only
+    /// when the `Sync` one does not apply).
+    struct Probe<T>(PhantomData<T>);
+    trait SyncYes {
+        fn is_sync(&self) -> bool {
+            true
+        }
+    }
+    impl<T: Sync> SyncYes for Probe<T> {}
+    trait SyncNo {
+        fn is_sync(&self) -> bool {
+            false
+        }
+    }
+    impl<T> SyncNo for &Probe<T> {}
+
+    #[test]
+    fn a_guard_is_shareable_only_when_its_value_is() {
+        let cell = Probe::<SpinGuard<'static, core::cell::Cell<u32>>>(PhantomData);
+        assert!(!(&cell).is_sync(), "two threads could reach one Cell");
+        let plain = Probe::<SpinGuard<'static, u32>>(PhantomData);
+        assert!(plain.is_sync());
+    }
 
     #[test]
     fn excludes_across_threads() {

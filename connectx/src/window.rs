@@ -64,9 +64,10 @@ pub fn pinned_bytes(va: u64, len: u64) -> u64 {
     if len == 0 {
         return 0;
     }
-    let first = va & !(PAGE - 1);
-    let end = va.saturating_add(len).saturating_add(PAGE - 1) & !(PAGE - 1);
-    end - first
+    // In 128 bits: a range that ends in the last page of the address space still counts it.
+    let first = u128::from(va) & !u128::from(PAGE - 1);
+    let end = (u128::from(va) + u128::from(len) + u128::from(PAGE - 1)) & !u128::from(PAGE - 1);
+    u64::try_from(end - first).unwrap_or(u64::MAX)
 }
 
 /// The provider's answer to a registration.
@@ -236,8 +237,9 @@ impl WindowCache {
     }
 
     /// Makes sure the windows `ids` (with their specs) are all registered, evicting idle
-    /// windows that are not among them if needed; registers none if they cannot all fit.
-    /// Returns their keys in order. Does not change in-flight or lease counts.
+    /// windows that are not among them if needed; registers none if they cannot all fit, and
+    /// deregisters again the ones it registered if the provider refuses a later one. Returns
+    /// their keys in order. Does not change in-flight or lease counts.
     pub fn ensure_all(
         &mut self,
         wanted: &[(WindowId, WindowSpec)],
@@ -253,14 +255,26 @@ impl WindowCache {
         }
         self.make_room(needed, &protect, reg)?;
         let mut keys = Vec::with_capacity(wanted.len());
+        let mut registered_here = Vec::new();
         for (id, spec) in wanted {
             if let Some(k) = self.lookup(*id) {
                 keys.push(k);
                 continue;
             }
-            let k = reg.register(*id, spec).map_err(CacheError::Provider)?;
-            self.insert(*id, *spec, k);
-            keys.push(k);
+            match reg.register(*id, spec) {
+                Ok(k) => {
+                    self.insert(*id, *spec, k);
+                    registered_here.push(*id);
+                    keys.push(k);
+                }
+                Err(errno) => {
+                    // Nobody uses them yet: no directory entry, no count.
+                    for id in registered_here {
+                        self.remove(id, reg);
+                    }
+                    return Err(CacheError::Provider(errno));
+                }
+            }
         }
         Ok(keys)
     }
@@ -506,6 +520,46 @@ mod tests {
         assert_eq!(pinned_bytes(0x1fff, 2), 8192);
         assert_eq!(pinned_bytes(0x1000, 1), 4096);
         assert_eq!(pinned_bytes(0x1000, 0), 0);
+        // At the top of the address space the last page still counts.
+        assert_eq!(pinned_bytes(u64::MAX - 10, 5), 4096);
+        assert_eq!(pinned_bytes(u64::MAX - 4106, 100), 8192);
+        assert_eq!(pinned_bytes(u64::MAX - 4095, 4096), 4096);
+    }
+
+    #[test]
+    fn a_provider_refusal_part_way_leaves_nothing_registered() {
+        let mut p = FakeProvider::default();
+        let mut c = WindowCache::new(1 << 20);
+        // Window 0 registers; window 1 is refused.
+        struct FailSecond<'a>(&'a mut FakeProvider, u32);
+        impl Registrar for FailSecond<'_> {
+            fn register(&mut self, id: WindowId, spec: &WindowSpec) -> Result<Keys, i32> {
+                self.1 += 1;
+                if self.1 == 2 {
+                    return Err(libc::ENOMEM);
+                }
+                self.0.register(id, spec)
+            }
+            fn deregister(&mut self, id: WindowId, keys: &Keys) {
+                self.0.deregister(id, keys)
+            }
+            fn evicting(&mut self, id: WindowId) {
+                self.0.evicting(id)
+            }
+        }
+        let wanted = [(wid(0), spec(0, 4096)), (wid(1), spec(1, 4096))];
+        let r = c.ensure_all(&wanted, &mut FailSecond(&mut p, 0));
+        assert_eq!(r, Err(CacheError::Provider(libc::ENOMEM)));
+        assert_eq!((c.len(), c.pinned()), (0, 0));
+        assert!(p.registered.is_empty());
+        // A window registered before the call stays.
+        c.ensure_all(&wanted[..1], &mut p).unwrap();
+        let r = c.ensure_all(
+            &[(wid(0), spec(0, 4096)), (wid(2), spec(2, 4096))],
+            &mut FailSecond(&mut p, 1),
+        );
+        assert_eq!(r, Err(CacheError::Provider(libc::ENOMEM)));
+        assert_eq!((c.len(), c.pinned()), (1, 4096));
     }
 
     #[test]

@@ -297,3 +297,39 @@ fn a_split_write_waits_for_its_own_earlier_parts_to_free_room() {
     let seen: Vec<_> = wcs.iter().map(|w| (w.wr_id, w.status)).collect();
     assert_eq!(seen, [(2, IBV_WC_SUCCESS)]);
 }
+
+/// The directory is remotely writable as a whole (the ring needs it), so a peer can overwrite
+/// its SERVED word. The owner keeps its own count: a wild value there must neither stall the
+/// ring nor overflow the owner's counter, and requesters read it with saturating arithmetic.
+#[test]
+fn a_served_word_overwritten_by_a_peer_does_not_stop_the_ring() {
+    let a = host(4 << 20, W as u64, 300);
+    let b = host(1 << 20, W as u64, 300);
+    let p = Host::plain();
+    let mut dst = Buf::new(256 * KIB);
+    let dmr = b.reg(&mut dst, ALL_ACCESS);
+    let rkey = keys(dmr).1;
+    // The plain peer writes u64::MAX - 1 into the SERVED word (directory offset 56).
+    let qp = p.create_qp(false);
+    let qbp = b.create_qp(false);
+    connect(&p, qp, &b, qbp);
+    let mut wild = Buf::new(4096);
+    wild[..8].copy_from_slice(&(u64::MAX - 1).to_le_bytes());
+    let wmr = p.reg(&mut wild, ALL_ACCESS);
+    let mut s = [sge(&wild, 0, 8, keys(wmr).0)];
+    let mut wr = rdma(IBV_WR_RDMA_WRITE, 1, &mut s, 56, rkey, true);
+    assert_eq!(post_send(qp, &mut wr).0, 0);
+    assert_eq!(poll(p.cq, 1)[0].status, IBV_WC_SUCCESS);
+
+    // A first touch through the library still gets its lease.
+    let qa = a.create_qp(false);
+    let qb = b.create_qp(false);
+    connect(&a, qa, &b, qb);
+    let mut src = Buf::new(64 * KIB);
+    let smr = a.reg(&mut src, ALL_ACCESS);
+    for k in 0..3u64 {
+        let raddr = dst.as_ptr() as u64 + k * W as u64;
+        let wc = write8(&a, qa, &src, smr, raddr, rkey, k);
+        assert_eq!(wc.status, IBV_WC_SUCCESS, "first touch {k}");
+    }
+}
