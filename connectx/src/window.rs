@@ -466,7 +466,6 @@ impl WindowCache {
 mod tests {
     use super::*;
     use proptest::prelude::*;
-    use std::collections::HashSet;
 
     /// A provider that records what is registered and can be told to fail.
     #[derive(Default)]
@@ -737,82 +736,165 @@ mod tests {
         assert_eq!(c.pinned(), 4096);
     }
 
+    /// A window of the property test: region 1 or 2, index 0..12.
+    type Key = (u64, u64);
+
     #[derive(Clone, Debug)]
     enum Op {
-        Acquire(u64, u64),
-        Release(u64),
-        Lease(u64),
-        Unlease(u64),
+        /// Acquire window `key` with this length and offset into its first page.
+        Acquire(Key, u64, u64),
+        /// Release one of the uses taken on `key` (the oldest).
+        Release(Key),
+        Lease(Key),
+        Unlease(Key),
         Fixed(u64),
+        Unfixed(u64),
+        /// The provider refuses the next registration with ENOMEM.
+        FailNext,
+        /// The application deregisters a region: its windows go whatever their counts, and
+        /// the uses taken on them become stale.
+        RemoveRegion(u64),
+        /// Release a stale use (a late completion on a window that is gone or was registered
+        /// again since).
+        ReleaseStale,
+    }
+
+    fn key() -> impl Strategy<Value = Key> {
+        (1u64..3, 0u64..12)
     }
 
     fn op() -> impl Strategy<Value = Op> {
         prop_oneof![
-            (0u64..12, 1u64..40000).prop_map(|(i, l)| Op::Acquire(i, l)),
-            (0u64..12).prop_map(Op::Release),
-            (0u64..12).prop_map(Op::Lease),
-            (0u64..12).prop_map(Op::Unlease),
-            (1u64..3).prop_map(|p| Op::Fixed(p * 4096)),
+            4 => (key(), 1u64..40000, 0u64..4096).prop_map(|(k, l, o)| Op::Acquire(k, l, o)),
+            3 => key().prop_map(Op::Release),
+            2 => key().prop_map(Op::Lease),
+            2 => key().prop_map(Op::Unlease),
+            1 => (1u64..3).prop_map(|p| Op::Fixed(p * 4096)),
+            1 => (1u64..3).prop_map(|p| Op::Unfixed(p * 4096)),
+            1 => Just(Op::FailNext),
+            1 => (1u64..3).prop_map(Op::RemoveRegion),
+            1 => Just(Op::ReleaseStale),
         ]
+    }
+
+    fn wid_of((region, index): Key) -> WindowId {
+        WindowId { region, index }
     }
 
     proptest! {
         /// Against a reference model: the pinned total is exactly the pages of what the
         /// provider has registered plus the fixed pins, never above the budget; busy windows
-        /// are never deregistered; a refused acquire means the busy windows really fill the
-        /// budget.
+        /// are never deregistered (except with their region) and their counts are the model's;
+        /// a refused acquire means the busy windows really fill the budget, or the provider
+        /// refused and nothing new stayed registered; a stale use changes nothing.
         #[test]
-        fn budget_is_never_exceeded(ops in proptest::collection::vec(op(), 1..200)) {
+        fn budget_is_never_exceeded(ops in proptest::collection::vec(op(), 1..250)) {
             let budget = 64 * 1024;
             let mut p = FakeProvider::default();
             let mut c = WindowCache::new(budget);
-            let mut inflight: std::collections::HashMap<u64, u32> = Default::default();
-            let mut leased: HashSet<u64> = HashSet::new();
-            let mut lens: std::collections::HashMap<u64, u64> = Default::default();
+            let mut uses: std::collections::HashMap<Key, Vec<WindowUse>> = Default::default();
+            let mut leases: std::collections::HashMap<Key, u32> = Default::default();
+            let mut stale: Vec<WindowUse> = Vec::new();
+            let mut specs: std::collections::HashMap<Key, WindowSpec> = Default::default();
+            let mut fixed = 0u64;
             for op in ops {
                 match op {
-                    Op::Acquire(i, l) => {
-                        // A window keeps its first length (windows have fixed geometry).
-                        let len = *lens.entry(i).or_insert(l);
-                        let s = WindowSpec { va: i << 20, iova: i << 20, len };
-                        match c.acquire(wid(i), &s, &mut p) {
-                            Ok(_) => *inflight.entry(i).or_default() += 1,
+                    Op::Acquire(k, l, off) => {
+                        // A window keeps its first geometry while its region lives.
+                        let s = *specs.entry(k).or_insert(WindowSpec {
+                            va: (k.0 << 32) + (k.1 << 20) + off,
+                            iova: (k.1 << 20) + off,
+                            len: l,
+                        });
+                        let before = p.registered.len();
+                        let refused = p.fail_next.is_some() && !c.contains(wid_of(k));
+                        match c.acquire(wid_of(k), &s, &mut p) {
+                            Ok((_, used)) => uses.entry(k).or_default().push(used),
                             Err(CacheError::NoRoom { needed }) => {
                                 let busy: u64 = p.registered.iter()
-                                    .filter(|(id, _)| inflight.get(&id.index).copied().unwrap_or(0) > 0
-                                        || leased.contains(&id.index))
+                                    .filter(|(id, _)| {
+                                        let k = (id.region, id.index);
+                                        uses.get(&k).is_some_and(|u| !u.is_empty())
+                                            || leases.get(&k).copied().unwrap_or(0) > 0
+                                    })
                                     .map(|(_, s)| s.pinned_bytes()).sum();
                                 prop_assert!(busy + c.fixed() + needed > budget);
                             }
-                            Err(e) => prop_assert!(false, "{e:?}"),
-                        }
-                    }
-                    Op::Release(i) => {
-                        if let Some(n) = inflight.get_mut(&i) && *n > 0 {
-                            *n -= 1;
-                            match c.use_of(wid(i)) {
-                                Some(used) => c.release(used),
-                                None => prop_assert!(false, "busy window {i} was deregistered"),
+                            Err(CacheError::Provider(e)) => {
+                                prop_assert!(refused);
+                                prop_assert_eq!(e, libc::ENOMEM);
+                                prop_assert!(p.registered.len() <= before);
                             }
                         }
+                        p.fail_next = None;
                     }
-                    Op::Lease(i) => {
-                        if !leased.contains(&i) && c.add_lease(wid(i)) { leased.insert(i); }
+                    Op::Release(k) => {
+                        if let Some(u) = uses.get_mut(&k) && !u.is_empty() {
+                            c.release(u.remove(0));
+                        }
                     }
-                    Op::Unlease(i) => {
-                        if leased.remove(&i) { c.remove_lease(wid(i)); }
+                    Op::Lease(k) => {
+                        if c.add_lease(wid_of(k)) {
+                            *leases.entry(k).or_default() += 1;
+                        }
                     }
-                    Op::Fixed(b) => { let _ = c.charge_fixed(b, &mut p); }
+                    Op::Unlease(k) => {
+                        if let Some(n) = leases.get_mut(&k) && *n > 0 {
+                            *n -= 1;
+                            c.remove_lease(wid_of(k));
+                        }
+                    }
+                    Op::Fixed(b) => {
+                        if c.charge_fixed(b, &mut p).is_ok() {
+                            fixed += b;
+                        }
+                    }
+                    Op::Unfixed(b) => {
+                        c.uncharge_fixed(b);
+                        fixed -= b.min(fixed);
+                    }
+                    Op::FailNext => p.fail_next = Some(libc::ENOMEM),
+                    Op::RemoveRegion(r) => {
+                        let gone = p.registered.keys().filter(|id| id.region == r).count();
+                        prop_assert_eq!(c.remove_region(r, &mut p), gone);
+                        for (k, u) in uses.iter_mut().filter(|(k, _)| k.0 == r) {
+                            stale.append(u);
+                            leases.remove(k);
+                        }
+                        leases.retain(|k, _| k.0 != r);
+                        specs.retain(|k, _| k.0 != r);
+                    }
+                    Op::ReleaseStale => {
+                        if let Some(u) = stale.pop() {
+                            let k = (u.id.region, u.id.index);
+                            let before = c.refs(u.id);
+                            c.release(u);
+                            prop_assert_eq!(c.refs(u.id), before, "a stale use counted on {:?}", k);
+                        }
+                    }
                 }
                 let registered: u64 = p.registered.values().map(|s| s.pinned_bytes()).sum();
+                prop_assert_eq!(c.fixed(), fixed);
                 prop_assert_eq!(c.pinned(), registered + c.fixed());
                 prop_assert!(c.pinned() <= budget);
                 prop_assert!(c.peak() <= budget);
-                for (i, n) in &inflight {
-                    if *n > 0 { prop_assert!(p.registered.contains_key(&wid(*i))); }
+                prop_assert_eq!(c.len(), p.registered.len());
+                for (id, spec) in &p.registered {
+                    let k = (id.region, id.index);
+                    let n_uses = uses.get(&k).map_or(0, Vec::len) as u32;
+                    let n_leases = leases.get(&k).copied().unwrap_or(0);
+                    prop_assert_eq!(c.refs(*id), Some((n_uses, n_leases)));
+                    prop_assert_eq!(c.spec(*id), Some(*spec));
                 }
-                for i in &leased {
-                    prop_assert!(p.registered.contains_key(&wid(*i)));
+                for (k, u) in &uses {
+                    if !u.is_empty() {
+                        prop_assert!(p.registered.contains_key(&wid_of(*k)));
+                    }
+                }
+                for (k, n) in &leases {
+                    if *n > 0 {
+                        prop_assert!(p.registered.contains_key(&wid_of(*k)));
+                    }
                 }
             }
         }
