@@ -863,4 +863,218 @@ mod tests {
         );
         assert_eq!(t.pending_app_groups(), vec![(g2, 2, 0)]);
     }
+
+    /// One step of the property test below.
+    #[derive(Clone, Debug)]
+    enum Step {
+        /// An application WR in `parts` provider WRs, each with a window or none; the
+        /// application wants a completion or not; the provider is asked to signal the
+        /// non-last parts or not (the last part is signaled when the application wants it);
+        /// `refused`: the provider refuses the whole WR (it is unrecorded again).
+        App {
+            parts: Vec<bool>,
+            wants: bool,
+            signal_all: bool,
+            refused: bool,
+        },
+        /// One of the library's own WRs (always signaled).
+        Internal,
+        /// Windows whose hold ended.
+        Retire(u8),
+        /// The next WR the provider executes fails.
+        FailNext,
+        /// The provider reports its next completion.
+        Deliver,
+    }
+
+    fn step() -> impl proptest::strategy::Strategy<Value = Step> {
+        use proptest::prelude::*;
+        prop_oneof![
+            4 => (proptest::collection::vec(any::<bool>(), 1..4), any::<bool>(), any::<bool>(),
+                  proptest::bool::weighted(0.1))
+                .prop_map(|(parts, wants, signal_all, refused)| Step::App {
+                    parts, wants, signal_all, refused
+                }),
+            1 => Just(Step::Internal),
+            1 => (1u8..3).prop_map(Step::Retire),
+            1 => Just(Step::FailNext),
+            5 => Just(Step::Deliver),
+        ]
+    }
+
+    /// What the provider knows of a posted WR.
+    #[derive(Clone, Copy, Debug)]
+    struct Posted {
+        seq: u64,
+        signaled: bool,
+        /// The application WR it is a part of (`None`: the library's own).
+        group: Option<u64>,
+    }
+
+    use proptest::{prop_assert, prop_assert_eq};
+
+    proptest::proptest! {
+        /// Against a model of an RC send queue (in-order execution, completions for signaled
+        /// WRs, an error completion for a failed WR whether signaled or not, then a flush
+        /// error for every later WR): the application sees exactly one completion per
+        /// application WR that it asked for or that failed, in posting order, with its own
+        /// `wr_id` and the status of its first failed part; every window is released exactly
+        /// once, never before every WR posted up to its record (and, for a retired window, a
+        /// later one) has completed.
+        #[test]
+        fn completions_and_windows_follow_the_send_queue(
+            steps in proptest::collection::vec(step(), 1..120),
+            tag in proptest::prelude::any::<u64>(),
+        ) {
+            use std::collections::{BTreeMap, HashSet, VecDeque};
+            let mut t = SendTracker::with_tag(tag);
+            let mut next_window = 0u64;
+            let mut new_windows = |n: usize| -> Vec<WindowUse> {
+                (0..n).map(|_| { next_window += 1; w(next_window) }).collect()
+            };
+            // The provider's queue: posted, not yet executed.
+            let mut queue: VecDeque<Posted> = VecDeque::new();
+            let mut fail_next = false;
+            let mut in_error = false;
+            // Completions generated, not yet polled: (seq, status).
+            let mut cq: VecDeque<(u64, u32)> = VecDeque::new();
+            // Windows: which record holds them, and whether the record is a marker.
+            let mut holder: BTreeMap<WindowUse, (u64, bool)> = BTreeMap::new();
+            let mut released: HashSet<WindowUse> = HashSet::new();
+            // Application WRs: expected (wr_id, status) and what was delivered, by group.
+            let mut expected: BTreeMap<u64, (u64, Option<u32>, bool)> = BTreeMap::new();
+            let mut delivered: Vec<(u64, u64, u32)> = Vec::new();
+            let mut app_wr_id = 0x1000u64;
+
+            let run = |queue: &mut VecDeque<Posted>, cq: &mut VecDeque<(u64, u32)>,
+                       fail_next: &mut bool, in_error: &mut bool,
+                       expected: &mut BTreeMap<u64, (u64, Option<u32>, bool)>| {
+                // The provider executes its whole queue (RC: in order).
+                while let Some(p) = queue.pop_front() {
+                    let status = if *in_error {
+                        Some(IBV_WC_WR_FLUSH_ERR)
+                    } else if *fail_next {
+                        *fail_next = false;
+                        *in_error = true;
+                        Some(IBV_WC_LOC_PROT_ERR)
+                    } else {
+                        None
+                    };
+                    if let (Some(g), Some(s)) = (p.group, status) {
+                        let e = expected.get_mut(&g).unwrap();
+                        e.1.get_or_insert(s);
+                    }
+                    match status {
+                        Some(s) => cq.push_back((p.seq, s)),
+                        None if p.signaled => cq.push_back((p.seq, IBV_WC_SUCCESS)),
+                        None => {}
+                    }
+                }
+            };
+
+            for s in steps {
+                match s {
+                    Step::App { parts, wants, signal_all, refused } => {
+                        app_wr_id += 1;
+                        let g = t.next_group();
+                        let before = t.last_seq();
+                        let n = parts.len();
+                        let mut posted = Vec::new();
+                        let mut mine = Vec::new();
+                        for (i, with_window) in parts.iter().enumerate() {
+                            let last = i + 1 == n;
+                            let ws = new_windows(usize::from(*with_window));
+                            let seq = t.record(app(app_wr_id, g, last, wants), ws.clone().into());
+                            for x in ws {
+                                holder.insert(x, (seq, false));
+                                mine.push(x);
+                            }
+                            posted.push(Posted {
+                                seq,
+                                signaled: if last { wants } else { signal_all },
+                                group: Some(g),
+                            });
+                        }
+                        if refused {
+                            let back: HashSet<WindowUse> = t.unrecord_after(before).iter().collect();
+                            prop_assert_eq!(back, mine.iter().copied().collect::<HashSet<_>>());
+                            for x in mine {
+                                holder.remove(&x);
+                            }
+                            prop_assert_eq!(t.last_seq(), before);
+                        } else {
+                            expected.insert(g, (app_wr_id, None, wants));
+                            queue.extend(posted);
+                        }
+                    }
+                    Step::Internal => {
+                        let ws = new_windows(1);
+                        let seq = t.record(Origin::Internal { token: 7 }, ws.clone().into());
+                        holder.insert(ws[0], (seq, false));
+                        queue.push_back(Posted { seq, signaled: true, group: None });
+                    }
+                    Step::Retire(k) => {
+                        let ws = new_windows(usize::from(k));
+                        t.retire(ws.clone().into());
+                        let seq = t.last_seq();
+                        for x in ws {
+                            holder.insert(x, (seq, true));
+                        }
+                    }
+                    Step::FailNext => fail_next = true,
+                    Step::Deliver => {
+                        run(&mut queue, &mut cq, &mut fail_next, &mut in_error, &mut expected);
+                        let Some((seq, status)) = cq.pop_front() else { continue };
+                        let (windows, outcome) = t.complete(t.wr_id_of(seq), status);
+                        for x in windows.iter() {
+                            prop_assert!(released.insert(x), "{:?} released twice", x);
+                            let (at, marker) = holder[&x];
+                            if marker {
+                                prop_assert!(at < seq, "retired {:?} released by an earlier WR", x);
+                            } else {
+                                prop_assert!(at <= seq, "{:?} released before its WR", x);
+                            }
+                        }
+                        match outcome {
+                            Outcome::Deliver { wr_id } => {
+                                let g = expected.iter()
+                                    .find(|(_, e)| e.0 == wr_id)
+                                    .map(|(g, _)| *g);
+                                prop_assert!(g.is_some(), "unknown wr_id {:#x}", wr_id);
+                                delivered.push((g.unwrap(), wr_id, status));
+                            }
+                            Outcome::Internal { token, .. } => prop_assert_eq!(token, 7),
+                            Outcome::Suppress => {}
+                            Outcome::Unknown => prop_assert!(false, "seq {} unknown", seq),
+                        }
+                    }
+                }
+            }
+            // Drain.
+            run(&mut queue, &mut cq, &mut fail_next, &mut in_error, &mut expected);
+            while let Some((seq, status)) = cq.pop_front() {
+                let (windows, outcome) = t.complete(t.wr_id_of(seq), status);
+                for x in windows.iter() {
+                    prop_assert!(released.insert(x), "{:?} released twice", x);
+                }
+                if let Outcome::Deliver { wr_id } = outcome {
+                    let g = expected.iter().find(|(_, e)| e.0 == wr_id).map(|(g, _)| *g).unwrap();
+                    delivered.push((g, wr_id, status));
+                }
+            }
+            for x in t.take_windows().iter() {
+                prop_assert!(released.insert(x), "{:?} released twice", x);
+            }
+            let all: HashSet<WindowUse> = holder.keys().copied().collect();
+            prop_assert_eq!(released, all, "every window comes back once");
+            let want: Vec<(u64, u64, u32)> = expected.iter()
+                .filter_map(|(g, (wr_id, err, wants))| match err {
+                    Some(s) => Some((*g, *wr_id, *s)),
+                    None if *wants => Some((*g, *wr_id, IBV_WC_SUCCESS)),
+                    None => None,
+                })
+                .collect();
+            prop_assert_eq!(delivered, want);
+        }
+    }
 }
