@@ -584,5 +584,98 @@ mod tests {
             }
             prop_assert_eq!(expect_remote, raddr + total);
         }
+
+        /// The same with the engine's other inputs: SGEs kept as they are (any length, zero
+        /// included) mixed with virtual ones, a remote side that is absent, kept or virtual,
+        /// and unsplittable opcodes. An unsplittable plan is one part or the documented
+        /// refusal, and a refusal for too many SGEs is exactly what splitting would fix.
+        #[test]
+        fn plan_with_kept_sges_and_every_remote_kind(
+            shift in 12u32..15,
+            raw in proptest::collection::vec(
+                (proptest::bool::weighted(0.3), 0u64..60000, 0u32..20000), 1..6),
+            remote_kind in 0u8..3,
+            roff in 0u64..70000,
+            splittable in proptest::prelude::any::<bool>(),
+            max_sge in 1usize..5,
+        ) {
+            let geom = Geometry { iova: 0x40_0000, len: 1 << 17, window_shift: shift };
+            let sges: Vec<SgeClass> = raw.iter().map(|&(kept, o, l)| {
+                if kept {
+                    SgeClass::Keep(ibv_sge { addr: 0x7000_0000 + o, length: l, lkey: 3 })
+                } else {
+                    let len = l.clamp(1, ((1u64 << 17) - o.min((1 << 17) - 1)) as u32);
+                    let addr = geom.iova + o.min((1 << 17) - u64::from(len));
+                    SgeClass::Virtual { addr, len, region: 1, geom }
+                }
+            }).collect();
+            let total: u64 = sges.iter().map(SgeClass::len).sum();
+            let rgeom = Geometry { iova: 0x80_0000, len: 1 << 18, window_shift: shift };
+            let raddr = rgeom.iova + roff.min(rgeom.len - total.min(rgeom.len));
+            let remote = match remote_kind {
+                0 => RemoteClass::None,
+                1 => RemoteClass::Keep { addr: 0x9000_0000 + roff, rkey: 8 },
+                _ => {
+                    prop_assume!(rgeom.contains(raddr, total));
+                    RemoteClass::Virtual { addr: raddr, geom: rgeom }
+                }
+            };
+            let want: Vec<u64> = sges.iter().flat_map(|s| match s {
+                SgeClass::Virtual { addr, len, .. } => *addr..*addr + u64::from(*len),
+                SgeClass::Keep(k) => k.addr..k.addr + u64::from(k.length),
+            }).collect();
+            let remote_windows = match remote {
+                RemoteClass::Virtual { addr, .. } if total > 0 => {
+                    rgeom.window_of(addr + total - 1) - rgeom.window_of(addr) + 1
+                }
+                _ => 1,
+            };
+            match plan(&sges, remote, splittable, max_sge) {
+                Err(PlanError::CrossesRemoteWindow) => {
+                    prop_assert!(!splittable && remote_windows > 1);
+                }
+                Err(PlanError::TooManySges { needed, max }) => {
+                    prop_assert!(!splittable && remote_windows == 1);
+                    prop_assert_eq!(max, max_sge);
+                    prop_assert!(needed > max);
+                    let split = plan(&sges, remote, true, max_sge).unwrap();
+                    prop_assert!(split.iter().all(|p| p.sges.len() <= max_sge));
+                    prop_assert_eq!(split.iter().map(|p| p.sges.len()).sum::<usize>(), needed);
+                }
+                Ok(parts) => {
+                    prop_assert!(!parts.is_empty());
+                    if !splittable {
+                        prop_assert_eq!(parts.len(), 1);
+                        prop_assert_eq!(remote_windows, 1);
+                    }
+                    prop_assert_eq!(stream_of(&parts), want);
+                    prop_assert_eq!(parts.iter().map(|p| p.len).sum::<u64>(), total);
+                    let mut moved = 0u64;
+                    for p in &parts {
+                        prop_assert!(p.sges.len() <= max_sge);
+                        prop_assert_eq!(p.len, p.sges.iter().map(PlannedSge::len).sum::<u64>());
+                        for s in &p.sges {
+                            if let PlannedSge::Window { addr, len, window } = s {
+                                let (ws, we) = geom.window_range(window.index);
+                                prop_assert!(*addr >= ws && addr + u64::from(*len) <= we);
+                            }
+                        }
+                        match (remote, p.remote) {
+                            (RemoteClass::None, None) => {}
+                            (RemoteClass::Keep { addr, rkey }, Some(PlannedRemote::Keep { addr: a, rkey: k })) => {
+                                prop_assert_eq!((a, k), (addr + moved, rkey));
+                            }
+                            (RemoteClass::Virtual { addr, .. }, Some(PlannedRemote::Window { addr: a, index })) => {
+                                prop_assert_eq!(a, addr + moved);
+                                let (ws, we) = rgeom.window_range(index);
+                                prop_assert!(a >= ws && a + p.len <= we.max(ws));
+                            }
+                            (r, got) => prop_assert!(false, "remote {:?} planned as {:?}", r, got),
+                        }
+                        moved += p.len;
+                    }
+                }
+            }
+        }
     }
 }
