@@ -132,8 +132,6 @@ pub enum Origin {
         last: bool,
         /// Whether the application wants a completion on success.
         wants_completion: bool,
-        /// The opcode the application posted (reported in synthesized completions).
-        app_opcode: u32,
     },
     /// The library's own WR; `token` identifies the waiter ([`NO_WAITER`]: nobody waits).
     Internal {
@@ -415,26 +413,6 @@ impl SendTracker {
     pub fn reported(&self, group: u64) -> bool {
         self.last_reported_group == Some(group)
     }
-
-    /// The application WRs with at least one part still outstanding, oldest first, and
-    /// whether each was already reported; used when the library must fail the rest of a queue.
-    pub fn pending_app_groups(&self) -> Vec<(u64, u64, u32)> {
-        let mut out: Vec<(u64, u64, u32)> = Vec::new();
-        for e in &self.entries {
-            if let Origin::App {
-                wr_id,
-                group,
-                app_opcode,
-                ..
-            } = e.origin
-                && out.last().map(|g| g.0) != Some(group)
-                && self.last_reported_group != Some(group)
-            {
-                out.push((group, wr_id, app_opcode));
-            }
-        }
-        out
-    }
 }
 
 /// The run of unsignaled WRs a QP's library has recorded since its last signaled one. Kept
@@ -584,7 +562,6 @@ mod tests {
             group,
             last,
             wants_completion: wants,
-            app_opcode: 0,
         }
     }
 
@@ -762,7 +739,6 @@ mod tests {
         );
         assert_eq!(rel.iter().collect::<Vec<_>>(), vec![w(7)]);
         assert!(!t.has_retired());
-        assert_eq!(t.pending_app_groups(), vec![]);
         t.retire(vec![w(8)].into());
         let last = t.record(Origin::Internal { token: NO_WAITER }, vec![w(9)].into());
         assert_eq!(
@@ -847,21 +823,6 @@ mod tests {
                 .map(|(_, w)| w.iter().collect::<Vec<_>>()),
             Some(vec![other])
         );
-    }
-
-    #[test]
-    fn pending_groups_skip_reported_ones() {
-        let mut t = SendTracker::new();
-        let g1 = t.next_group();
-        let a = t.record(app(1, g1, false, true), WinList::new());
-        t.record(app(1, g1, true, true), WinList::new());
-        let g2 = t.next_group();
-        t.record(app(2, g2, true, false), WinList::new());
-        assert_eq!(
-            t.complete(a, IBV_WC_LOC_PROT_ERR).1,
-            Outcome::Deliver { wr_id: 1 }
-        );
-        assert_eq!(t.pending_app_groups(), vec![(g2, 2, 0)]);
     }
 
     /// One step of the property test below.

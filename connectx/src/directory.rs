@@ -391,10 +391,10 @@ pub fn answer_overtaken(bytes: &[u8], ticket: u64) -> bool {
 ///
 /// The owner keeps one book per region; the requester keeps a mirror for its connection. Both
 /// apply the same deterministic rule when a request is granted, so the requester knows which of
-/// its leases the grant ended without another message: windows of the range not yet held are
-/// appended in ascending order, and while the lessee holds more than `cap` windows its oldest
-/// lease ends. A range never covers more than [`MAX_REQUEST_WINDOWS`] ≤ `cap` windows, so a
-/// grant never ends a lease it creates. Ending a lease at grant time is safe because the
+/// its leases the grant ended without another message: the range's windows move to the back in
+/// ascending order (those already held too, which renews them), and while the lessee holds
+/// more than `cap` windows its oldest lease ends. A range never covers more than
+/// [`MAX_REQUEST_WINDOWS`] ≤ `cap` windows, so a grant never ends a lease of its own range. Ending a lease at grant time is safe because the
 /// requester posts nothing while it waits for the answer and RC executes its earlier work
 /// requests before the request itself (docs/connectx.md §5).
 ///
@@ -437,17 +437,27 @@ impl LeaseBook {
             change.dropped.extend(q.drain(..));
             *held_epoch = epoch;
         }
-        for w in first..first.saturating_add(count.min(MAX_REQUEST_WINDOWS)) {
-            if q.contains(&w) {
-                continue;
+        let range = first..first.saturating_add(count.min(MAX_REQUEST_WINDOWS));
+        // The range's windows go to the back, those already held included, so that the
+        // evictions below only end leases outside it (the range is at most the cap).
+        let mut already = Vec::new();
+        q.retain(|w| {
+            let inside = range.contains(w);
+            if inside {
+                already.push(*w);
             }
+            !inside
+        });
+        for w in range {
             q.push_back(w);
-            change.added.push(w);
-            if q.len() > self.cap
-                && let Some(old) = q.pop_front()
-            {
-                change.dropped.push(old);
+            if !already.contains(&w) {
+                change.added.push(w);
             }
+        }
+        while q.len() > self.cap
+            && let Some(old) = q.pop_front()
+        {
+            change.dropped.push(old);
         }
         change
     }
@@ -741,6 +751,16 @@ mod tests {
         assert!(!b.holds(1, 40));
     }
 
+    #[test]
+    fn a_grant_never_ends_a_lease_of_its_own_range() {
+        let mut b = LeaseBook::new(16);
+        b.grant(1, 0, 5, 16); // holds 5..=20, 5 the oldest
+        let c = b.grant(1, 0, 4, 2); // 4 new, 5 held: 5 must survive
+        assert_eq!(c.added, vec![4]);
+        assert_eq!(c.dropped, vec![6]);
+        assert!(b.holds(1, 4) && b.holds(1, 5));
+    }
+
     proptest! {
         /// The requester's mirror, updated only from answered grants, always holds a subset of
         /// what the owner's book holds, even when the requester forgets everything after a
@@ -750,8 +770,18 @@ mod tests {
             let mut owner = LeaseBook::new(16);
             let mut mirror = LeaseBook::new(16);
             let mut epoch = 0u32;
+            let mut owner_epoch = epoch;
             for (first, count, answered) in ops {
-                owner.grant(7, epoch, first, count);
+                let change = owner.grant(7, epoch, first, count);
+                let range = first..first + count.min(MAX_REQUEST_WINDOWS);
+                for w in range.clone() {
+                    prop_assert!(owner.holds(7, w), "the grant of {:?} does not hold {}", range, w);
+                }
+                if owner_epoch == epoch {
+                    // (A new epoch ends every old lease first, those of the range too.)
+                    prop_assert!(change.dropped.iter().all(|w| !range.contains(w)));
+                }
+                owner_epoch = epoch;
                 if answered {
                     mirror.grant(7, epoch, first, count);
                 } else {

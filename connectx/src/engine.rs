@@ -2504,6 +2504,11 @@ impl QpCtl {
                 // responder refuses it.
                 return Err(PostFail::Status(IBV_WC_REM_INV_REQ_ERR));
             }
+            Err(PlanError::RemoteOutsideRegion) => {
+                // Not reached: `classify_remote` keeps an outside range as it is. Failed as
+                // the responder would fail an access outside its region.
+                return Err(PostFail::Status(IBV_WC_REM_ACCESS_ERR));
+            }
         };
         let wants = app.send_flags & IBV_SEND_SIGNALED != 0 || self.sq_sig_all;
         let group = self.track.lock().send.next_group();
@@ -2579,7 +2584,6 @@ impl QpCtl {
                         group,
                         last,
                         wants_completion: wants,
-                        app_opcode: op,
                     },
                     windows,
                 );
@@ -2967,7 +2971,6 @@ impl QpCtl {
                 group,
                 last: true,
                 wants_completion: wants,
-                app_opcode: app.opcode,
             },
             windows,
         );

@@ -128,6 +128,7 @@ impl QpCtl {
                 if l.header.exported && l.geom.contains(raddr, len) {
                     RemoteClass::Virtual {
                         addr: raddr,
+                        len,
                         geom: l.geom,
                     }
                 } else {

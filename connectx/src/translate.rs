@@ -113,6 +113,9 @@ pub enum RemoteClass {
     Virtual {
         /// Remote IOVA.
         addr: u64,
+        /// Bytes of the peer's region the WR touches, which the classifier found inside it:
+        /// the SGE total for RDMA, 8 for an atomic (whatever its SGE says).
+        len: u64,
         /// The peer region's geometry.
         geom: Geometry,
     },
@@ -209,6 +212,9 @@ pub enum PlanError {
     },
     /// An unsplittable WR's remote range crosses a window of the peer's region.
     CrossesRemoteWindow,
+    /// The remote range is not inside the peer's region, or an RDMA WR's remote length is not
+    /// its SGE total (the classifier's mistake: refused rather than planned past the region).
+    RemoteOutsideRegion,
 }
 
 /// Plans one application WR.
@@ -231,31 +237,40 @@ pub fn plan(
         RemoteClass::Keep { addr, rkey } => {
             vec![(0, total, Some(PlannedRemote::Keep { addr, rkey }))]
         }
-        RemoteClass::Virtual { addr, geom } => {
-            let mut segs = Vec::new();
-            let mut off = 0u64;
-            if total == 0 {
-                segs.push((
-                    0,
-                    0,
-                    Some(PlannedRemote::Window {
-                        addr,
-                        index: geom.window_of(addr),
-                    }),
-                ));
+        RemoteClass::Virtual { addr, len, geom } => {
+            let inside = if len == 0 {
+                addr >= geom.iova && addr < geom.end()
+            } else {
+                geom.contains(addr, len)
+            };
+            if !inside || (splittable && len != total) {
+                return Err(PlanError::RemoteOutsideRegion);
             }
-            while off < total {
-                let at = addr + off;
-                let index = geom.window_of(at);
-                let (_, wend) = geom.window_range(index);
-                let seg = (wend - at).min(total - off);
-                segs.push((off, seg, Some(PlannedRemote::Window { addr: at, index })));
-                off += seg;
+            let first = geom.window_of(addr);
+            if !splittable || total == 0 {
+                // One WR: its remote bytes (an atomic's 8, not its SGE's length) must lie in
+                // one window.
+                if len > 0 && geom.window_of(addr + len - 1) != first {
+                    return Err(PlanError::CrossesRemoteWindow);
+                }
+                vec![(0, total, Some(PlannedRemote::Window { addr, index: first }))]
+            } else {
+                let mut segs = Vec::new();
+                let mut off = 0u64;
+                while off < total {
+                    let at = addr + off;
+                    let index = geom.window_of(at);
+                    let (_, wend) = geom.window_range(index);
+                    // Inside the region (checked above), so every window has bytes left.
+                    let seg = wend.saturating_sub(at).min(total - off);
+                    if seg == 0 {
+                        return Err(PlanError::RemoteOutsideRegion);
+                    }
+                    segs.push((off, seg, Some(PlannedRemote::Window { addr: at, index })));
+                    off += seg;
+                }
+                segs
             }
-            if segs.len() > 1 && !splittable {
-                return Err(PlanError::CrossesRemoteWindow);
-            }
-            segs
         }
     };
 
@@ -434,6 +449,7 @@ mod tests {
     fn a_write_across_remote_windows_is_split_per_remote_window() {
         let remote = RemoteClass::Virtual {
             addr: 0x20_0f80,
+            len: 0x100,
             geom: Geometry {
                 iova: 0x20_0000,
                 len: 1 << 20,
@@ -503,6 +519,50 @@ mod tests {
     }
 
     #[test]
+    fn an_atomic_plans_its_8_remote_bytes_not_its_sge_length() {
+        let geom = Geometry {
+            iova: 0x10_0000,
+            len: 0x1_0000,
+            window_shift: 12,
+        };
+        let local = virt(0x10_0800, 16);
+        let at_end = RemoteClass::Virtual {
+            addr: geom.iova + geom.len - 8,
+            len: 8,
+            geom,
+        };
+        let parts = plan(&[local], at_end, false, 1).unwrap();
+        assert_eq!(parts.len(), 1);
+        assert_eq!(parts[0].len, 16);
+        assert_eq!(
+            parts[0].remote,
+            Some(PlannedRemote::Window {
+                addr: geom.iova + geom.len - 8,
+                index: 15
+            })
+        );
+        // Remote ranges the classifier should not have let through are refused, not planned.
+        let past = RemoteClass::Virtual {
+            addr: geom.iova + geom.len - 8,
+            len: 16,
+            geom,
+        };
+        assert_eq!(
+            plan(&[local], past, true, 1),
+            Err(PlanError::RemoteOutsideRegion)
+        );
+        let short = RemoteClass::Virtual {
+            addr: geom.iova,
+            len: 8,
+            geom,
+        };
+        assert_eq!(
+            plan(&[local], short, true, 1),
+            Err(PlanError::RemoteOutsideRegion)
+        );
+    }
+
+    #[test]
     fn zero_length_wr_keeps_one_part() {
         let keep = SgeClass::Keep(ibv_sge {
             addr: 1,
@@ -556,7 +616,7 @@ mod tests {
             let rgeom = Geometry { iova: 0x80_0000, len: 1 << 18, window_shift: rshift };
             let raddr = rgeom.iova + roff.min(rgeom.len - total.min(rgeom.len));
             prop_assume!(rgeom.contains(raddr, total));
-            let parts = plan(&sges, RemoteClass::Virtual { addr: raddr, geom: rgeom }, true, max_sge).unwrap();
+            let parts = plan(&sges, RemoteClass::Virtual { addr: raddr, len: total, geom: rgeom }, true, max_sge).unwrap();
             let want: Vec<u64> = sges.iter().flat_map(|s| match s {
                 SgeClass::Virtual { addr, len, .. } => *addr..*addr + u64::from(*len),
                 SgeClass::Keep(_) => 0..0,
@@ -617,7 +677,7 @@ mod tests {
                 1 => RemoteClass::Keep { addr: 0x9000_0000 + roff, rkey: 8 },
                 _ => {
                     prop_assume!(rgeom.contains(raddr, total));
-                    RemoteClass::Virtual { addr: raddr, geom: rgeom }
+                    RemoteClass::Virtual { addr: raddr, len: total, geom: rgeom }
                 }
             };
             let want: Vec<u64> = sges.iter().flat_map(|s| match s {
@@ -633,6 +693,9 @@ mod tests {
             match plan(&sges, remote, splittable, max_sge) {
                 Err(PlanError::CrossesRemoteWindow) => {
                     prop_assert!(!splittable && remote_windows > 1);
+                }
+                Err(PlanError::RemoteOutsideRegion) => {
+                    prop_assert!(false, "an inside remote range was refused");
                 }
                 Err(PlanError::TooManySges { needed, max }) => {
                     prop_assert!(!splittable && remote_windows == 1);

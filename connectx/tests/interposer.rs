@@ -428,6 +428,47 @@ fn atomics_execute_exactly_once() {
     );
 }
 
+/// A fetch-and-add whose SGE is longer than the 8 bytes it moves, aimed at the last 8 bytes of
+/// the peer's region: the remote range is those 8 bytes (the library planned the SGE's 16
+/// past the region's end, and `ibv_post_send` never returned). The result is plain verbs'.
+#[test]
+fn an_atomic_with_a_long_sge_at_the_end_of_the_region_behaves_as_plain_verbs() {
+    let run = |p: Pair| {
+        let mut a_buf = Buf::new(64 * 1024);
+        let mut b_buf = Buf::new(64 * 1024);
+        b_buf[64 * KIB - 8..].copy_from_slice(&5u64.to_le_bytes());
+        let amr = p.a.reg(&mut a_buf, ALL_ACCESS);
+        let bmr = p.b.reg(&mut b_buf, ALL_ACCESS);
+        let mut s = [sge(&a_buf, 0, 16, keys(amr).0)];
+        let mut wr = ibv_send_wr::zeroed();
+        wr.wr_id = 3;
+        wr.opcode = IBV_WR_ATOMIC_FETCH_AND_ADD;
+        wr.send_flags = IBV_SEND_SIGNALED;
+        wr.sg_list = s.as_mut_ptr();
+        wr.num_sge = 1;
+        let target = b_buf.as_ptr() as u64 + 64 * 1024 - 8;
+        wr.set_atomic(target, 1, 0, keys(bmr).1);
+        let rc = post_send(p.qa, &mut wr).0;
+        let status = if rc == 0 {
+            poll(p.a.cq, 1).first().map(|w| w.status)
+        } else {
+            None
+        };
+        let remote = u64::from_le_bytes(b_buf[64 * KIB - 8..].try_into().unwrap());
+        (rc, status, remote)
+    };
+    let plain = run(connected(Host::plain(), Host::plain()));
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let got = run(pair(1 << 20, 16 * 1024));
+        let _ = tx.send(got);
+    });
+    let with_library = rx
+        .recv_timeout(std::time::Duration::from_secs(5))
+        .expect("ibv_post_send returned");
+    assert_eq!(with_library, plain);
+}
+
 #[test]
 fn invalid_lkey_and_sge_outside_region_give_local_protection_error() {
     for case in 0..3 {
