@@ -3,7 +3,8 @@
 //! Registers, reset values and access types follow QEMU's `hw/dma/xlnx-zdma.c` (which
 //! encodes UG1087's register database: ISR and TOTAL_BYTE W1C, IMR read-only behind IEN/IDS,
 //! IRQ_*_ACCT clear on read, CTRL0 reset 0x80, DATA_ATTR reset 0x0483_D20F, 32-bit accesses
-//! only, a decode error sets ISR.INV_APB); offsets also match Linux `zynqmp_dma.c`.
+//! only, a decode error sets ISR.INV_APB); offsets also match Linux `zynqmp_dma.c`. STATUS
+//! follows Xilinx's own driver instead, where QEMU differs (see [`state`]).
 //!
 //! Unlike QEMU's model, which ignores the result of its memory accesses, this one reports
 //! an error response as silicon does: a failed data read sets ISR.AXI_RD_DATA, a failed write
@@ -72,12 +73,15 @@ pub mod isr {
     pub const ALL: u32 = 0xfff;
 }
 
-/// STATUS.STATE values (QEMU's encoding).
+/// STATUS.STATE values, as silicon reports them (Xilinx embeddedsw `xzdma_hw.h`
+/// `XZDMA_STS_*`; QEMU's `xlnx-zdma` reports a running channel as 1, its paused code).
 pub mod state {
     /// Idle / done.
     pub const IDLE: u32 = 0;
+    /// Paused (not modelled: no descriptor command pauses a simple-mode transfer).
+    pub const PAUSED: u32 = 1;
     /// Running.
-    pub const BUSY: u32 = 1;
+    pub const BUSY: u32 = 2;
     /// Done with an error.
     pub const ERROR: u32 = 3;
 }

@@ -122,6 +122,8 @@ fn resume_before_fsr_clear_hangs_the_master_until_a_correct_resume() {
     // The master hangs: a bounded wait turns it into a typed error.
     assert!(matches!(ch.wait(), Err(DmaError::Timeout { bytes: 0, .. })));
     assert_eq!(contents(&dst, 16), vec![0xee; 16]);
+    // STATUS still says busy (silicon's code 2), so the channel cannot be reprogrammed.
+    assert_eq!(ch.init(), Err(DmaError::Busy));
 
     smmu.inject_bug(InjectedBug::ResumeBeforeFsrClear, false);
     smmu.resume(cb, ResumeAction::Retry).unwrap();

@@ -158,7 +158,7 @@ impl<B: RegisterBus, D: DelayNs> ZdmaChannel<B, D> {
     /// [`DmaError::Busy`] if the channel is running.
     pub fn init(&mut self) -> Result<()> {
         let regs = self.regs()?;
-        if regs.status().matches_all(STATUS::STATE::Busy) {
+        if channel_active(&regs) {
             return Err(DmaError::Busy);
         }
         regs.ids().set(ALL_INTERRUPTS);
@@ -199,7 +199,7 @@ impl<B: RegisterBus, D: DelayNs> ZdmaChannel<B, D> {
     pub fn start(&mut self, transfer: &Transfer) -> Result<()> {
         transfer.validate()?;
         let regs = self.regs()?;
-        if self.running || regs.status().matches_all(STATUS::STATE::Busy) {
+        if self.running || channel_active(&regs) {
             return Err(DmaError::Busy);
         }
         let isr = regs.isr().get();
@@ -294,6 +294,16 @@ impl<B: RegisterBus, D: DelayNs> ZdmaChannel<B, D> {
     pub fn is_running(&self) -> bool {
         self.running
     }
+}
+
+/// Whether STATUS says the channel is in the middle of a transfer: busy or paused. The two
+/// codes are 1 and 2 in either order (silicon and QEMU disagree, see [`STATUS`]); both are
+/// "not done", so testing for either keeps the driver right on both.
+fn channel_active<B: RegisterBus>(regs: &ZdmaRegs<'_, B>) -> bool {
+    matches!(
+        regs.status().read_as_enum(STATUS::STATE),
+        Some(STATUS::STATE::Value::Busy | STATUS::STATE::Value::Paused)
+    )
 }
 
 fn poll_channel<B: RegisterBus>(

@@ -71,19 +71,24 @@ pub mod fields {
             /// Descriptor over-fetch.
             OVR_FETCH OFFSET(7) NUMBITS(1) []
         ],
-        /// STATUS (`ZDMA_CH_STATUS` 0x11C, read-only). STATE as QEMU's model encodes it:
-        /// 0 done/disabled, 1 busy, 2 paused, 3 done with error.
+        /// STATUS (`ZDMA_CH_STATUS` 0x11C, read-only). STATE as Xilinx's own bare-metal
+        /// driver decodes it (embeddedsw `zdma/src/xzdma_hw.h` `XZDMA_STS_*` and
+        /// `XZDma_ChannelState` in `xzdma.c`): 0 done, 1 paused, 2 busy, 3 done with an error.
+        /// QEMU's `xlnx-zdma` model swaps the middle two (it stores its `ENABLED = 1` /
+        /// `PAUSED = 2` state there), so the driver treats both as "the channel is active" and
+        /// works with either encoding.
         pub STATUS [
             /// Channel state.
             STATE OFFSET(0) NUMBITS(2) [
-                /// Idle (done without error).
-                Idle = 0,
-                /// Running.
-                Busy = 1,
-                /// Paused.
-                Paused = 2,
+                /// Done without error (also the reset state).
+                Done = 0,
+                /// Paused (by a descriptor's PAUSE command; QEMU reports a running channel
+                /// here).
+                Paused = 1,
+                /// Running (QEMU reports a paused channel here).
+                Busy = 2,
                 /// Done with an error.
-                Error = 3
+                DoneWithError = 3
             ]
         ],
         /// SRC/DST_DSCR_WORD2 (0x130 / 0x140): transfer size.

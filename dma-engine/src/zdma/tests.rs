@@ -21,16 +21,23 @@ enum Behaviour {
     Copy,
     /// Raise this ISR bit after `bytes` bytes.
     Fail { bit: u32, bytes: u32 },
-    /// Never finish (a transaction held by the SMMU).
-    Hold,
+    /// Never finish (a transaction held by the SMMU), reporting this STATUS.STATE code
+    /// meanwhile: [`SILICON_BUSY`] or [`QEMU_BUSY`].
+    Hold { state: u32 },
 }
+
+/// STATUS.STATE of a running channel on silicon (Xilinx's `XZDMA_STS_BUSY_MASK`).
+const SILICON_BUSY: u32 = 2;
+/// STATUS.STATE of a running channel in QEMU's `xlnx-zdma` (its `ENABLED`).
+const QEMU_BUSY: u32 = 1;
 
 struct FakeChannel {
     mem: Arc<HostDma>,
     words: HashMap<usize, u32>,
     isr: u32,
     imr: u32,
-    busy: bool,
+    /// STATUS.STATE.
+    state: u32,
     total: u32,
     behaviour: Behaviour,
 }
@@ -42,7 +49,7 @@ impl FakeChannel {
             words: HashMap::new(),
             isr: 0,
             imr: 0xfff,
-            busy: false,
+            state: 0,
             // TOTAL_BYTE is not cleared by the driver's start: a left-over count must not matter.
             total: 100,
             behaviour,
@@ -66,8 +73,10 @@ impl FakeChannel {
             Behaviour::Fail { bit, bytes } => {
                 self.total += bytes;
                 self.isr |= bit;
+                // Done with an error: not a running channel, in either encoding.
+                self.state = 3;
             }
-            Behaviour::Hold => self.busy = true,
+            Behaviour::Hold { state } => self.state = state,
         }
     }
 }
@@ -80,7 +89,7 @@ impl RegisterModel for FakeChannel {
         u64::from(match offset {
             0x100 => self.isr,
             0x104 => self.imr,
-            0x11c => u32::from(self.busy),
+            0x11c => self.state,
             0x188 => self.total,
             _ => self.word(offset),
         })
@@ -213,29 +222,36 @@ fn axi_errors_become_retransmittable_errors_with_the_bytes_done() {
 
 #[test]
 fn a_held_transfer_times_out_and_a_busy_channel_refuses_a_second_start() {
-    let (_mem, model) = setup(Behaviour::Hold);
-    let config = ZdmaConfig {
-        timeout_us: 50,
-        ..ZdmaConfig::DEFAULT
-    };
-    let mut ch = ZdmaChannel::new(&model, NoDelay::default(), config).unwrap();
-    ch.init().unwrap();
-    let t = Transfer {
-        src: 0x1000,
-        dst: 0x2000,
-        len: 64,
-    };
-    ch.start(&t).unwrap();
-    assert_eq!(ch.poll(), Ok(ChannelStatus::Busy));
-    assert_eq!(ch.start(&t), Err(DmaError::Busy));
-    assert_eq!(
-        ch.wait(),
-        Err(DmaError::Timeout {
-            waited_us: 50,
-            bytes: 0
-        })
-    );
-    assert_eq!(ch.init(), Err(DmaError::Busy), "hardware still busy");
+    // Silicon and QEMU encode a running channel differently; the driver must see both.
+    for state in [SILICON_BUSY, QEMU_BUSY] {
+        let (_mem, model) = setup(Behaviour::Hold { state });
+        let config = ZdmaConfig {
+            timeout_us: 50,
+            ..ZdmaConfig::DEFAULT
+        };
+        let mut ch = ZdmaChannel::new(&model, NoDelay::default(), config).unwrap();
+        ch.init().unwrap();
+        let t = Transfer {
+            src: 0x1000,
+            dst: 0x2000,
+            len: 64,
+        };
+        ch.start(&t).unwrap();
+        assert_eq!(ch.poll(), Ok(ChannelStatus::Busy));
+        assert_eq!(ch.start(&t), Err(DmaError::Busy));
+        assert_eq!(
+            ch.wait(),
+            Err(DmaError::Timeout {
+                waited_us: 50,
+                bytes: 0
+            })
+        );
+        assert_eq!(
+            ch.init(),
+            Err(DmaError::Busy),
+            "hardware still busy (STATE {state})"
+        );
+    }
 }
 
 #[test]
