@@ -372,7 +372,14 @@ impl SqEntry {
                 }
                 SqOp::SendMsg
             }
-            3 => SqOp::Nop,
+            3 => {
+                // LENGTH and SRC_VA are "0 otherwise" (§4.1); DST_VA means nothing without a
+                // block either. A NOP's message is not sent, so its length is not bounded below.
+                if w0.length() != 0 || src != 0 || dst != 0 {
+                    return Err(bad("fields unused by NOP"));
+                }
+                SqOp::Nop
+            }
             _ => return Err(bad("opcode")),
         };
         Ok(SqEntry {
@@ -513,7 +520,13 @@ impl RqEntry {
         let w1 = RqWord1(word(bytes, 1));
         let w2 = word(bytes, 2);
         let bad = |what| DmaError::BadEntry { what };
-        if w2 > 0xff || w1.0 >> 52 != 0 || (3..8).any(|i| word(bytes, i) != 0) {
+        // Word 0 bits 7:4 and 31:16 are not fields of §4.3.
+        const W0_RESERVED: u64 = 0xffff_00f0;
+        if w0.0 & W0_RESERVED != 0
+            || w2 > 0xff
+            || w1.0 >> 52 != 0
+            || (3..8).any(|i| word(bytes, i) != 0)
+        {
             return Err(bad("reserved bits"));
         }
         let kind = match w0.kind() {
@@ -665,9 +678,16 @@ impl WcqEntry {
         if w0.0 & 0xfe != 0 || w0.index() > 0xff || w3.0 >> 4 != 0 {
             return Err(bad("reserved bits"));
         }
+        let status = EntryStatus::from_code(w0.status()).ok_or(bad("status"))?;
+        // The syndrome belongs to a DST_FAULT entry, whose terminated access is a write: VALID
+        // and WRITE are set together there and nowhere else, with no response bits alone.
+        let syndrome = status == EntryStatus::DstFault;
+        if w3.valid() != syndrome || w3.write() != syndrome || (!syndrome && w3.resp() != 0) {
+            return Err(bad("fault syndrome"));
+        }
         Ok(WcqEntry {
             phase: w0.phase(),
-            status: EntryStatus::from_code(w0.status()).ok_or(bad("status"))?,
+            status,
             slot: w0.index() as u8,
             bytes: w0.bytes(),
             cookie: word(bytes, 1),
