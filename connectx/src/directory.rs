@@ -394,9 +394,10 @@ pub fn answer_overtaken(bytes: &[u8], ticket: u64) -> bool {
 /// its leases the grant ended without another message: the range's windows move to the back in
 /// ascending order (those already held too, which renews them), and while the lessee holds
 /// more than `cap` windows its oldest lease ends. A range never covers more than
-/// [`MAX_REQUEST_WINDOWS`] ≤ `cap` windows, so a grant never ends a lease of its own range. Ending a lease at grant time is safe because the
-/// requester posts nothing while it waits for the answer and RC executes its earlier work
-/// requests before the request itself (docs/connectx.md §5).
+/// [`MAX_REQUEST_WINDOWS`] ≤ `cap` windows, so a grant never ends a lease of its own range.
+/// Ending a lease at grant time is safe because the requester posts nothing while it waits for
+/// the answer and RC executes its earlier work requests before the request itself
+/// (docs/connectx.md §5).
 ///
 /// A requester that did not see the answer to a request cannot know what it changed; it
 /// forgets all its leases and moves to a new *epoch*. The owner ends all of a lessee's leases
@@ -437,22 +438,16 @@ impl LeaseBook {
             change.dropped.extend(q.drain(..));
             *held_epoch = epoch;
         }
-        let range = first..first.saturating_add(count.min(MAX_REQUEST_WINDOWS));
         // The range's windows go to the back, those already held included, so that the
         // evictions below only end leases outside it (the range is at most the cap).
-        let mut already = Vec::new();
-        q.retain(|w| {
-            let inside = range.contains(w);
-            if inside {
-                already.push(*w);
+        for w in first..first.saturating_add(count.min(MAX_REQUEST_WINDOWS)) {
+            match q.iter().position(|&held| held == w) {
+                Some(at) => {
+                    q.remove(at);
+                }
+                None => change.added.push(w),
             }
-            !inside
-        });
-        for w in range {
             q.push_back(w);
-            if !already.contains(&w) {
-                change.added.push(w);
-            }
         }
         while q.len() > self.cap
             && let Some(old) = q.pop_front()
