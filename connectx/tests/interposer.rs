@@ -394,13 +394,7 @@ fn atomics_execute_exactly_once() {
     let target = b_buf.as_ptr() as u64 + 40 * 1024;
     for i in 0..10u64 {
         let mut s = [sge(&a_buf, 8 * i as usize, 8, alkey)];
-        let mut wr = ibv_send_wr::zeroed();
-        wr.wr_id = i;
-        wr.opcode = IBV_WR_ATOMIC_FETCH_AND_ADD;
-        wr.send_flags = IBV_SEND_SIGNALED;
-        wr.sg_list = s.as_mut_ptr();
-        wr.num_sge = 1;
-        wr.set_atomic(target, 3, 0, brkey);
+        let mut wr = atomic(IBV_WR_ATOMIC_FETCH_AND_ADD, i, &mut s, target, 3, 0, brkey);
         assert_eq!(post_send(p.qa, &mut wr).0, 0);
     }
     let wcs = poll(p.a.cq, 10);
@@ -413,13 +407,7 @@ fn atomics_execute_exactly_once() {
     }
     // Compare-and-swap.
     let mut s = [sge(&a_buf, 200, 8, alkey)];
-    let mut wr = ibv_send_wr::zeroed();
-    wr.wr_id = 50;
-    wr.opcode = IBV_WR_ATOMIC_CMP_AND_SWP;
-    wr.send_flags = IBV_SEND_SIGNALED;
-    wr.sg_list = s.as_mut_ptr();
-    wr.num_sge = 1;
-    wr.set_atomic(target, 30, 99, brkey);
+    let mut wr = atomic(IBV_WR_ATOMIC_CMP_AND_SWP, 50, &mut s, target, 30, 99, brkey);
     assert_eq!(post_send(p.qa, &mut wr).0, 0);
     assert_eq!(poll(p.a.cq, 1)[0].status, IBV_WC_SUCCESS);
     assert_eq!(
@@ -440,14 +428,16 @@ fn an_atomic_with_a_long_sge_at_the_end_of_the_region_behaves_as_plain_verbs() {
         let amr = p.a.reg(&mut a_buf, ALL_ACCESS);
         let bmr = p.b.reg(&mut b_buf, ALL_ACCESS);
         let mut s = [sge(&a_buf, 0, 16, keys(amr).0)];
-        let mut wr = ibv_send_wr::zeroed();
-        wr.wr_id = 3;
-        wr.opcode = IBV_WR_ATOMIC_FETCH_AND_ADD;
-        wr.send_flags = IBV_SEND_SIGNALED;
-        wr.sg_list = s.as_mut_ptr();
-        wr.num_sge = 1;
         let target = b_buf.as_ptr() as u64 + 64 * 1024 - 8;
-        wr.set_atomic(target, 1, 0, keys(bmr).1);
+        let mut wr = atomic(
+            IBV_WR_ATOMIC_FETCH_AND_ADD,
+            3,
+            &mut s,
+            target,
+            1,
+            0,
+            keys(bmr).1,
+        );
         let rc = post_send(p.qa, &mut wr).0;
         let status = if rc == 0 {
             poll(p.a.cq, 1).first().map(|w| w.status)

@@ -329,6 +329,26 @@ pub fn rdma(
     w
 }
 
+/// A signaled atomic work request (`compare_add`, then `swap` for a compare-and-swap).
+pub fn atomic(
+    opcode: u32,
+    wr_id: u64,
+    sges: &mut [ibv_sge],
+    raddr: u64,
+    compare_add: u64,
+    swap: u64,
+    rkey: u32,
+) -> ibv_send_wr {
+    let mut w = ibv_send_wr::zeroed();
+    w.wr_id = wr_id;
+    w.opcode = opcode;
+    w.sg_list = sges.as_mut_ptr();
+    w.num_sge = sges.len() as i32;
+    w.send_flags = IBV_SEND_SIGNALED;
+    w.set_atomic(raddr, compare_add, swap, rkey);
+    w
+}
+
 /// Page-aligned zeroed memory (a Vec<u8> view over an mmap), freed on drop.
 pub struct Buf {
     ptr: *mut u8,
