@@ -51,7 +51,7 @@ use hal::barrier::Barrier;
 use hal::delay::DelayNs;
 use hal::dma::{DmaDirection, DmaMemory, DmaRegion};
 use hal::regs::RegisterBus;
-use hal::{Iova, PageSize, PhysAddr};
+use hal::{HalError, Iova, PageSize, PhysAddr};
 use smmu_driver::SmmuError;
 use smmu_driver::fault::{
     AccessKind, FaultCost, FaultDecision, FaultHandler, FaultKind, FaultRecord, FaultResolver,
@@ -837,7 +837,7 @@ where
         report.evictions = pager.stats().evictions;
         smmu.shutdown()?;
         drop(table);
-        dma.free(pager.into_frames())?;
+        dma.free(pager.into_frames()).map_err(HalError::from)?;
         Ok(report)
     }
 

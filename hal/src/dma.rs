@@ -155,6 +155,25 @@ impl DmaRegion {
     }
 }
 
+/// A free the allocator refused because the region is not one it handed out (another
+/// allocator's, or already freed). The region comes back untouched, so freeing into the wrong
+/// allocator loses nothing: the caller can still free it into the right one.
+#[derive(Debug)]
+pub struct RefusedFree {
+    /// Why: [`HalError::DmaUnknownRegion`].
+    pub error: HalError,
+    /// The region, as it was passed in.
+    pub region: DmaRegion,
+}
+
+impl From<RefusedFree> for HalError {
+    /// Gives the region up for the error, for callers that can only report. Its memory is never
+    /// released, so this leaks it, but nothing can reuse it under a live pointer either.
+    fn from(refused: RefusedFree) -> Self {
+        refused.error
+    }
+}
+
 /// An allocator of DMA memory.
 ///
 /// # Implementation safety
@@ -165,8 +184,9 @@ impl DmaRegion {
 pub unsafe trait DmaMemory {
     /// Allocates `pages` zeroed 4 KiB pages, physically contiguous.
     fn allocate(&self, pages: usize, direction: DmaDirection) -> Result<DmaRegion>;
-    /// Returns a region to the allocator.
-    fn free(&self, region: DmaRegion) -> Result<()>;
+    /// Returns a region to the allocator. A region it did not hand out is refused and given
+    /// back in the error.
+    fn free(&self, region: DmaRegion) -> core::result::Result<(), RefusedFree>;
     /// Makes CPU writes in `region` visible to the device (cache clean on non-coherent
     /// systems). Coherent implementations only need a store barrier.
     fn sync_for_device(&self, _region: &DmaRegion) {
@@ -378,19 +398,39 @@ unsafe impl<const WORDS: usize> DmaMemory for PoolDma<WORDS> {
         Ok(unsafe { DmaRegion::from_raw_parts(cpu, bus, len, direction) })
     }
 
-    fn free(&self, region: DmaRegion) -> Result<()> {
-        let unknown = HalError::DmaUnknownRegion {
-            bus: region.bus_addr().as_u64(),
+    fn free(&self, region: DmaRegion) -> core::result::Result<(), RefusedFree> {
+        let Some(first) = self.page_of(&region) else {
+            return Err(RefusedFree::unknown(region));
         };
-        let offset = region.bus_addr().offset_from(self.bus_base)? as usize;
-        // The CPU side too: a region of another allocator at the same bus addresses must not
-        // free (and later hand out again) pages of this one.
-        let ours = self.cpu_base.as_ptr().wrapping_add(offset);
-        if !offset.is_multiple_of(DMA_PAGE) || !core::ptr::eq(region.cpu_ptr().as_ptr(), ours) {
-            return Err(unknown);
+        let pages = region.len().div_ceil(DMA_PAGE);
+        match self.bitmap.with(|b| b.free(first, pages)) {
+            Ok(()) => Ok(()),
+            Err(_) => Err(RefusedFree::unknown(region)),
         }
-        self.bitmap
-            .with(|b| b.free(offset / DMA_PAGE, region.len().div_ceil(DMA_PAGE)))
+    }
+}
+
+impl<const WORDS: usize> PoolDma<WORDS> {
+    /// The pool page `region` starts at, if it can be one of this pool's regions: page
+    /// aligned at or above the base on the bus, and at the matching CPU address (a region of
+    /// another allocator at the same bus addresses must not free pages of this one).
+    fn page_of(&self, region: &DmaRegion) -> Option<usize> {
+        let offset = region.bus_addr().offset_from(self.bus_base).ok()?;
+        let offset = usize::try_from(offset).ok()?;
+        let ours = self.cpu_base.as_ptr().wrapping_add(offset);
+        (offset.is_multiple_of(DMA_PAGE) && core::ptr::eq(region.cpu_ptr().as_ptr(), ours))
+            .then_some(offset / DMA_PAGE)
+    }
+}
+
+impl RefusedFree {
+    fn unknown(region: DmaRegion) -> Self {
+        Self {
+            error: HalError::DmaUnknownRegion {
+                bus: region.bus_addr().as_u64(),
+            },
+            region,
+        }
     }
 }
 
@@ -475,6 +515,16 @@ mod host {
                 .used_pages()
         }
 
+        /// The arena page `region` starts at, if it can be one of this arena's regions (in
+        /// the arena on the bus, page aligned, and at the matching CPU address: a region of
+        /// another allocator at the same bus addresses must not free pages of this one).
+        fn page_of(&self, region: &DmaRegion) -> Option<usize> {
+            let offset = self.offset_of(region.bus_addr(), region.len()).ok()?;
+            let ours = self.arena.as_ptr().wrapping_add(offset);
+            (offset.is_multiple_of(DMA_PAGE) && core::ptr::eq(region.cpu_ptr().as_ptr(), ours))
+                .then_some(offset / DMA_PAGE)
+        }
+
         fn offset_of(&self, addr: PhysAddr, len: usize) -> Result<usize> {
             let err = HalError::PhysOutOfRange {
                 addr: addr.as_u64(),
@@ -555,24 +605,20 @@ mod host {
             })
         }
 
-        fn free(&self, region: DmaRegion) -> Result<()> {
-            let offset = self
-                .offset_of(region.bus_addr(), region.len())
-                .map_err(|_| HalError::DmaUnknownRegion {
-                    bus: region.bus_addr().as_u64(),
-                })?;
-            // The CPU side too: a region of another allocator at the same bus addresses must
-            // not free (and later hand out again) pages of this one.
-            let ours = self.arena.as_ptr().wrapping_add(offset);
-            if !offset.is_multiple_of(DMA_PAGE) || !core::ptr::eq(region.cpu_ptr().as_ptr(), ours) {
-                return Err(HalError::DmaUnknownRegion {
-                    bus: region.bus_addr().as_u64(),
-                });
-            }
-            self.bitmap
+        fn free(&self, region: DmaRegion) -> core::result::Result<(), RefusedFree> {
+            let Some(first) = self.page_of(&region) else {
+                return Err(RefusedFree::unknown(region));
+            };
+            let pages = region.len().div_ceil(DMA_PAGE);
+            let freed = self
+                .bitmap
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
-                .free(offset / DMA_PAGE, region.len().div_ceil(DMA_PAGE))
+                .free(first, pages);
+            match freed {
+                Ok(()) => Ok(()),
+                Err(_) => Err(RefusedFree::unknown(region)),
+            }
         }
     }
 
@@ -755,17 +801,63 @@ mod tests {
         let ra = a.allocate(1, DmaDirection::Bidirectional).unwrap();
         let rb = b.allocate(1, DmaDirection::Bidirectional).unwrap();
         let bus = ra.bus_addr().as_u64();
-        let ra = match b.free(ra) {
-            Err(HalError::DmaUnknownRegion { bus: at }) if at == bus => {
-                // Refused, and b's page stays rb's alone; ra goes back where it belongs.
-                assert_eq!(b.used_pages(), 1);
-                a.allocate(1, DmaDirection::Bidirectional).unwrap()
-            }
-            other => panic!("freed into the wrong allocator: {other:?}"),
-        };
+        let RefusedFree { error, region: ra } = b.free(ra).expect_err("freed into b");
+        assert_eq!(error, HalError::DmaUnknownRegion { bus });
+        // Refused, and b's page stays rb's alone; the region itself came back, so it can still
+        // go home.
+        assert_eq!(b.used_pages(), 1);
         a.free(ra).unwrap();
         b.free(rb).unwrap();
-        assert_eq!(a.used_pages(), 1, "the first region of a was never freed");
+        assert_eq!((a.used_pages(), b.used_pages()), (0, 0));
+        // A double free is refused the same way.
+        let r = a.allocate(1, DmaDirection::Bidirectional).unwrap();
+        // SAFETY: a second handle to r's memory, used only to be freed (and refused).
+        let twin =
+            unsafe { DmaRegion::from_raw_parts(r.cpu_ptr(), r.bus_addr(), r.len(), r.direction()) };
+        a.free(r).unwrap();
+        let refused = a.free(twin).expect_err("double free");
+        assert_eq!(refused.error, HalError::DmaUnknownRegion { bus });
+    }
+
+    #[test]
+    fn a_pool_refuses_a_foreign_region_and_gives_it_back() {
+        #[repr(align(4096))]
+        struct Pages([u8; 4 * DMA_PAGE]);
+        let mut low = Box::new(Pages([0; 4 * DMA_PAGE]));
+        let mut high = Box::new(Pages([0; 4 * DMA_PAGE]));
+        let low_base = NonNull::new(low.0.as_mut_ptr()).unwrap();
+        let high_base = NonNull::new(high.0.as_mut_ptr()).unwrap();
+        // SAFETY: each pool's buffer outlives it and every region, and is used only through it.
+        let below = unsafe { PoolDma::<1>::new(low_base, PhysAddr::new(0x1000_0000), 4) }.unwrap();
+        // SAFETY: as above.
+        let above = unsafe { PoolDma::<1>::new(high_base, PhysAddr::new(0x2000_0000), 4) }.unwrap();
+        let foreign = below.allocate(2, DmaDirection::ToDevice).unwrap();
+        // Below `above`'s base on the bus: unknown to it, not an address overflow.
+        let refused = above.free(foreign).expect_err("a region of another pool");
+        assert_eq!(
+            refused.error,
+            HalError::DmaUnknownRegion { bus: 0x1000_0000 }
+        );
+        assert_eq!(refused.region.len(), 2 * DMA_PAGE, "given back whole");
+        below.free(refused.region).unwrap();
+        // Above the base, but at another CPU address: refused, given back, and `above` keeps
+        // its books.
+        let mine = above.allocate(1, DmaDirection::ToDevice).unwrap();
+        let foreign = below.allocate(1, DmaDirection::ToDevice).unwrap();
+        // SAFETY: a handle naming `below`'s memory at `above`'s bus address, only to be freed.
+        let impostor = unsafe {
+            DmaRegion::from_raw_parts(
+                foreign.cpu_ptr(),
+                mine.bus_addr(),
+                DMA_PAGE,
+                DmaDirection::ToDevice,
+            )
+        };
+        let refused = above.free(impostor).expect_err("wrong CPU address");
+        assert_eq!(refused.region.cpu_ptr(), foreign.cpu_ptr());
+        above.free(mine).unwrap();
+        below.free(foreign).unwrap();
+        drop((below, above, low, high));
     }
 
     #[test]

@@ -101,6 +101,6 @@ impl Ring {
 
     /// Hands the memory back.
     pub(crate) fn release<D: DmaMemory + ?Sized>(self, dma: &D) -> Result<()> {
-        Ok(dma.free(self.region)?)
+        Ok(dma.free(self.region).map_err(hal::HalError::from)?)
     }
 }

@@ -26,10 +26,10 @@ mod target {
         self, Buffers, EduDma, Hardware, Report, Scenario, StaleTlbReport, WINDOW_BYTES,
     };
     use firmware::{Boot, FirmwareError, Result, Verdict, println};
-    use hal::PhysAddr;
     use hal::delay::CounterDelay;
     use hal::dma::{DmaDirection, DmaMemory, DmaRegion, PoolDma};
     use hal::regs::MmioBus;
+    use hal::{HalError, PhysAddr};
     use smmu_driver::fault::StreamId;
     use smmu_driver::v3::Smmuv3;
     use smmu_driver::v3::regs::offset::FRAME_SIZE;
@@ -260,8 +260,8 @@ mod target {
             }
         );
         drop(bufs);
-        pool.free(backing_region)?;
-        pool.free(reference_region)?;
+        pool.free(backing_region).map_err(HalError::from)?;
+        pool.free(reference_region).map_err(HalError::from)?;
         Ok(Outcome { main, tiny, stale })
     }
 }

@@ -88,7 +88,7 @@ mod invalidate;
 use core::ops::Deref;
 
 use hal::dma::{DMA_PAGE, DmaDirection, DmaMemory, DmaRegion};
-use hal::{Iova, PageSize, PhysAddr};
+use hal::{HalError, Iova, PageSize, PhysAddr};
 
 pub use attrs::{Attributes, MairIndex, Permissions, STANDARD_MAIR, Shareability};
 pub use invalidate::{Invalidations, MAX_INVALIDATION_RUNS, TlbInvalidation, TlbMaintenance};
@@ -713,7 +713,7 @@ impl<M: Deref<Target: DmaMemory>> PageTable<M> {
                     .is_some_and(|end| end <= 1 << self.config.output_bits);
                 if !fits {
                     let bus = region.bus_addr();
-                    self.dma.free(region)?;
+                    self.dma.free(region).map_err(HalError::from)?;
                     return Err(SmmuError::OutputAddressOutOfRange {
                         phys: bus,
                         bits: self.config.output_bits,

@@ -7,8 +7,8 @@
 
 use core::ops::Deref;
 
-use hal::PhysAddr;
 use hal::dma::{DMA_PAGE, DmaDirection, DmaMemory, DmaRegion};
+use hal::{HalError, PhysAddr};
 
 use crate::{Result, SmmuError};
 
@@ -113,7 +113,7 @@ impl AlignedDma {
         let offset = (aligned - bus) as usize;
         if offset + bytes > region.len() {
             // Cannot happen with the slack above; refuse rather than overrun.
-            dma.free(region)?;
+            dma.free(region).map_err(HalError::from)?;
             return Err(SmmuError::InvalidConfig {
                 what: "aligned DMA region too small",
             });
@@ -168,7 +168,7 @@ impl AlignedDma {
 
     /// Returns the memory to `dma`.
     pub fn free<M: Deref<Target: DmaMemory>>(self, dma: &M) -> Result<()> {
-        Ok(dma.free(self.region)?)
+        Ok(dma.free(self.region).map_err(HalError::from)?)
     }
 }
 
