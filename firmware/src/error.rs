@@ -213,6 +213,17 @@ pub enum FirmwareError {
         /// The INTID.
         intid: u32,
     },
+    /// A PCI function's INTx route was asked for, but it sits behind a bridge: each bridge
+    /// swizzles the pin (PCI-to-PCI Bridge spec §9.1), which this firmware does not walk.
+    #[error(
+        "PCI function on bus {bus} is behind a bridge (root bus {root_bus}): its INTx route is unknown"
+    )]
+    PciIntxBehindBridge {
+        /// The function's bus.
+        bus: u8,
+        /// The host bridge's (root) bus.
+        root_bus: u8,
+    },
     /// edu was asked for a DMA while one was running.
     #[error("edu: a DMA is still running")]
     EduBusy,
@@ -309,6 +320,7 @@ impl FirmwareError {
             Self::EduBusy => 63,
             Self::EduDmaTimeout => 64,
             Self::EduDmaRange { .. } => 65,
+            Self::PciIntxBehindBridge { .. } => 66,
             Self::UnexpectedEvent { .. } => 70,
             Self::RetransmitLimit { .. } => 71,
             Self::PagerExhausted => 72,

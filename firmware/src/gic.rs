@@ -11,7 +11,9 @@
 //! bits 0-1, ARE/ARE_NS bit 4, DS bit 6, RWP bit 31), `GICD_TYPER.ITLinesNumber` (bits 4:0),
 //! `GICD_IGROUPR<n>` (0x0080), `GICD_ISENABLER<n>` (0x0100), `GICD_IPRIORITYR<n>` (0x0400),
 //! `GICD_ICFGR<n>` (0x0C00), `GICD_IROUTER<n>` (0x6000 + 8n), `GICR_WAKER` (RD_base 0x0014:
-//! ProcessorSleep bit 1, ChildrenAsleep bit 2), and the CPU interface system registers
+//! ProcessorSleep bit 1, ChildrenAsleep bit 2), the SGI_base frame (RD_base + 64 KiB) with
+//! `GICR_IGROUPR0` (0x0080), `GICR_ISENABLER0` (0x0100) and `GICR_IPRIORITYR<n>` (0x0400) for
+//! a PE's own PPIs, and the CPU interface system registers
 //! `ICC_SRE_EL1`/`ICC_SRE_EL2`, `ICC_PMR_EL1`, `ICC_IGRPEN1_EL1`.
 //!
 //! QEMU `virt` (7.2, `gic-version=3`): distributor at 0x0800_0000, redistributors from
@@ -34,14 +36,25 @@ pub const VIRT_GICR: u64 = 0x080a_0000;
 pub const GICR_SIZE: usize = 0x2_0000;
 /// First SPI INTID.
 pub const FIRST_SPI: u32 = 32;
+/// First PPI INTID (INTIDs 16-31 are PPIs).
+pub const FIRST_PPI: u32 = 16;
+/// Offset of a redistributor's SGI_base frame from its RD_base frame (IHI0069 §12.10).
+pub const SGI_FRAME: usize = 0x1_0000;
 
-/// The INTID of PCI INTx `pin` (1 = INTA .. 4 = INTD) of the device in `slot` on QEMU
-/// `virt`'s root bus: SPI `3 + (pin - 1 + slot) % 4` (QEMU 7.2 `create_pcie_irq_map`).
-pub const fn virt_pci_intx(slot: u8, pin: u8) -> Option<u32> {
-    if pin < 1 || pin > 4 || slot > 31 {
-        return None;
+/// The INTID of PCI INTx `pin` (1 = INTA .. 4 = INTD) of the device in `slot` on `bus`, on
+/// QEMU `virt`: SPI `3 + (pin - 1 + slot) % 4` (QEMU 7.2 `create_pcie_irq_map`). That map holds
+/// on the root bus only (`bus == root_bus`); behind a bridge the pin is swizzled again at each
+/// bridge, which is refused rather than guessed.
+pub fn virt_pci_intx(root_bus: u8, bus: u8, slot: u8, pin: u8) -> Result<u32> {
+    if bus != root_bus {
+        return Err(FirmwareError::PciIntxBehindBridge { bus, root_bus });
     }
-    Some(FIRST_SPI + 3 + ((pin as u32 - 1 + slot as u32) % 4))
+    if !(1..=4).contains(&pin) || slot > 31 {
+        return Err(FirmwareError::InterruptOutOfRange {
+            intid: u32::from(pin),
+        });
+    }
+    Ok(FIRST_SPI + 3 + ((u32::from(pin) - 1 + u32::from(slot)) % 4))
 }
 
 #[allow(missing_docs)]
@@ -101,6 +114,20 @@ hal::register_block! {
         (0x0000 => pub ctlr: Rw u32),
         /// GICR_WAKER.
         (0x0014 => pub waker: Rw u32, GICR_WAKER::Register),
+    }
+    size = 0x1_0000;
+}
+
+hal::register_block! {
+    /// One redistributor's SGI_base frame (the registers this module uses): the SGIs and PPIs
+    /// of its PE.
+    pub struct RedistributorSgi {
+        /// GICR_IGROUPR0: one bit per SGI/PPI, 1 = Group 1.
+        (0x0080 => pub igroupr0: Rw u32),
+        /// GICR_ISENABLER0: write 1 to enable an SGI/PPI.
+        (0x0100 => pub isenabler0: Rw u32),
+        /// GICR_IPRIORITYR<n>: one byte per SGI/PPI.
+        (0x0400 => pub ipriorityr: [Rw u32; 8, stride 4]),
     }
     size = 0x1_0000;
 }
@@ -169,6 +196,29 @@ pub fn route_spi_to_cpu0<B: RegisterBus + ?Sized, R: RegisterBus + ?Sized>(
     })
 }
 
+/// Enables PPI `intid` (16-31) of the PE behind redistributor `gicr` (RD_base and SGI_base
+/// frames) as Group 1 at priority 0xa0, e.g. a generic timer's interrupt, and wakes the
+/// redistributor. Its trigger mode is left as the PE's timer wires it (level). Idempotent.
+pub fn enable_ppi<R: RegisterBus + ?Sized>(gicr: &R, intid: u32) -> Result<()> {
+    if !(FIRST_PPI..FIRST_SPI).contains(&intid) {
+        return Err(FirmwareError::InterruptOutOfRange { intid });
+    }
+    let sgi = RedistributorSgi::new(gicr, SGI_FRAME)?;
+    let bit = 1u32 << intid;
+    sgi.igroupr0().set(sgi.igroupr0().get() | bit);
+    let priority = sgi.ipriorityr((intid / 4) as usize)?;
+    let shift = (intid % 4) * 8;
+    priority.set((priority.get() & !(0xff << shift)) | (0xa0 << shift));
+    // ISENABLER0 is write-1-to-set: write only our bit.
+    sgi.isenabler0().set(bit);
+    let rd = Redistributor::new(gicr, 0)?;
+    rd.waker()
+        .set(rd.waker().get() & !GICR_WAKER::PROCESSOR_SLEEP::SET.value);
+    wait("GICR_WAKER.ChildrenAsleep", || {
+        !rd.waker().is_set(GICR_WAKER::CHILDREN_ASLEEP)
+    })
+}
+
 /// Enables the GICv3 CPU interface for Group 1 at the current exception level (EL1 or EL2)
 /// with every priority unmasked, and keeps IRQs masked in PSTATE, so a pending interrupt
 /// only ends a `wfi`.
@@ -211,13 +261,6 @@ pub fn enable_cpu_interface(el: u8) -> Result<()> {
     Ok(())
 }
 
-/// Waits for an interrupt (`wfi`). Returns on any wake-up event.
-#[cfg(all(target_arch = "aarch64", target_os = "none"))]
-pub fn wait_for_interrupt() {
-    // SAFETY: `wfi` only suspends the core until a wake-up event; no state changes.
-    unsafe { core::arch::asm!("dsb sy", "wfi", options(nomem, nostack)) };
-}
-
 #[cfg(test)]
 mod tests {
     use hal::model::{ModelBus, RegisterModel};
@@ -239,6 +282,9 @@ mod tests {
         router: Vec<u64>,
         waker: u32,
         asleep_reads: u32,
+        ppi_group: u32,
+        ppi_enable: u32,
+        ppi_priority: [u32; 8],
     }
 
     impl Gic {
@@ -254,13 +300,16 @@ mod tests {
                 router: vec![0xdead; 1020],
                 waker: 0b110, // asleep
                 asleep_reads: 0,
+                ppi_group: 0,
+                ppi_enable: 0,
+                ppi_priority: [0; 8],
             }
         }
     }
 
     impl RegisterModel for Gic {
         fn size(&self) -> usize {
-            0x2_0000
+            0x3_0000
         }
         fn read(&mut self, offset: usize, _: AccessWidth) -> u64 {
             match offset {
@@ -292,6 +341,10 @@ mod tests {
                     }
                     u64::from(w)
                 }
+                // Its SGI_base frame follows at +0x2_0000.
+                0x2_0080 => u64::from(self.ppi_group),
+                0x2_0100 => u64::from(self.ppi_enable),
+                0x2_0400..0x2_0420 => u64::from(self.ppi_priority[(offset - 0x2_0400) / 4]),
                 _ => 0,
             }
         }
@@ -311,6 +364,9 @@ mod tests {
                     self.waker = v & 0b110;
                     self.asleep_reads = 2;
                 }
+                0x2_0080 => self.ppi_group = v,
+                0x2_0100 => self.ppi_enable |= v,
+                0x2_0400..0x2_0420 => self.ppi_priority[(offset - 0x2_0400) / 4] = v,
                 _ => {}
             }
         }
@@ -332,10 +388,31 @@ mod tests {
     #[test]
     fn edu_intx_is_intid_37_on_virt() {
         // SPI 3 + (pin A = 0 + slot 2) % 4 = SPI 5 = INTID 32 + 5.
-        assert_eq!(virt_pci_intx(2, 1), Some(37));
-        assert_eq!(virt_pci_intx(1, 4), Some(35), "SPI 3 + (3 + 1) % 4");
-        assert_eq!(virt_pci_intx(2, 0), None);
-        assert_eq!(virt_pci_intx(2, 5), None);
+        assert_eq!(virt_pci_intx(0, 0, 2, 1), Ok(37));
+        assert_eq!(virt_pci_intx(0, 0, 1, 4), Ok(35), "SPI 3 + (3 + 1) % 4");
+        assert_eq!(
+            virt_pci_intx(0, 0, 2, 0),
+            Err(FirmwareError::InterruptOutOfRange { intid: 0 })
+        );
+        assert_eq!(
+            virt_pci_intx(0, 0, 2, 5),
+            Err(FirmwareError::InterruptOutOfRange { intid: 5 })
+        );
+        // A root bus that is not 0 is still the root bus.
+        assert_eq!(virt_pci_intx(4, 4, 2, 1), Ok(37));
+    }
+
+    #[test]
+    fn an_intx_behind_a_bridge_is_refused_not_guessed() {
+        // edu at slot 0 behind a root port on bus 1: the root-bus map would say SPI 3, but
+        // the pin reaching the host bridge is the port's, swizzled by its slot.
+        assert_eq!(
+            virt_pci_intx(0, 1, 0, 1),
+            Err(FirmwareError::PciIntxBehindBridge {
+                bus: 1,
+                root_bus: 0
+            })
+        );
     }
 
     #[test]
@@ -360,6 +437,28 @@ mod tests {
             0,
             "ProcessorSleep and ChildrenAsleep clear"
         );
+    }
+
+    #[test]
+    fn enables_one_ppi_in_the_redistributor_and_wakes_it() {
+        let bus = ModelBus::new(Gic::new());
+        let gicr = Offset(&bus, 0x1_0000);
+        bus.lock().ppi_priority[6] = 0x1122_3344;
+        enable_ppi(&gicr, 27).unwrap();
+        let g = bus.lock();
+        assert_eq!(g.ppi_group, 1 << 27, "Group 1");
+        assert_eq!(g.ppi_enable, 1 << 27);
+        // IPRIORITYR6 byte 3 (27 = 4 * 6 + 3) = 0xa0, the other bytes kept.
+        assert_eq!(g.ppi_priority[6], 0xa022_3344);
+        assert_eq!(g.waker & 0b110, 0, "redistributor awake");
+        assert_eq!(g.enable, [0; 32], "no SPI touched");
+        drop(g);
+        for intid in [15, 32] {
+            assert_eq!(
+                enable_ppi(&gicr, intid),
+                Err(FirmwareError::InterruptOutOfRange { intid })
+            );
+        }
     }
 
     #[test]
@@ -394,7 +493,7 @@ mod tests {
                 self.0.write(offset + 0x1_0000, width, value)
             }
             fn size(&self) -> usize {
-                0x1_0000
+                0x2_0000
             }
         }
         let _ = gicr;

@@ -139,6 +139,7 @@ pub mod psci;
 #[cfg(all(target_arch = "aarch64", target_os = "none"))]
 pub mod rt;
 pub mod smmuv3_faults;
+pub mod timer;
 pub mod verdict;
 pub mod zynqmp_smmu_faults;
 

@@ -90,8 +90,11 @@ pub const MAX_TRANSFER: usize = 0xff0;
 pub const MAX_ATTEMPTS: u32 = 8;
 /// edu's DMA-completion interrupt status bit.
 const DMA_IRQ: u32 = 0x100;
-/// Completion polls (each after one `wait`) before a DMA counts as lost.
-const DMA_WAITS: u32 = 1_000_000;
+/// How long one edu DMA may take before it counts as lost: edu completes a DMA 100 ms of QEMU
+/// virtual time after it starts (`hw/misc/edu.c`, `dma_rw` arms `dma_timer` at +100 ms).
+pub const DMA_DEADLINE_MS: u64 = 2_000;
+/// Longest single sleep between completion polls: a lost interrupt costs at most this.
+pub const DMA_POLL_MS: u64 = 10;
 const NONE: u16 = u16::MAX;
 
 /// Which way an edu DMA goes.
@@ -123,15 +126,16 @@ impl<'a, B: RegisterBus + ?Sized> EduDma<'a, B> {
     }
 
     /// Runs one DMA of `len` bytes between IOVA `iova` and offset `offset` of the buffer, and
-    /// waits for it: `wait` is called between completion polls (a `wfi` on the target, woken
-    /// by edu's interrupt). Raises edu's completion interrupt and acknowledges it.
+    /// waits for it: `wait` sleeps between completion polls (a `wfi` on the target, woken by
+    /// edu's interrupt or a timer) and ends the DMA as lost when its time is up. Raises edu's
+    /// completion interrupt and acknowledges it.
     pub fn transfer(
         &self,
         direction: Direction,
         iova: u64,
         offset: u64,
         len: u64,
-        wait: &mut dyn FnMut(),
+        wait: &mut dyn DmaWait,
     ) -> Result<()> {
         let range = FirmwareError::EduDmaRange { offset, len, iova };
         let buffer_end = offset.checked_add(len).ok_or(range)?;
@@ -153,16 +157,72 @@ impl<'a, B: RegisterBus + ?Sized> EduDma<'a, B> {
         self.regs.barrier(Barrier::DsbSt);
         // Command: bit 0 start, bit 1 direction (1 = to memory), bit 2 interrupt when done.
         self.regs.dma_command().set(1 | (to_memory << 1) | 4);
-        for _ in 0..DMA_WAITS {
+        wait.start();
+        loop {
             if self.regs.dma_command().get() & 1 == 0 {
                 self.regs.interrupt_ack().set(DMA_IRQ);
                 // edu's writes must be visible before the CPU reads the frames.
                 self.regs.barrier(Barrier::DsbLd);
                 return Ok(());
             }
-            wait();
+            if !wait.wait() {
+                return Err(FirmwareError::EduDmaTimeout);
+            }
         }
-        Err(FirmwareError::EduDmaTimeout)
+    }
+}
+
+/// How the CPU spends the time between edu completion polls, and when it gives up on a DMA.
+pub trait DmaWait {
+    /// A DMA was just started.
+    fn start(&mut self);
+    /// Sleeps until something may have changed (edu's interrupt, or a backstop, so that a lost
+    /// interrupt cannot hang the run). Returns false, without sleeping, once the DMA has had
+    /// its time.
+    fn wait(&mut self) -> bool;
+}
+
+/// A [`DmaWait`] with a deadline on a free-running counter: a DMA may take `budget` ticks from
+/// [`start`](DmaWait::start), and each wait sleeps at most `slice` of them (`sleep(ticks)`
+/// returns early on an interrupt). On the target, `now` is the generic timer's counter and
+/// `sleep` a `wfi` with the virtual timer as backstop
+/// ([`crate::timer::wait_for_interrupt_at_most`]).
+pub struct CounterWait<N, S> {
+    now: N,
+    sleep: S,
+    budget: u64,
+    slice: u64,
+    deadline: u64,
+}
+
+impl<N: FnMut() -> u64, S: FnMut(u64)> CounterWait<N, S> {
+    /// A wait on a counter of `hz` ticks per second: [`DMA_DEADLINE_MS`] per DMA, sleeps of at
+    /// most [`DMA_POLL_MS`].
+    pub fn new(hz: u64, now: N, sleep: S) -> Self {
+        let per_ms = hz.div_ceil(1000).max(1);
+        let budget = per_ms.saturating_mul(DMA_DEADLINE_MS);
+        Self {
+            now,
+            sleep,
+            budget,
+            slice: per_ms.saturating_mul(DMA_POLL_MS),
+            deadline: 0,
+        }
+    }
+}
+
+impl<N: FnMut() -> u64, S: FnMut(u64)> DmaWait for CounterWait<N, S> {
+    fn start(&mut self) {
+        self.deadline = (self.now)().saturating_add(self.budget);
+    }
+
+    fn wait(&mut self) -> bool {
+        let now = (self.now)();
+        if now >= self.deadline {
+            return false;
+        }
+        (self.sleep)(self.slice.min(self.deadline - now));
+        true
     }
 }
 
@@ -692,8 +752,8 @@ pub struct Hardware<'h, B: RegisterBus + ?Sized, E: RegisterBus + ?Sized, M, D> 
     pub dma: M,
     /// The delay the SMMU driver polls with.
     pub delay: D,
-    /// Called while waiting for a DMA (the target executes `wfi`).
-    pub wait: &'h mut dyn FnMut(),
+    /// How to wait for a DMA (the target executes `wfi`, with a timer as backstop).
+    pub wait: &'h mut dyn DmaWait,
 }
 
 /// CPU-only memory of a run: the backing store and the reference ([`WINDOW_BYTES`] each).
@@ -750,7 +810,7 @@ where
     handler: FaultHandler<StandardPolicy>,
     reference: &'w mut [u8],
     edu: &'s EduDma<'h, E>,
-    wait: &'s mut (dyn FnMut() + 'h),
+    wait: &'s mut (dyn DmaWait + 'h),
     stream: StreamId,
     rng: Rng,
     report: Report,

@@ -8,8 +8,9 @@
 //! command-queue error recovered from, and the stale TLB detected.
 //!
 //! edu's DMA takes 100 ms of QEMU virtual time; the program waits with `wfi` for edu's INTx
-//! (through the GICv3), and `cargo xtask qemu` runs QEMU with `-icount shift=0,sleep=off`, so
-//! idle virtual time is skipped instead of waited for.
+//! (through the GICv3), with the virtual timer armed 10 ms ahead so that a lost interrupt
+//! cannot hang it (a DMA not done after 2 s is lost), and `cargo xtask qemu` runs QEMU with
+//! `-icount shift=0,sleep=off`, so idle virtual time is skipped instead of waited for.
 //!
 //! Run it with `cargo xtask qemu smmuv3-faults`.
 #![cfg_attr(target_os = "none", no_std, no_main)]
@@ -19,13 +20,14 @@ mod target {
     use core::ptr::NonNull;
 
     use firmware::edu::{self, EduRegs};
-    use firmware::gic;
     use firmware::pci::{self, Ecam, MmioAllocator, PciHost};
     use firmware::platform::{MemRegion, virt};
     use firmware::smmuv3_faults::{
-        self, Buffers, EduDma, Hardware, Report, Scenario, StaleTlbReport, WINDOW_BYTES,
+        self, Buffers, CounterWait, EduDma, Hardware, Report, Scenario, StaleTlbReport,
+        WINDOW_BYTES,
     };
     use firmware::{Boot, FirmwareError, Result, Verdict, println};
+    use firmware::{gic, timer};
     use hal::delay::CounterDelay;
     use hal::dma::{DmaDirection, DmaMemory, DmaRegion, PoolDma};
     use hal::regs::MmioBus;
@@ -128,12 +130,13 @@ mod target {
         Ok((base, POOL_PAGES))
     }
 
-    /// A CPU-only buffer carved from the pool.
-    fn buffer(region: &DmaRegion) -> &mut [u8] {
-        // SAFETY: the region was just allocated from the pool and is owned by the caller
-        // for the whole run; it is never mapped for a device (only the pager's frames are),
-        // so plain slice access cannot race a DMA. It is normal write-back memory in the
-        // identity map.
+    /// A CPU-only buffer carved from the pool, borrowed from its region for as long as it is
+    /// used (so no second slice of the same memory can exist).
+    fn buffer(region: &mut DmaRegion) -> &mut [u8] {
+        // SAFETY: the region was allocated from the pool and is exclusively borrowed for the
+        // slice's lifetime, so nothing else reaches this memory meanwhile; it is never mapped
+        // for a device (only the pager's frames are), so plain slice access cannot race a DMA.
+        // It is normal write-back memory in the identity map.
         unsafe { core::slice::from_raw_parts_mut(region.cpu_ptr().as_ptr(), region.len()) }
     }
 
@@ -167,17 +170,19 @@ mod target {
             1,
             MemRegion::new(gic::VIRT_GICR, gic::GICR_SIZE as u64),
         );
-        let intid =
-            gic::virt_pci_intx(bdf.device(), pin).ok_or(FirmwareError::InterruptOutOfRange {
-                intid: u32::from(pin),
-            })?;
+        let intid = gic::virt_pci_intx(ecam.first_bus(), bdf.bus(), bdf.device(), pin)?;
         let gicd_bus = device_window(boot, gicd.base, gic::GICD_SIZE as u64)?;
         let gicr_bus = device_window(boot, gicr.base, gic::GICR_SIZE as u64)?;
         gic::route_spi_to_cpu0(&gicd_bus, &gicr_bus, intid, true)?;
+        // The virtual timer ends a `wfi` whose interrupt never comes (a lost DMA).
+        gic::enable_ppi(&gicr_bus, timer::VIRTUAL_TIMER_INTID)?;
         gic::enable_cpu_interface(boot.el)?;
         println!(
-            "GICv3 {:#x}/{:#x}: INTID {intid} -> CPU 0 (wfi wake-up)",
-            gicd.base, gicr.base
+            "GICv3 {:#x}/{:#x}: INTID {intid} -> CPU 0 (wfi wake-up), virtual timer INTID {} \
+             as backstop",
+            gicd.base,
+            gicr.base,
+            timer::VIRTUAL_TIMER_INTID
         );
 
         let smmu_reg = dt_reg(
@@ -215,11 +220,15 @@ mod target {
             pool_base + (pages * 4096) as u64
         );
         let window_pages = WINDOW_BYTES / 4096;
-        let backing_region = pool.allocate(window_pages, DmaDirection::Bidirectional)?;
-        let reference_region = pool.allocate(window_pages, DmaDirection::Bidirectional)?;
+        let mut backing_region = pool.allocate(window_pages, DmaDirection::Bidirectional)?;
+        let mut reference_region = pool.allocate(window_pages, DmaDirection::Bidirectional)?;
 
         let edu_bus = device_window(boot, report.bar0.at.cpu, report.bar0.bar.size)?;
-        let mut wait = gic::wait_for_interrupt;
+        let mut wait = CounterWait::new(
+            CounterDelay::new().frequency(),
+            hal::sysreg::counter,
+            timer::wait_for_interrupt_at_most,
+        );
         let mut hw = Hardware {
             smmu: &smmu_bus,
             edu: EduDma::new(EduRegs::new(&edu_bus, 0)?),
@@ -229,8 +238,8 @@ mod target {
             wait: &mut wait,
         };
         let mut bufs = Buffers {
-            backing: buffer(&backing_region),
-            reference: buffer(&reference_region),
+            backing: buffer(&mut backing_region),
+            reference: buffer(&mut reference_region),
         };
         let log = &mut firmware::console::Console;
 

@@ -1,6 +1,7 @@
 //! The `smmuv3-faults` logic on the host: the SMMUv3 model of `smmu-driver` and an edu model
 //! that does its DMA through it, as QEMU 7.2's edu does (hw/misc/edu.c; SMMU notes §4).
 
+use std::cell::Cell;
 use std::sync::Arc;
 use std::vec;
 use std::vec::Vec;
@@ -19,7 +20,7 @@ const SID: u32 = 0x10;
 /// at once through the SMMU model, RUN (bit 0) clears and, with bit 2, interrupt status
 /// 0x100 is raised. While RUN is set, the address/count/command registers ignore writes.
 /// The buffer-side range check is QEMU 7.2's: a transfer that reaches the last byte of the
-/// buffer aborts QEMU (here: panics the test).
+/// buffer aborts QEMU (here: panics the test). A `stuck` edu starts a DMA and never ends it.
 struct EduModel {
     smmu: Arc<ModelBus<Smmuv3Model>>,
     buffer: [u8; 4096],
@@ -29,6 +30,7 @@ struct EduModel {
     command: u64,
     irq: u32,
     dmas: u64,
+    stuck: bool,
 }
 
 impl EduModel {
@@ -86,13 +88,81 @@ impl RegisterModel for EduModel {
             0x90 if !running => self.count = value,
             0x98 if !running => {
                 self.command = value;
-                if value & 1 != 0 {
+                if value & 1 != 0 && !self.stuck {
                     self.run();
                 }
             }
             _ => {}
         }
     }
+}
+
+/// A [`DmaWait`] on a simulated 1 MHz counter that each sleep advances by its length.
+fn clock_wait(clock: &Cell<u64>) -> impl DmaWait + '_ {
+    CounterWait::new(
+        1_000_000,
+        move || clock.get(),
+        move |ticks| clock.set(clock.get() + ticks),
+    )
+}
+
+#[test]
+fn a_dma_that_never_completes_is_lost_after_its_deadline_not_a_hang() {
+    let rig = Rig::new();
+    rig.edu.lock().stuck = true;
+    let edu = EduDma::new(EduRegs::new(&rig.edu, 0).unwrap());
+    let clock = Cell::new(5_000);
+    let sleeps = Cell::new(0u64);
+    let mut wait = CounterWait::new(
+        1_000_000,
+        || clock.get(),
+        |ticks| {
+            assert!(ticks <= 10_000, "a sleep longer than DMA_POLL_MS: {ticks}");
+            sleeps.set(sleeps.get() + 1);
+            clock.set(clock.get() + ticks);
+        },
+    );
+    assert_eq!(
+        edu.transfer(Direction::ToMemory, 0x10_0000, 0, 64, &mut wait),
+        Err(FirmwareError::EduDmaTimeout)
+    );
+    // 2 s at 1 MHz, in 10 ms sleeps: 200 of them, and the deadline exactly.
+    assert_eq!((sleeps.get(), clock.get()), (200, 5_000 + 2_000_000));
+    // The next DMA gets its own deadline (edu still runs the lost one: busy).
+    assert_eq!(
+        edu.transfer(Direction::ToMemory, 0x10_0000, 0, 64, &mut wait),
+        Err(FirmwareError::EduBusy)
+    );
+}
+
+#[test]
+fn each_dma_gets_its_own_deadline_and_short_sleeps_near_it() {
+    let clock = Cell::new(0);
+    let slept = Cell::new(Vec::new());
+    let mut wait = CounterWait::new(
+        1_000_000,
+        || clock.get(),
+        |ticks| {
+            let mut s = slept.take();
+            s.push(ticks);
+            slept.set(s);
+            clock.set(clock.get() + ticks + 2_000);
+        },
+    );
+    wait.start();
+    let mut waits = 0;
+    while wait.wait() {
+        waits += 1;
+    }
+    // Sleeps of 10 ms that each overran by 2 ms (the wake-up came late): 12 ms apart, so after
+    // 166 of them 8 ms are left, and the 167th sleeps just those.
+    let s = slept.take();
+    assert_eq!(waits, 167);
+    assert_eq!(s.last(), Some(&8_000));
+    assert!(s[..166].iter().all(|&t| t == 10_000));
+    clock.set(clock.get() + 123);
+    wait.start();
+    assert!(wait.wait(), "a new DMA starts with a full budget");
 }
 
 struct Rig {
@@ -116,6 +186,7 @@ impl Rig {
             command: 0,
             irq: 0,
             dmas: 0,
+            stuck: false,
         });
         Rig {
             mem,
@@ -133,7 +204,8 @@ impl Rig {
             &mut Buffers<'_>,
         ) -> T,
     ) -> T {
-        let mut wait = || {};
+        let clock = Cell::new(0);
+        let mut wait = clock_wait(&clock);
         let mut hw = Hardware {
             smmu: &*self.smmu,
             edu: EduDma::new(EduRegs::new(&self.edu, 0).unwrap()),
@@ -252,7 +324,8 @@ fn ignoring_the_event_queue_loses_data_and_the_check_sees_it() {
 fn edu_transfers_are_checked_before_the_device_sees_them() {
     let rig = Rig::new();
     let edu = EduDma::new(EduRegs::new(&rig.edu, 0).unwrap());
-    let mut wait = || {};
+    let clock = Cell::new(0);
+    let mut wait = clock_wait(&clock);
     // Offset + length must stay below 0xfff (QEMU 7.2 aborts on 0x40000 + 0x1000).
     for (offset, len, iova) in [
         (0, 0x1000, 0x40_0000),
