@@ -493,8 +493,12 @@ fn size_bar_decoding_off<B: RegisterBus + ?Sized>(
         return Ok(None);
     }
     if probed & 1 == 1 {
-        // I/O: bits 1:0 are flags; a 16-bit decoder hard-wires the upper half to zero.
+        // I/O: bits 1:0 are flags; a 16-bit decoder hard-wires the upper half to zero. With no
+        // writable address bit at all there is no range to decode: not implemented.
         let mut mask = probed & !0b11;
+        if mask == 0 {
+            return Ok(None);
+        }
         if mask >> 16 == 0 {
             mask |= 0xffff_0000;
         }

@@ -528,6 +528,31 @@ fn bar_sizing_reads_the_mask_with_decoding_off_and_restores_state() {
 }
 
 #[test]
+fn an_io_bar_without_address_bits_is_not_implemented() {
+    // Only the I/O flag reads back: no address bit is writable, so there is no range to
+    // decode (PCI Local Bus spec 3.0 §6.2.5.1), not a 64 KiB one.
+    let mut m = FakeEcam::new(1);
+    let mut f = FakeFunction::new(0x1234, 0x5678, [0xff, 0, 0], 0).io16(1, 256);
+    f.bar_flags[0] = 0b01;
+    f.bar_masks[0] = 0;
+    m.add(0, 1, 0, f);
+    let bus = ModelBus::new(m);
+    let ecam = Ecam::new(&bus, 0, 0).unwrap();
+    let d = bdf(0, 1, 0);
+    let h = ecam.header(d).unwrap();
+    assert_eq!(size_bar(&h, d, 0).unwrap(), None);
+    // A real 16-bit decoder beside it is still sized from its low bits.
+    assert_eq!(
+        size_bar(&h, d, 1).unwrap(),
+        Some(Bar {
+            index: 1,
+            kind: BarKind::Io,
+            size: 256
+        })
+    );
+}
+
+#[test]
 fn a_64_bit_bar_in_the_last_slot_is_an_error() {
     let mut m = FakeEcam::new(1);
     let mut f = FakeFunction::new(0x1234, 0x5678, [0xff, 0, 0], 0);
