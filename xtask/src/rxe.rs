@@ -87,7 +87,11 @@ mount -t devtmpfs devtmpfs /dev
 mount -t tmpfs tmpfs /tmp
 mkdir -p /dev/shm && mount -t tmpfs tmpfs /dev/shm
 say() { echo "NPRDMA-RXE: $*"; }
-metric() { echo "NPRDMA-METRIC: $*"; }
+# metric NAME VALUE; an empty VALUE (the client's output was not what lat/bw expect) is said.
+metric() {
+  [ -n "$2" ] || say "WARN $1: no value found in the client's output"
+  echo "NPRDMA-METRIC: $*"
+}
 arg() { tr ' ' '\n' < /proc/cmdline | sed -n "s/^$1=//p"; }
 KVER=$(uname -r)
 for m in $(cat /etc/modules.order); do
@@ -161,12 +165,16 @@ run() {
   fi
   grep -h '^nprdma\[' /tmp/srv.out /tmp/cli.out | sort -u | sed 's/^/  lib| /'
 }
-# lat: the client's t_typical (column 5 of the row after the t_typical header). The
-# comparison runs use -C (cycles): perftest's CPU-MHz calibration sometimes fails under TCG
-# and prints inf for microseconds (rxe-vm/REPORT.md problem 9); the ratio needs no unit.
-lat() { awk '/t_typical/ {getline; print $5; exit}' /tmp/cli.out; }
-# bw NAME: the client's average bandwidth (column 4 of the row after the BW header).
-bw() { awk '/BW average/ {getline; print $4; exit}' /tmp/cli.out; }
+# lat [FILE]: the client's t_typical, column 5 of the first result row after the t_typical
+# header (a row starts with the message size and the iterations; with -U or -H, perftest
+# prints "n, value" sample lines between the header and that row). The comparison runs use
+# -C (cycles): perftest's CPU-MHz calibration sometimes fails under TCG and prints inf for
+# microseconds (rxe-vm/REPORT.md problem 9); the ratio needs no unit.
+RESULT_ROW='NF >= 5 && $1 ~ /^[0-9]+$/ && $2 ~ /^[0-9]+$/'
+lat() { awk "/t_typical/ {h = 1; next} h && $RESULT_ROW {print \$5; exit}" "${1:-/tmp/cli.out}"; }
+# bw [FILE]: the client's average bandwidth, column 4 of the first result row after the
+# BW header.
+bw() { awk "/BW average/ {h = 1; next} h && $RESULT_ROW {print \$4; exit}" "${1:-/tmp/cli.out}"; }
 
 L=127.0.0.1
 SUITE=$(arg suite); SUITE=${SUITE:-all}
@@ -1091,6 +1099,24 @@ fn parse_metrics(lines: &[String]) -> BTreeMap<String, Vec<f64>> {
     metrics
 }
 
+/// The names of the `NPRDMA-METRIC` lines that [`parse_metrics`] drops (no value, or not a
+/// positive finite number), one per line: runs that count for nothing in the ratios.
+fn unusable_metrics(lines: &[String]) -> Vec<String> {
+    lines
+        .iter()
+        .filter_map(|l| l.strip_prefix("NPRDMA-METRIC: "))
+        .filter_map(|rest| {
+            let mut it = rest.split_whitespace();
+            let name = it.next()?;
+            let usable = it
+                .next()
+                .and_then(|v| v.parse::<f64>().ok())
+                .is_some_and(|v| v.is_finite() && v > 0.0);
+            (!usable).then(|| name.to_string())
+        })
+        .collect()
+}
+
 /// Picks sample indices below `n` for the bootstraps: xorshift64* from a fixed seed,
 /// deterministic (the same samples always give the same interval) and good enough for this.
 fn index_picker() -> impl FnMut(usize) -> usize {
@@ -1320,6 +1346,15 @@ fn evaluate(lines: &[String]) -> Result<(), XtaskError> {
     println!(
         "\nxtask: with/without libnprdma.so in the same boot (medians of the valid runs; TCG timing is noisy):"
     );
+    let unusable = unusable_metrics(lines);
+    if !unusable.is_empty() {
+        println!(
+            "  warning: {} run(s) gave no usable value and are left out (perftest's clock \
+             calibration failed, or its output was not recognised): {}",
+            unusable.len(),
+            unusable.join(", ")
+        );
+    }
     let limit = stall_limit(&metrics);
     let fastest = limit / 10.0;
     let stalled = |x: f64| x > limit;
@@ -1498,6 +1533,61 @@ mod tests {
         assert_eq!(module_depends(b"not an elf"), None);
     }
 
+    /// Runs the guest script's `lat`/`bw` (and what they need) on `output` with the host's
+    /// `sh` and `awk`, as busybox runs them in the guest.
+    fn guest_extract(function: &str, output: &str) -> String {
+        let defs: Vec<&str> = GUEST_INIT
+            .lines()
+            .filter(|l| {
+                ["RESULT_ROW=", "lat() ", "bw() "]
+                    .iter()
+                    .any(|p| l.starts_with(p))
+            })
+            .collect();
+        assert_eq!(
+            defs.len(),
+            3,
+            "the guest script's extractors moved: {defs:?}"
+        );
+        let dir = std::env::temp_dir().join(format!("nprdma-xtask-extract-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join(format!("{function}.out"));
+        std::fs::write(&file, output).unwrap();
+        let out = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(format!("{}\n{function} \"$1\"", defs.join("\n")))
+            .arg("sh")
+            .arg(&file)
+            .output()
+            .unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8(out.stdout).unwrap().trim().to_string()
+    }
+
+    const LAT_HEADER: &str = " #bytes #iterations    t_min[cycles]    t_max[cycles]  \
+        t_typical[cycles]    t_avg[cycles]    t_stdev[cycles]   99% percentile[cycles]   \
+        99.9% percentile[cycles] \n";
+    const LAT_ROW: &str = " 2       1000          23011          91234        24002          24500        800     30000    91234\n";
+
+    #[test]
+    fn the_latency_is_the_result_row_even_with_samples_printed_before_it() {
+        let plain = format!("---\n{LAT_HEADER}{LAT_ROW}---\n");
+        assert_eq!(guest_extract("lat", &plain), "24002");
+        // -U (unsorted samples) and -H (histogram) print "n, value" lines after the header.
+        let unsorted =
+            format!("---\n{LAT_HEADER}#, cycles\n1, 24012\n2, 23890\n3, 99999\n{LAT_ROW}---\n");
+        assert_eq!(guest_extract("lat", &unsorted), "24002");
+        // No result row: nothing, which the guest's `metric` reports as a warning.
+        assert_eq!(
+            guest_extract("lat", &format!("{LAT_HEADER}#, cycles\n1, 24012\n")),
+            ""
+        );
+        let bw = " #bytes     #iterations    BW peak[Gb/sec]    BW average[Gb/sec]   MsgRate[Mpps]\n \
+                  65536      1000             1.95               1.93                 0.003681\n";
+        assert_eq!(guest_extract("bw", bw), "1.93");
+    }
+
     #[test]
     fn invalid_samples_are_dropped() {
         let lines: Vec<String> = [
@@ -1514,6 +1604,15 @@ mod tests {
         let m = parse_metrics(&lines);
         assert_eq!(m.get("write_lat_lib"), Some(&vec![12.5]));
         assert_eq!(m.len(), 1);
+        assert_eq!(
+            unusable_metrics(&lines),
+            [
+                "write_lat_lib",
+                "write_bw_lib",
+                "write_bw_lib",
+                "write_lat_plain"
+            ]
+        );
     }
 
     #[test]
