@@ -614,34 +614,38 @@ fn kernel_version(kdir: &Path) -> Result<String, XtaskError> {
         .ok_or_else(|| other("no kernel version directory"))
 }
 
-/// The `depends=` list of a kernel module (the `.modinfo` ELF section).
+/// The `depends=` list of a kernel module (the `.modinfo` ELF section). `None` for anything
+/// that is not a well-formed ELF64 module: every offset and size in it is checked.
 fn module_depends(ko: &[u8]) -> Option<Vec<String>> {
-    let u16_at = |o: usize| Some(u16::from_le_bytes(ko.get(o..o + 2)?.try_into().ok()?));
-    let u32_at = |o: usize| Some(u32::from_le_bytes(ko.get(o..o + 4)?.try_into().ok()?));
-    let u64_at = |o: usize| Some(u64::from_le_bytes(ko.get(o..o + 8)?.try_into().ok()?));
-    if ko.get(..4)? != b"\x7fELF" || *ko.get(4)? != 2 {
+    let bytes = |at: usize, len: usize| ko.get(at..at.checked_add(len)?);
+    let u16_at = |at: usize| Some(u16::from_le_bytes(bytes(at, 2)?.try_into().ok()?));
+    let u32_at = |at: usize| Some(u32::from_le_bytes(bytes(at, 4)?.try_into().ok()?));
+    let usize_at =
+        |at: usize| usize::try_from(u64::from_le_bytes(bytes(at, 8)?.try_into().ok()?)).ok();
+    if bytes(0, 4)? != b"\x7fELF" || *ko.get(4)? != 2 {
         return None;
     }
-    let shoff = usize::try_from(u64_at(0x28)?).ok()?;
+    let shoff = usize_at(0x28)?;
     let shentsize = usize::from(u16_at(0x3a)?);
     let shnum = usize::from(u16_at(0x3c)?);
     let shstrndx = usize::from(u16_at(0x3e)?);
+    // (sh_name, sh_offset, sh_size) of section `i` (ELF64: at 0, 24 and 32 of its header).
     let section = |i: usize| -> Option<(u32, usize, usize)> {
-        let h = shoff + i * shentsize;
+        let h = shoff.checked_add(i.checked_mul(shentsize)?)?;
         Some((
             u32_at(h)?,
-            usize::try_from(u64_at(h + 24)?).ok()?,
-            usize::try_from(u64_at(h + 32)?).ok()?,
+            usize_at(h.checked_add(24)?)?,
+            usize_at(h.checked_add(32)?)?,
         ))
     };
     let (_, stroff, strsize) = section(shstrndx)?;
-    let names = ko.get(stroff..stroff + strsize)?;
+    let names = bytes(stroff, strsize)?;
     for i in 0..shnum {
         let (name, off, size) = section(i)?;
-        let n = names.get(name as usize..)?;
+        let n = names.get(usize::try_from(name).ok()?..)?;
         let end = n.iter().position(|b| *b == 0)?;
         if &n[..end] == b".modinfo" {
-            let info = ko.get(off..off + size)?;
+            let info = bytes(off, size)?;
             let deps = info
                 .split(|b| *b == 0)
                 .find_map(|kv| kv.strip_prefix(b"depends="))
@@ -1496,9 +1500,8 @@ mod tests {
         assert_eq!(&h[54..62], "00000003");
     }
 
-    #[test]
-    fn modinfo_depends_are_read_from_the_elf_section() {
-        // A minimal ELF64 with a section-name table and a .modinfo section.
+    /// A minimal ELF64 with a section-name table and a .modinfo section.
+    fn tiny_module() -> Vec<u8> {
         let strtab = b"\0.shstrtab\0.modinfo\0";
         let modinfo = b"license=GPL\0depends=ib_core,crc32-generic\0";
         let mut elf = vec![0u8; 64];
@@ -1526,11 +1529,40 @@ mod tests {
         elf[0x3a..0x3c].copy_from_slice(&64u16.to_le_bytes());
         elf[0x3c..0x3e].copy_from_slice(&3u16.to_le_bytes());
         elf[0x3e..0x40].copy_from_slice(&1u16.to_le_bytes());
+        elf
+    }
+
+    #[test]
+    fn modinfo_depends_are_read_from_the_elf_section() {
         assert_eq!(
-            module_depends(&elf),
+            module_depends(&tiny_module()),
             Some(vec!["ib_core".to_string(), "crc32_generic".into()])
         );
         assert_eq!(module_depends(b"not an elf"), None);
+    }
+
+    #[test]
+    fn a_corrupt_module_is_none_never_a_panic() {
+        let good = tiny_module();
+        let mut shoff_max = good.clone();
+        shoff_max[0x28..0x30].copy_from_slice(&u64::MAX.to_le_bytes());
+        assert_eq!(module_depends(&shoff_max), None);
+        // Every 2-, 4- and 8-byte field anywhere set to all ones, and every byte flipped:
+        // offsets and sizes that overflow, point outside the file or past a table.
+        for width in [1, 2, 4, 8] {
+            for at in 0..=good.len() - width {
+                let mut elf = good.clone();
+                if width == 1 {
+                    elf[at] ^= 0xff;
+                } else {
+                    elf[at..at + width].fill(0xff);
+                }
+                let _ = module_depends(&elf);
+            }
+        }
+        for len in 0..good.len() {
+            let _ = module_depends(&good[..len]);
+        }
     }
 
     /// Runs the guest script's `lat`/`bw` (and what they need) on `output` with the host's
