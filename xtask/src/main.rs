@@ -124,6 +124,7 @@ fn run(args: &[String]) -> Result<(), XtaskError> {
                 o.boots = n.clamp(1, 50);
             }
             opts.finish()?;
+            o.validate()?;
             rxe::run(&o)
         }
         "test" => {

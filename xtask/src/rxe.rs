@@ -299,6 +299,35 @@ pub struct Options {
     pub boots: u64,
 }
 
+/// Most comparison rounds one boot runs (about 10 s each under TCG: over a day).
+pub const MAX_ROUNDS: u64 = 10_000;
+
+impl Options {
+    /// How long one boot may run: the functional part's budget plus, per comparison round,
+    /// about 10 s of latency runs and 40 s of bandwidth runs at 500 iterations, scaled up for
+    /// longer runs. Saturates instead of overflowing on absurd arguments.
+    fn vm_timeout(&self) -> Duration {
+        let scale = self.cmp_iters.div_ceil(500).max(1);
+        let per_round = 10u64.saturating_mul(scale);
+        let per_bw_round = 40u64.saturating_mul(scale);
+        let extra = per_round
+            .saturating_mul(self.rounds)
+            .saturating_add(per_bw_round.saturating_mul(self.bw_rounds));
+        VM_TIMEOUT.saturating_add(Duration::from_secs(extra))
+    }
+
+    /// Refuses option values no run can use.
+    pub fn validate(&self) -> Result<(), XtaskError> {
+        if self.rounds > MAX_ROUNDS || self.bw_rounds > MAX_ROUNDS {
+            return Err(XtaskError::Usage(format!(
+                "--rounds and --bw-rounds must be at most {MAX_ROUNDS} (got {} and {})",
+                self.rounds, self.bw_rounds
+            )));
+        }
+        Ok(())
+    }
+}
+
 impl Default for Options {
     fn default() -> Self {
         // Sized for CI (the whole step must stay within about three minutes under TCG).
@@ -326,6 +355,58 @@ fn other(msg: impl Into<String>) -> XtaskError {
     XtaskError::Other(msg.into())
 }
 
+/// Builds connectx in release mode and returns where cargo put `libnprdma.so` and
+/// `nprdma-verbs-stress`, as its build messages say (so `CARGO_TARGET_DIR` or a configured
+/// target directory is honoured, and a stale copy elsewhere is never booted).
+fn build_connectx() -> Result<(PathBuf, PathBuf), XtaskError> {
+    let what = "cargo build -p connectx --release";
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let out = Command::new(cargo)
+        .current_dir(workspace_root())
+        .args([
+            "build",
+            "--quiet",
+            "--release",
+            "-p",
+            "connectx",
+            "--message-format=json-render-diagnostics",
+        ])
+        .stderr(Stdio::inherit())
+        .output()
+        .map_err(|error| XtaskError::Spawn {
+            what: what.into(),
+            error,
+        })?;
+    if !out.status.success() {
+        return Err(XtaskError::CommandFailed {
+            what: what.into(),
+            status: out.status,
+        });
+    }
+    let messages = String::from_utf8_lossy(&out.stdout);
+    let find = |name: &str| {
+        built_artifact(&messages, name)
+            .filter(|p| p.is_file())
+            .ok_or_else(|| other(format!("{what}: cargo reported no {name}")))
+    };
+    Ok((find("libnprdma.so")?, find("nprdma-verbs-stress")?))
+}
+
+/// The path of the artifact named `file_name` among cargo's JSON build messages (a
+/// `compiler-artifact`'s `filenames` or `executable`).
+fn built_artifact(messages: &str, file_name: &str) -> Option<PathBuf> {
+    messages
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|m| m["reason"] == "compiler-artifact")
+        .flat_map(|m| {
+            let files = m["filenames"].as_array().cloned().unwrap_or_default();
+            files.into_iter().chain([m["executable"].clone()])
+        })
+        .filter_map(|v| v.as_str().map(PathBuf::from))
+        .find(|p| p.file_name().is_some_and(|n| n == file_name))
+}
+
 /// Runs the whole test; fails if any guest test failed.
 pub fn run(opts: &Options) -> Result<(), XtaskError> {
     let started = Instant::now();
@@ -335,25 +416,7 @@ pub fn run(opts: &Options) -> Result<(), XtaskError> {
     require_tool("ldd", "libc-bin")?;
 
     section("rxe: build libnprdma.so and nprdma-verbs-stress (release)");
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    run_status(
-        "cargo build -p connectx --release",
-        Command::new(cargo).current_dir(workspace_root()).args([
-            "build",
-            "--quiet",
-            "--release",
-            "-p",
-            "connectx",
-        ]),
-    )?;
-    let release = workspace_root().join("target").join("release");
-    let lib = release.join("libnprdma.so");
-    let stress = release.join("nprdma-verbs-stress");
-    for f in [&lib, &stress] {
-        if !f.is_file() {
-            return Err(other(format!("{} was not built", f.display())));
-        }
-    }
+    let (lib, stress) = build_connectx()?;
 
     section("rxe: Debian packages for the guest (cached in target/rxe)");
     let cache = cache_dir();
@@ -1025,7 +1088,7 @@ fn run_vm(
         }
         s
     });
-    let timeout = VM_TIMEOUT + Duration::from_secs(10 * opts.rounds + 40 * opts.bw_rounds);
+    let timeout = opts.vm_timeout();
     let start = Instant::now();
     let status = loop {
         match child.try_wait() {
@@ -1618,6 +1681,47 @@ mod tests {
         let bw = " #bytes     #iterations    BW peak[Gb/sec]    BW average[Gb/sec]   MsgRate[Mpps]\n \
                   65536      1000             1.95               1.93                 0.003681\n";
         assert_eq!(guest_extract("bw", bw), "1.93");
+    }
+
+    #[test]
+    fn the_library_is_taken_from_where_cargo_built_it() {
+        let messages = r#"{"reason":"compiler-artifact","target":{"name":"connectx"},"filenames":["/t/x/release/libnprdma.so","/t/x/release/libnprdma.rlib"],"executable":null}
+not json
+{"reason":"build-script-executed","filenames":["/t/x/release/build/libnprdma.so"]}
+{"reason":"compiler-artifact","target":{"name":"nprdma-verbs-stress"},"filenames":["/t/x/release/nprdma-verbs-stress"],"executable":"/t/x/release/nprdma-verbs-stress"}
+{"reason":"build-finished","success":true}"#;
+        assert_eq!(
+            built_artifact(messages, "libnprdma.so"),
+            Some(PathBuf::from("/t/x/release/libnprdma.so"))
+        );
+        assert_eq!(
+            built_artifact(messages, "nprdma-verbs-stress"),
+            Some(PathBuf::from("/t/x/release/nprdma-verbs-stress"))
+        );
+        assert_eq!(built_artifact(messages, "libnprdma.a"), None);
+    }
+
+    #[test]
+    fn absurd_round_counts_are_refused_and_the_timeout_cannot_overflow() {
+        let mut o = Options::default();
+        assert_eq!(
+            o.vm_timeout(),
+            VM_TIMEOUT + Duration::from_secs(31 * 10 + 5 * 40)
+        );
+        assert!(o.validate().is_ok());
+        o.cmp_iters = 1000;
+        assert_eq!(
+            o.vm_timeout(),
+            VM_TIMEOUT + Duration::from_secs(2 * (31 * 10 + 5 * 40))
+        );
+        o.rounds = u64::MAX;
+        o.bw_rounds = u64::MAX;
+        o.cmp_iters = u64::MAX;
+        assert!(o.vm_timeout() >= Duration::from_secs(u64::MAX));
+        assert!(matches!(o.validate(), Err(XtaskError::Usage(_))));
+        o.rounds = MAX_ROUNDS;
+        o.bw_rounds = MAX_ROUNDS;
+        assert!(o.validate().is_ok());
     }
 
     #[test]
