@@ -164,24 +164,25 @@ impl<'a> Fdt<'a> {
         }
     }
 
-    /// The first node whose `compatible` list contains `compatible`.
+    /// The first available node ([`Node::is_available`]) whose `compatible` list contains
+    /// `compatible`.
     pub fn find_compatible(&self, compatible: &str) -> Result<Option<Node<'a>>> {
         for node in self.nodes() {
             let node = node?;
-            if node.is_compatible(compatible) {
+            if node.is_compatible(compatible) && node.is_available() {
                 return Ok(Some(node));
             }
         }
         Ok(None)
     }
 
-    /// The `reg` ranges of every node with `device_type = "memory"` (at most
+    /// The `reg` ranges of every available node with `device_type = "memory"` (at most
     /// [`MAX_MEMORY_REGIONS`]; further ones are not returned).
     pub fn memory_regions(&self) -> Result<heapless::Vec<MemRegion, MAX_MEMORY_REGIONS>> {
         let mut out = heapless::Vec::new();
         for node in self.nodes() {
             let node = node?;
-            if node.property_str("device_type") != Some("memory") {
+            if node.property_str("device_type") != Some("memory") || !node.is_available() {
                 continue;
             }
             for region in node.reg()? {
@@ -411,6 +412,16 @@ impl<'a> Node<'a> {
             .split(|&b| b == 0)
             .filter(|s| !s.is_empty())
             .filter_map(|s| core::str::from_utf8(s).ok())
+    }
+
+    /// Whether the node is usable: its `status` is `"okay"` (or the older `"ok"`), or absent
+    /// (Devicetree Specification v0.4 §2.3.4; `"disabled"`, `"reserved"`, `"fail"` and a
+    /// malformed status are not to be used).
+    pub fn is_available(&self) -> bool {
+        match self.property("status") {
+            None => true,
+            Some(_) => matches!(self.property_str("status"), Some("okay" | "ok")),
+        }
     }
 
     /// Whether `compatible` lists `value`.

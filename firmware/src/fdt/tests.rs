@@ -181,6 +181,50 @@ fn node_walk_tracks_depth_and_cells() {
 }
 
 #[test]
+fn disabled_nodes_are_skipped() {
+    let blob = Builder::default()
+        .begin("")
+        .prop_cells("#address-cells", &[1])
+        .prop_cells("#size-cells", &[1])
+        .begin("uart@1000")
+        .prop("compatible", b"arm,pl011\0")
+        .prop("status", b"disabled\0")
+        .prop_cells("reg", &[0x1000, 0x100])
+        .end()
+        .begin("uart@2000")
+        .prop("compatible", b"arm,pl011\0")
+        .prop("status", b"fail-overheated\0")
+        .end()
+        .begin("uart@3000")
+        .prop("compatible", b"arm,pl011\0")
+        .prop("status", b"okay") // not NUL-terminated: malformed
+        .end()
+        .begin("uart@4000")
+        .prop("compatible", b"arm,pl011\0")
+        .prop("status", b"ok\0")
+        .prop_cells("reg", &[0x4000, 0x100])
+        .end()
+        .begin("memory@80000000")
+        .prop("device_type", b"memory\0")
+        .prop("status", b"reserved\0")
+        .prop_cells("reg", &[0x8000_0000, 0x1000_0000])
+        .end()
+        .begin("memory@90000000")
+        .prop("device_type", b"memory\0")
+        .prop_cells("reg", &[0x9000_0000, 0x100_0000])
+        .end()
+        .end()
+        .finish();
+    let fdt = Fdt::new(&blob).unwrap();
+    let uart = fdt.find_compatible("arm,pl011").unwrap().unwrap();
+    assert_eq!(uart.name(), "uart@4000");
+    assert_eq!(
+        fdt.memory_regions().unwrap().as_slice(),
+        &[MemRegion::new(0x9000_0000, 0x100_0000)]
+    );
+}
+
+#[test]
 fn header_errors_are_typed() {
     assert_eq!(
         Fdt::new(&VIRT_DTB[..39]).unwrap_err(),
