@@ -16,7 +16,7 @@
 //! The guest prints `NPRDMA-RXE: PASS|FAIL <name> ...` per test and `NPRDMA-METRIC <name>
 //! <value>` per measurement; the host turns them into the exit status and the ratio report.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -747,16 +747,33 @@ fn module_order(moddir: &Path, wanted: &[&str]) -> Result<Vec<PathBuf>, XtaskErr
             }
         }
     }
+    // Modules compiled into the kernel (`modules.builtin`: one `kernel/.../name.ko` per line).
+    let builtin: BTreeSet<String> = std::fs::read_to_string(moddir.join("modules.builtin"))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| {
+            Path::new(l.trim())
+                .file_stem()?
+                .to_str()
+                .map(|n| n.replace('-', "_"))
+        })
+        .collect();
     let mut order: Vec<PathBuf> = Vec::new();
     fn visit(
         name: &str,
         moddir: &Path,
-        by_name: &BTreeMap<String, PathBuf>,
+        (by_name, builtin): (&BTreeMap<String, PathBuf>, &BTreeSet<String>),
         order: &mut Vec<PathBuf>,
         depth: usize,
     ) -> Result<(), XtaskError> {
         let Some(rel) = by_name.get(name) else {
-            return Ok(()); // built in
+            if builtin.contains(name) {
+                return Ok(());
+            }
+            return Err(other(format!(
+                "kernel module {name} is neither in {} nor built in (modules.builtin)",
+                moddir.display()
+            )));
         };
         if order.contains(rel) || depth > 32 {
             return Ok(());
@@ -765,7 +782,7 @@ fn module_order(moddir: &Path, wanted: &[&str]) -> Result<Vec<PathBuf>, XtaskErr
         let deps = module_depends(&bytes)
             .ok_or_else(|| other(format!("{}: not a kernel module", rel.display())))?;
         for d in deps {
-            visit(&d, moddir, by_name, order, depth + 1)?;
+            visit(&d, moddir, (by_name, builtin), order, depth + 1)?;
         }
         if !order.contains(rel) {
             order.push(rel.clone());
@@ -773,7 +790,13 @@ fn module_order(moddir: &Path, wanted: &[&str]) -> Result<Vec<PathBuf>, XtaskErr
         Ok(())
     }
     for w in wanted {
-        visit(&w.replace('-', "_"), moddir, &by_name, &mut order, 0)?;
+        visit(
+            &w.replace('-', "_"),
+            moddir,
+            (&by_name, &builtin),
+            &mut order,
+            0,
+        )?;
     }
     Ok(order)
 }
@@ -1565,8 +1588,14 @@ mod tests {
 
     /// A minimal ELF64 with a section-name table and a .modinfo section.
     fn tiny_module() -> Vec<u8> {
+        module_with_depends("ib_core,crc32-generic")
+    }
+
+    /// A minimal ELF64 module whose .modinfo says `depends=<depends>`.
+    fn module_with_depends(depends: &str) -> Vec<u8> {
         let strtab = b"\0.shstrtab\0.modinfo\0";
-        let modinfo = b"license=GPL\0depends=ib_core,crc32-generic\0";
+        let modinfo = format!("license=GPL\0depends={depends}\0");
+        let modinfo = modinfo.as_bytes();
         let mut elf = vec![0u8; 64];
         elf[..4].copy_from_slice(b"\x7fELF");
         elf[4] = 2;
@@ -1602,6 +1631,42 @@ mod tests {
             Some(vec!["ib_core".to_string(), "crc32_generic".into()])
         );
         assert_eq!(module_depends(b"not an elf"), None);
+    }
+
+    #[test]
+    fn modules_come_dependencies_first_and_a_missing_one_is_an_error() {
+        let dir = std::env::temp_dir().join(format!("nprdma-xtask-modules-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("kernel/net")).unwrap();
+        std::fs::write(
+            dir.join("kernel/rdma_rxe.ko"),
+            module_with_depends("ib-core,crc32_generic"),
+        )
+        .unwrap();
+        std::fs::write(dir.join("kernel/net/ib_core.ko"), module_with_depends("")).unwrap();
+        std::fs::write(
+            dir.join("kernel/broken.ko"),
+            module_with_depends("no_such_mod"),
+        )
+        .unwrap();
+        std::fs::write(
+            dir.join("modules.builtin"),
+            "kernel/crypto/crc32_generic.ko\n",
+        )
+        .unwrap();
+        let order = module_order(&dir, &["rdma_rxe", "crc32-generic"]).unwrap();
+        assert_eq!(
+            order,
+            [
+                PathBuf::from("kernel/net/ib_core.ko"),
+                PathBuf::from("kernel/rdma_rxe.ko")
+            ]
+        );
+        for wanted in ["rdma_rxee", "broken"] {
+            let err = module_order(&dir, &[wanted]).unwrap_err().to_string();
+            assert!(err.contains("neither in"), "{wanted}: {err}");
+        }
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]
