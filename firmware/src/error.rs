@@ -207,6 +207,12 @@ pub enum FirmwareError {
         /// The register and bit waited for.
         register: &'static str,
     },
+    /// No redistributor frame of the GIC's region reports this PE's affinity.
+    #[error("GIC: no redistributor for affinity {affinity:#x}")]
+    GicRedistributorNotFound {
+        /// The PE's affinity (Aff3.Aff2.Aff1.Aff0).
+        affinity: u32,
+    },
     /// An INTID that is not an SPI the distributor implements.
     #[error("INTID {intid} is not an implemented SPI")]
     InterruptOutOfRange {
@@ -321,6 +327,7 @@ impl FirmwareError {
             Self::EduDmaTimeout => 64,
             Self::EduDmaRange { .. } => 65,
             Self::PciIntxBehindBridge { .. } => 66,
+            Self::GicRedistributorNotFound { .. } => 67,
             Self::UnexpectedEvent { .. } => 70,
             Self::RetransmitLimit { .. } => 71,
             Self::PagerExhausted => 72,

@@ -1,10 +1,11 @@
 //! Just enough GICv3 to wake the CPU from `wfi` when a device raises a shared peripheral
-//! interrupt (SPI): route one SPI to CPU 0 as Group 1, wake CPU 0's redistributor, and enable
-//! the CPU interface. Interrupts stay masked in PSTATE (DAIF.I), so no handler ever runs:
-//! a pending, enabled interrupt is a WFI wake-up event whatever PSTATE.I says (Arm ARM
-//! DDI0487 D1.6.2 "Wait for Interrupt"), and a level-sensitive SPI that was never
-//! acknowledged stops being pending as soon as the device drops its line (Arm IHI0069
-//! §4.1.2, level-sensitive interrupts), so nothing needs an EOI.
+//! interrupt (SPI): find this CPU's redistributor by its affinity, route one SPI to this CPU as
+//! Group 1, wake the redistributor, enable a PPI (the timer's), and enable the CPU interface.
+//! Interrupts stay masked in PSTATE (DAIF.I), so no handler ever runs: a pending, enabled
+//! interrupt is a WFI wake-up event whatever PSTATE.I says (Arm ARM DDI0487 D1.6.2 "Wait for
+//! Interrupt"), and a level-sensitive interrupt that was never acknowledged stops being
+//! pending as soon as its source drops the line (Arm IHI0069 §4.1.2, level-sensitive
+//! interrupts), so nothing needs an EOI.
 //!
 //! Register names, offsets and bits from Arm IHI0069 (GICv3/v4 architecture specification),
 //! chapter 12: `GICD_CTLR` (0x0000: EnableGrp0/EnableGrp1 or EnableGrp1NS/EnableGrp1A in
@@ -112,6 +113,10 @@ hal::register_block! {
     pub struct Redistributor {
         /// GICR_CTLR.
         (0x0000 => pub ctlr: Rw u32),
+        /// GICR_TYPER (64-bit): Affinity_Value [63:32] (Aff3.Aff2.Aff1.Aff0), Last [4] (the
+        /// last frame of its region), VLPIS [1] (two more 64 KiB frames follow: VLPI_base and
+        /// reserved, IHI0069 §9.1).
+        (0x0008 => pub typer: Ro u64),
         /// GICR_WAKER.
         (0x0014 => pub waker: Rw u32, GICR_WAKER::Register),
     }
@@ -132,6 +137,47 @@ hal::register_block! {
     size = 0x1_0000;
 }
 
+/// The affinity value GICR_TYPER reports for the PE whose MPIDR_EL1 is `mpidr`: Aff3 (MPIDR
+/// bits 39:32) in bits 31:24, then Aff2, Aff1 and Aff0 (MPIDR bits 23:0).
+pub const fn affinity_of_mpidr(mpidr: u64) -> u32 {
+    (((mpidr >> 32) & 0xff) << 24 | (mpidr & 0xff_ffff)) as u32
+}
+
+/// The offset, in a redistributor region (a device tree `reg` entry of the GIC), of the frames
+/// of the PE with `affinity` ([`affinity_of_mpidr`]): walks the frames by GICR_TYPER, 128 KiB
+/// each or 256 KiB with VLPIS, until its Last bit (IHI0069 §9.1, §12.11.35). On QEMU `virt`
+/// CPU 0's are the first, but the order is the platform's.
+pub fn find_redistributor<R: RegisterBus + ?Sized>(region: &R, affinity: u32) -> Result<usize> {
+    let mut offset = 0usize;
+    while offset
+        .checked_add(GICR_SIZE)
+        .is_some_and(|end| end <= region.size())
+    {
+        let typer = Redistributor::new(region, offset)?.typer().get();
+        if (typer >> 32) as u32 == affinity {
+            return Ok(offset);
+        }
+        if typer & (1 << 4) != 0 {
+            break;
+        }
+        offset += if typer & (1 << 1) != 0 {
+            2 * GICR_SIZE
+        } else {
+            GICR_SIZE
+        };
+    }
+    Err(FirmwareError::GicRedistributorNotFound { affinity })
+}
+
+/// The affinity of the PE running this code (MPIDR_EL1), for [`find_redistributor`].
+#[cfg(all(target_arch = "aarch64", target_os = "none"))]
+pub fn current_affinity() -> u32 {
+    let mpidr: u64;
+    // SAFETY: reading MPIDR_EL1 has no side effects.
+    unsafe { core::arch::asm!("mrs {}, mpidr_el1", out(reg) mpidr, options(nomem, nostack)) };
+    affinity_of_mpidr(mpidr)
+}
+
 /// How long (polls) to wait for GICD_CTLR.RWP or GICR_WAKER.ChildrenAsleep.
 const POLLS: u32 = 100_000;
 
@@ -145,14 +191,15 @@ fn wait(register: &'static str, mut done: impl FnMut() -> bool) -> Result<()> {
     Err(FirmwareError::GicTimeout { register })
 }
 
-/// Routes SPI `intid` to CPU 0 (affinity 0.0.0.0) as Group 1 at priority 0xa0, level- or
-/// edge-triggered, enables it, turns on affinity routing and Group 1 in the distributor, and
-/// wakes the redistributor `gicr` (CPU 0's). Idempotent.
-pub fn route_spi_to_cpu0<B: RegisterBus + ?Sized, R: RegisterBus + ?Sized>(
+/// Routes SPI `intid` to the PE with `affinity` ([`affinity_of_mpidr`]) as Group 1 at priority
+/// 0xa0, level- or edge-triggered, enables it, turns on affinity routing and Group 1 in the
+/// distributor, and wakes that PE's redistributor `gicr` ([`find_redistributor`]). Idempotent.
+pub fn route_spi<B: RegisterBus + ?Sized, R: RegisterBus + ?Sized>(
     gicd: &B,
     gicr: &R,
     intid: u32,
     level_sensitive: bool,
+    affinity: u32,
 ) -> Result<()> {
     let dist = Distributor::new(gicd, 0)?;
     let lines = ((dist.typer().get() & 0x1f) + 1) * 32;
@@ -183,7 +230,10 @@ pub fn route_spi_to_cpu0<B: RegisterBus + ?Sized, R: RegisterBus + ?Sized>(
     } else {
         config.get() | edge_bit
     });
-    dist.irouter(intid as usize)?.set(0);
+    // GICD_IROUTER: Aff3 in bits 39:32, Aff2.Aff1.Aff0 in 23:0, IRM (bit 31) clear.
+    let aff = u64::from(affinity);
+    dist.irouter(intid as usize)?
+        .set(((aff >> 24) << 32) | (aff & 0xff_ffff));
     // ISENABLER is write-1-to-set: write only our bit.
     dist.isenabler(word)?.set(bit);
     wait("GICD_CTLR.RWP", || !dist.ctlr().is_set(GICD_CTLR::RWP))?;
@@ -285,6 +335,7 @@ mod tests {
         ppi_group: u32,
         ppi_enable: u32,
         ppi_priority: [u32; 8],
+        rd_typer: u64,
     }
 
     impl Gic {
@@ -303,6 +354,7 @@ mod tests {
                 ppi_group: 0,
                 ppi_enable: 0,
                 ppi_priority: [0; 8],
+                rd_typer: 1 << 4, // affinity 0, Last
             }
         }
     }
@@ -341,6 +393,7 @@ mod tests {
                     }
                     u64::from(w)
                 }
+                0x1_0008 => self.rd_typer,
                 // Its SGI_base frame follows at +0x2_0000.
                 0x2_0080 => u64::from(self.ppi_group),
                 0x2_0100 => u64::from(self.ppi_enable),
@@ -419,7 +472,7 @@ mod tests {
     fn routes_one_spi_and_wakes_the_redistributor() {
         let bus = ModelBus::new(Gic::new());
         let gicr = Offset(&bus, 0x1_0000);
-        route_spi_to_cpu0(&bus, &gicr, 37, true).unwrap();
+        route_spi(&bus, &gicr, 37, true, 0).unwrap();
         let g = bus.lock();
         // CTLR: ARE (bit 4), EnableGrp0/1 (bits 0, 1), DS kept: 0x53.
         assert_eq!(g.ctlr, 0x53);
@@ -431,11 +484,61 @@ mod tests {
         // ICFGR2 bits for INTID 37: pair (37 - 32) = 5 -> bit 11 is the edge bit; level = 0.
         assert_eq!(g.config[2] & (1 << 11), 0);
         assert_eq!(g.router[37], 0, "affinity 0.0.0.0, IRM = 0");
+        drop(g);
+        route_spi(&bus, &gicr, 38, true, 0x0102_0304).unwrap();
+        assert_eq!(bus.lock().router[38], 0x01_0002_0304, "Aff3 in bits 39:32");
+        let g = bus.lock();
         assert_eq!(g.router[36], 0xdead, "other routes untouched");
         assert_eq!(
             g.waker & 0b110,
             0,
             "ProcessorSleep and ChildrenAsleep clear"
+        );
+    }
+
+    /// A redistributor region of frames with the given (affinity, VLPIS) and Last on the last.
+    struct Region(Vec<(u32, bool)>, usize);
+    impl RegisterModel for Region {
+        fn size(&self) -> usize {
+            self.1
+        }
+        fn read(&mut self, offset: usize, _: AccessWidth) -> u64 {
+            let mut at = 0;
+            for (i, &(affinity, vlpis)) in self.0.iter().enumerate() {
+                if offset == at + 8 {
+                    let last = u64::from(i + 1 == self.0.len()) << 4;
+                    return (u64::from(affinity) << 32) | last | (u64::from(vlpis) << 1);
+                }
+                at += if vlpis { 0x4_0000 } else { 0x2_0000 };
+            }
+            0
+        }
+        fn write(&mut self, _: usize, _: AccessWidth, _: u64) {}
+    }
+
+    #[test]
+    fn the_redistributor_is_found_by_affinity_not_assumed_first() {
+        assert_eq!(
+            affinity_of_mpidr(0x8000_0000),
+            0,
+            "the U and MT bits are not affinity"
+        );
+        assert_eq!(affinity_of_mpidr(0x12_0003_0201), 0x1203_0201);
+        let frames = vec![(0x100, false), (0x0, true), (0x1, false)];
+        let bus = ModelBus::new(Region(frames, 0x10_0000));
+        assert_eq!(find_redistributor(&bus, 0x100), Ok(0));
+        assert_eq!(find_redistributor(&bus, 0x0), Ok(0x2_0000));
+        // After a frame with VLPIS, the next is 256 KiB on.
+        assert_eq!(find_redistributor(&bus, 0x1), Ok(0x6_0000));
+        assert_eq!(
+            find_redistributor(&bus, 0x2),
+            Err(FirmwareError::GicRedistributorNotFound { affinity: 2 })
+        );
+        // A region that ends before a Last bit: not found, no access past its end.
+        let bus = ModelBus::new(Region(vec![(5, false), (6, false), (7, false)], 0x4_0000));
+        assert_eq!(
+            find_redistributor(&bus, 7),
+            Err(FirmwareError::GicRedistributorNotFound { affinity: 7 })
         );
     }
 
@@ -465,15 +568,15 @@ mod tests {
     fn edge_configuration_and_range_checks() {
         let bus = ModelBus::new(Gic::new());
         let gicr = Offset(&bus, 0x1_0000);
-        route_spi_to_cpu0(&bus, &gicr, 100, false).unwrap();
+        route_spi(&bus, &gicr, 100, false, 0).unwrap();
         // 100 = 16 * 6 + 4: ICFGR6, pair 4 -> edge bit 9.
         assert_eq!(bus.lock().config[6], 1 << 9);
         assert_eq!(
-            route_spi_to_cpu0(&bus, &gicr, 31, true),
+            route_spi(&bus, &gicr, 31, true, 0),
             Err(FirmwareError::InterruptOutOfRange { intid: 31 })
         );
         assert_eq!(
-            route_spi_to_cpu0(&bus, &gicr, 256, true),
+            route_spi(&bus, &gicr, 256, true, 0),
             Err(FirmwareError::InterruptOutOfRange { intid: 256 })
         );
     }
@@ -498,7 +601,7 @@ mod tests {
         }
         let _ = gicr;
         assert_eq!(
-            route_spi_to_cpu0(&bus, &Stuck(&bus), 37, true),
+            route_spi(&bus, &Stuck(&bus), 37, true, 0),
             Err(FirmwareError::GicTimeout {
                 register: "GICR_WAKER.ChildrenAsleep"
             })

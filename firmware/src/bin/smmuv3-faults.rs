@@ -164,7 +164,7 @@ mod target {
             0,
             MemRegion::new(gic::VIRT_GICD, gic::GICD_SIZE as u64),
         );
-        let gicr = dt_reg(
+        let gicr_region = dt_reg(
             boot,
             "arm,gic-v3",
             1,
@@ -172,13 +172,18 @@ mod target {
         );
         let intid = gic::virt_pci_intx(ecam.first_bus(), bdf.bus(), bdf.device(), pin)?;
         let gicd_bus = device_window(boot, gicd.base, gic::GICD_SIZE as u64)?;
-        let gicr_bus = device_window(boot, gicr.base, gic::GICR_SIZE as u64)?;
-        gic::route_spi_to_cpu0(&gicd_bus, &gicr_bus, intid, true)?;
+        // This CPU's redistributor: found in the region by its affinity.
+        let region_bus = device_window(boot, gicr_region.base, gicr_region.size)?;
+        let affinity = gic::current_affinity();
+        let offset = gic::find_redistributor(&region_bus, affinity)?;
+        let gicr = MemRegion::new(gicr_region.base + offset as u64, gic::GICR_SIZE as u64);
+        let gicr_bus = device_window(boot, gicr.base, gicr.size)?;
+        gic::route_spi(&gicd_bus, &gicr_bus, intid, true, affinity)?;
         // The virtual timer ends a `wfi` whose interrupt never comes (a lost DMA).
         gic::enable_ppi(&gicr_bus, timer::VIRTUAL_TIMER_INTID)?;
         gic::enable_cpu_interface(boot.el)?;
         println!(
-            "GICv3 {:#x}/{:#x}: INTID {intid} -> CPU 0 (wfi wake-up), virtual timer INTID {} \
+            "GICv3 {:#x}/{:#x}: INTID {intid} -> this CPU (wfi wake-up), virtual timer INTID {} \
              as backstop",
             gicd.base,
             gicr.base,
