@@ -310,6 +310,44 @@ impl RegisterBus for MmioBus {
 /// regs.scratch(3)?.set(7);
 /// # Ok(()) }
 /// ```
+///
+/// Every register is checked where the block is declared, whether or not its accessor is ever
+/// used: one outside the block, or misaligned, does not compile.
+///
+/// ```compile_fail,E0080
+/// hal::register_block! {
+///     /// A block whose last register does not fit.
+///     pub struct TooSmall {
+///         /// Fits.
+///         (0x00 => pub id: Ro u32),
+///         /// Ends at 0x14, past the block's 0x10 bytes.
+///         (0x10 => pub unused: Rw u32),
+///     }
+///     size = 0x10;
+/// }
+/// ```
+///
+/// ```compile_fail,E0080
+/// hal::register_block! {
+///     /// A block with a register array reaching past its end.
+///     pub struct ArrayTooLong {
+///         /// 4 x u64, 8 bytes apart: 0x20 bytes from 0x08.
+///         (0x08 => pub table: [Rw u64; 4, stride 8]),
+///     }
+///     size = 0x20;
+/// }
+/// ```
+///
+/// ```compile_fail,E0080
+/// hal::register_block! {
+///     /// A block with a misaligned 64-bit register.
+///     pub struct Misaligned {
+///         /// At 0x04: not 8-byte aligned.
+///         (0x04 => pub wide: Rw u64),
+///     }
+///     size = 0x10;
+/// }
+/// ```
 #[macro_export]
 macro_rules! register_block {
     (
@@ -388,6 +426,43 @@ macro_rules! register_block {
 
             $( $crate::__register_accessor!{ $(#[$fmeta])* $($entry)* } )*
         }
+
+        // Every register checked where the block is declared, used or not.
+        const _: () = {
+            $( $crate::__register_check!{ ($size) $($entry)* } )*
+        };
+    };
+}
+
+/// Checks at compile time that one entry of a [`register_block!`] is naturally aligned and
+/// inside its block; not part of the API.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __register_check {
+    (($size:expr) $off:literal => $vis:vis $name:ident : $acc:ident $ty:ty $(, $reg:ty)?) => {
+        assert!(
+            $off % ::core::mem::size_of::<$ty>() == 0,
+            concat!("misaligned register `", stringify!($name), "`")
+        );
+        assert!(
+            $off + ::core::mem::size_of::<$ty>() <= $size,
+            concat!("register `", stringify!($name), "` outside its block")
+        );
+    };
+    (($size:expr) $off:literal => $vis:vis $name:ident : [$acc:ident $ty:ty $(, $reg:ty)? ; $count:literal, stride $stride:literal]) => {
+        assert!(
+            $off % ::core::mem::size_of::<$ty>() == 0
+                && $stride % ::core::mem::size_of::<$ty>() == 0,
+            concat!("misaligned register array `", stringify!($name), "`")
+        );
+        assert!(
+            $count > 0 && $off + ($count - 1) * $stride + ::core::mem::size_of::<$ty>() <= $size,
+            concat!(
+                "register array `",
+                stringify!($name),
+                "` empty or outside its block"
+            )
+        );
     };
 }
 
@@ -399,10 +474,6 @@ macro_rules! __register_accessor {
         $(#[$m])*
         #[inline]
         $vis fn $name(&self) -> $crate::regs::Register<'a, B, $ty, $crate::__reg_name!($($reg)?), $crate::regs::$acc> {
-            const {
-                assert!($off % ::core::mem::size_of::<$ty>() == 0, "misaligned register");
-                assert!($off + ::core::mem::size_of::<$ty>() <= Self::SIZE, "register outside its block");
-            }
             $crate::regs::Register::new(self.bus, self.base + $off)
         }
     };
@@ -411,11 +482,6 @@ macro_rules! __register_accessor {
         #[doc = concat!("\n\nIndex 0..", stringify!($count), "; an index past the end is an error.")]
         #[inline]
         $vis fn $name(&self, index: usize) -> $crate::Result<$crate::regs::Register<'a, B, $ty, $crate::__reg_name!($($reg)?), $crate::regs::$acc>> {
-            const {
-                assert!($off % ::core::mem::size_of::<$ty>() == 0, "misaligned register array");
-                assert!($stride % ::core::mem::size_of::<$ty>() == 0, "misaligned register stride");
-                assert!($off + ($count - 1) * $stride + ::core::mem::size_of::<$ty>() <= Self::SIZE, "register array outside its block");
-            }
             if index >= $count {
                 return Err($crate::HalError::RegisterIndex { index, count: $count });
             }
