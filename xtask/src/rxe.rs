@@ -979,12 +979,15 @@ fn build_initramfs(
     );
     elfs.push(provider);
     cpio.file("opt/nprdma/libnprdma.so", 0o755, &read(lib)?);
+    // Everything copied in also brings the shared libraries it needs (library_closure).
     if let Some(c) = candidate {
         cpio.file("opt/nprdma/libnprdma-candidate.so", 0o755, &read(c)?);
+        elfs.push(c.to_path_buf());
     }
     cpio.file("opt/nprdma/nprdma-verbs-stress", 0o755, &read(stress)?);
     if let Some(bench) = std::env::var_os("NPRDMA_RXE_BENCH") {
         cpio.file("opt/nprdma/bench", 0o755, &read(Path::new(&bench))?);
+        elfs.push(PathBuf::from(bench));
     }
     elfs.push(lib.to_path_buf());
     elfs.push(stress.to_path_buf());
