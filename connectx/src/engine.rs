@@ -228,7 +228,7 @@ pub struct Engine {
     pub(crate) cfg: Config,
     pub(crate) state: Mutex<State>,
     pub(crate) status: PageStore,
-    helper_started: AtomicBool,
+    pub(crate) helper_started: AtomicBool,
     pub(crate) stop: AtomicBool,
     /// Moves on when local holds must no longer be used ([`LocalHold`]): a region was
     /// deregistered or re-registered, or the budget needs the held windows back.
@@ -236,6 +236,13 @@ pub struct Engine {
     /// A peer's lease was refused for want of room while windows were held: the helper
     /// thread takes the holds back.
     pub(crate) holds_wanted: AtomicBool,
+    /// Held by the helper thread for a batch of work (from borrowing the contexts' command
+    /// descriptors to giving them back, crate::fdtable) and by context set-up and tear-down, so
+    /// that a batch never sees a context opened after its borrow, nor keeps a closed one open.
+    pub(crate) fd_gate: Mutex<()>,
+    /// The helper gave up its private descriptor table (it could not borrow from the
+    /// process's): the next one shares the process's table.
+    pub(crate) helper_shares_table: AtomicBool,
 }
 
 impl std::fmt::Debug for Engine {
@@ -265,6 +272,8 @@ impl Engine {
             stop: AtomicBool::new(false),
             hold_epoch: AtomicU64::new(1),
             holds_wanted: AtomicBool::new(false),
+            fd_gate: Mutex::new(()),
+            helper_shares_table: AtomicBool::new(false),
         })
     }
 
@@ -412,9 +421,10 @@ impl Engine {
             return;
         }
         let weak = Arc::downgrade(self);
+        let private_table = !self.helper_shares_table.load(Ordering::Acquire);
         let spawned = std::thread::Builder::new()
             .name("nprdma-helper".into())
-            .spawn(move || crate::remote::helper_loop(weak));
+            .spawn(move || crate::remote::helper_loop(weak, private_table));
         if spawned.is_err() {
             self.helper_started.store(false, Ordering::Release);
             self.note("could not start the helper thread: peers cannot reach unpinned memory");
@@ -492,7 +502,10 @@ impl Engine {
         if !caps.atomics {
             self.note("device has no atomics: regions with remote access are registered in pass-through (pinned)");
         }
-        registry::add_ctx(rec);
+        {
+            let _gate = lock(&self.fd_gate);
+            registry::add_ctx(rec);
+        }
         c.ops.post_send = Some(crate::ops::wrapped_post_send);
         c.ops.post_recv = Some(crate::ops::wrapped_post_recv);
         c.ops.poll_cq = Some(crate::ops::wrapped_poll_cq);
@@ -581,6 +594,9 @@ impl Engine {
                 }
             }
         }
+        // A helper batch that borrowed this context's descriptor has ended (and closed its
+        // copy) once the gate is free: the provider's close then really closes the file.
+        drop(lock(&self.fd_gate));
     }
 
     // ---------------------------------------------------------------- registration

@@ -26,6 +26,7 @@ mod engine;
 pub mod error;
 pub mod fake;
 pub mod fasthash;
+pub(crate) mod fdtable;
 pub mod hooks;
 pub mod interpose;
 pub mod log;

@@ -16,7 +16,11 @@ pub fn set_enabled(on: bool) {
 /// Logs `message`.
 pub fn line(message: &str) {
     if ENABLED.load(Ordering::Relaxed) {
-        eprintln!("nprdma[{}]: {message}", std::process::id());
+        let text = format!("nprdma[{}]: {message}\n", std::process::id());
+        // The helper thread has a descriptor table of its own (crate::fdtable).
+        if !crate::fdtable::write_stderr(text.as_bytes()) {
+            eprint!("{text}");
+        }
     }
 }
 

@@ -2,8 +2,8 @@
 //! asking it for window leases, all one-sided on the application's own QP) and the owner's
 //! side (the helper thread that serves the request rings). Design: docs/connectx.md §5.
 
-use std::sync::Weak;
 use std::sync::atomic::Ordering;
+use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use crate::directory::{
@@ -11,6 +11,7 @@ use crate::directory::{
     TICKET_OFF, answer_overtaken, decode_answer, decode_entry, encode_answer, encode_entry,
 };
 use crate::engine::{Batch, Engine, PostFail, Provider, QpCtl, SendSide, State, lock};
+use crate::fdtable::{DetachError, PrivateTable};
 use crate::registry;
 use crate::sys::*;
 use crate::translate::{Geometry, RemoteClass};
@@ -391,8 +392,28 @@ impl QpCtl {
 }
 
 /// The helper thread: serves the request rings of the engine's exported regions until the
-/// engine is dropped.
-pub(crate) fn helper_loop(engine: Weak<Engine>) {
+/// engine is dropped. With `private_table` it first leaves the process's descriptor table
+/// (crate::fdtable) and borrows the contexts' command descriptors for each batch of work.
+pub(crate) fn helper_loop(engine: Weak<Engine>, private_table: bool) {
+    let mut table = if private_table {
+        match PrivateTable::detach() {
+            Ok(t) => Some(t),
+            Err(DetachError::Unsupported(why)) => {
+                crate::log::once(&format!(
+                    "the helper thread shares the process's descriptor table ({why}): system calls on descriptors cost a little more"
+                ));
+                None
+            }
+            Err(DetachError::Stranded(why)) => {
+                if let Some(eng) = engine.upgrade() {
+                    eng.helper_stranded(why);
+                }
+                return;
+            }
+        }
+    } else {
+        None
+    };
     let mut idle = 0u32;
     loop {
         let Some(eng) = engine.upgrade() else {
@@ -401,12 +422,15 @@ pub(crate) fn helper_loop(engine: Weak<Engine>) {
         if eng.stop.load(Ordering::Acquire) {
             return;
         }
-        let served = eng.serve_rings();
-        if eng.holds_wanted.swap(false, Ordering::AcqRel) {
-            for q in eng.revoke_holds(None) {
-                q.poll_for_others();
+        let served = match eng.helper_batch(table.as_mut()) {
+            Ok(n) => n,
+            Err(e) => {
+                eng.helper_stranded(&format!(
+                    "cannot borrow the contexts' descriptors (errno {e})"
+                ));
+                return;
             }
-        }
+        };
         drop(eng);
         // Fast while requests come (first touches arrive in bursts), then slower and slower:
         // every wake-up takes the application's CPU for two context switches when both share
@@ -427,6 +451,52 @@ pub(crate) fn helper_loop(engine: Weak<Engine>) {
 }
 
 impl Engine {
+    /// One wake-up of the helper: if a ring has a request (or held windows are wanted back),
+    /// borrows the contexts' descriptors into `table` (when the helper has a table of its
+    /// own) and does the work. Returns the requests answered, or the errno of a failed borrow.
+    pub(crate) fn helper_batch(
+        self: &Arc<Self>,
+        table: Option<&mut PrivateTable>,
+    ) -> Result<usize, i32> {
+        if !self.holds_wanted.load(Ordering::Acquire) && !self.rings_pending() {
+            return Ok(0);
+        }
+        let _gate = lock(&self.fd_gate);
+        let _borrowed = match table {
+            Some(t) => Some(t.borrow(&registry::cmd_fds_of(self))?),
+            None => None,
+        };
+        let served = self.serve_rings();
+        if self.holds_wanted.swap(false, Ordering::AcqRel) {
+            for q in self.revoke_holds(None) {
+                q.poll_for_others();
+            }
+        }
+        Ok(served)
+    }
+
+    /// Whether a ring of an exported region has a drawn ticket not served yet (a request, or
+    /// one still being written, which [`serve_rings`](Self::serve_rings) times out).
+    fn rings_pending(&self) -> bool {
+        let st = lock(&self.state);
+        st.regions.values().any(|r| {
+            r.header.exported
+                && (r.dir.load(TICKET_OFF) != r.served
+                    || LeaseRequest::decode(&r.dir.read(r.header.slot_off(r.served), 56), r.served)
+                        .is_some())
+        })
+    }
+
+    /// The helper thread is ending because it cannot work from its private table: the next
+    /// exported registration starts one that shares the process's table.
+    fn helper_stranded(&self, why: &str) {
+        crate::log::once(&format!(
+            "the helper thread stopped: {why}; the next registration with remote access starts one that shares the process's descriptor table"
+        ));
+        self.helper_shares_table.store(true, Ordering::Release);
+        self.helper_started.store(false, Ordering::Release);
+    }
+
     /// Serves pending requests of every exported region; returns how many were answered.
     pub(crate) fn serve_rings(&self) -> usize {
         let mut st = lock(&self.state);
