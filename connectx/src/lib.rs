@@ -15,6 +15,7 @@
 //! - [`fake`]: an in-process fake provider for host tests.
 //! - [`window`], [`translate`], [`completion`], [`directory`]: the pure logic (window cache and
 //!   budget, WR planning, completion rules, directory layout and leases).
+//! - [`fdtable`]: the helper thread's private descriptor table.
 //! - [`sys`]: the rdma-core ABI, layout-checked against the installed headers.
 #![cfg(all(target_os = "linux", target_arch = "x86_64"))]
 
@@ -26,7 +27,7 @@ mod engine;
 pub mod error;
 pub mod fake;
 pub mod fasthash;
-pub(crate) mod fdtable;
+pub mod fdtable;
 pub mod hooks;
 pub mod interpose;
 pub mod log;
