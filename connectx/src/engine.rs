@@ -502,6 +502,13 @@ impl Engine {
         if !caps.atomics {
             self.note("device has no atomics: regions with remote access are registered in pass-through (pinned)");
         }
+        if !crate::fdtable::shares_process_table() {
+            // The helper borrows command descriptors from the first thread's table
+            // (crate::fdtable); this context's is not there, or another file is.
+            let why = "device opened by a thread with a descriptor table of its own (unshare(CLONE_FILES)): the context is in pass-through (pinned)";
+            let _ = rec.passthrough.set(why);
+            self.note(why);
+        }
         {
             let _gate = lock(&self.fd_gate);
             registry::add_ctx(rec);

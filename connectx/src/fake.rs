@@ -295,6 +295,32 @@ unsafe extern "C" fn fake_open_device(dev: *mut ibv_device) -> *mut ibv_context 
     ctx
 }
 
+/// Moves context `ctx`'s command descriptor to number `to` (as if the application had opened
+/// it there); returns `to`, or -1 with errno set.
+///
+/// # Safety
+/// `ctx` is a live context of the fake; `to` is a number the caller owns.
+pub unsafe fn move_cmd_fd(ctx: *mut ibv_context, to: c_int) -> c_int {
+    let mut f = fake();
+    let Some(entry) = f.cmd_files.get_mut(&(ctx as usize)) else {
+        set_errno(libc::EINVAL);
+        return -1;
+    };
+    if entry.0 == to {
+        return to;
+    }
+    // SAFETY: dup2 onto a number the caller owns; the old descriptor is the context's.
+    if unsafe { libc::dup2(entry.0, to) } < 0 {
+        return -1;
+    }
+    // SAFETY: the context's previous descriptor, closed once.
+    unsafe { libc::close(entry.0) };
+    entry.0 = to;
+    // SAFETY: a live context.
+    unsafe { (*ctx).cmd_fd = to };
+    to
+}
+
 /// The inode of the file `fd` names in the calling thread's descriptor table.
 fn inode_of(fd: c_int) -> Option<u64> {
     if fd < 0 {

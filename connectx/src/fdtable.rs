@@ -214,6 +214,26 @@ impl Drop for Borrowed {
     }
 }
 
+/// Whether the calling thread uses the descriptor table of the process's first thread, the
+/// table [`PrivateTable::borrow`] reads (a thread that called `unshare(CLONE_FILES)` does not).
+/// True where the kernel cannot tell (no `kcmp(2)`).
+pub fn shares_process_table() -> bool {
+    // kcmp(2) with KCMP_FILES (2, include/uapi/linux/kcmp.h) compares two tasks' tables:
+    // 0 is the same table.
+    // SAFETY: kcmp only compares kernel objects of two tasks of this process.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_kcmp,
+            libc::getpid(),
+            libc::gettid(),
+            2 as libc::c_int,
+            0 as libc::c_ulong,
+            0 as libc::c_ulong,
+        )
+    };
+    r <= 0
+}
+
 /// Writes `bytes` to the process's standard error from a thread with a private table (its own
 /// descriptor 2 is closed). Returns false on other threads: they write to their own.
 pub fn write_stderr(bytes: &[u8]) -> bool {
@@ -341,6 +361,19 @@ mod tests {
         t.join().unwrap();
         close(w);
         close(r);
+    }
+
+    #[test]
+    fn a_thread_knows_whether_it_shares_the_process_table() {
+        assert!(shares_process_table());
+        std::thread::spawn(|| {
+            assert!(shares_process_table());
+            // SAFETY: gives this test thread a table of its own.
+            assert_eq!(unsafe { libc::unshare(libc::CLONE_FILES) }, 0);
+            assert!(!shares_process_table());
+        })
+        .join()
+        .unwrap();
     }
 
     #[test]

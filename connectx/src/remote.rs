@@ -399,9 +399,11 @@ pub(crate) fn helper_loop(engine: Weak<Engine>, private_table: bool) {
         match PrivateTable::detach() {
             Ok(t) => Some(t),
             Err(DetachError::Unsupported(why)) => {
-                crate::log::once(&format!(
-                    "the helper thread shares the process's descriptor table ({why}): system calls on descriptors cost a little more"
-                ));
+                if let Some(eng) = engine.upgrade() {
+                    eng.note(&format!(
+                        "the helper thread shares the process's descriptor table ({why}): system calls on descriptors cost a little more"
+                    ));
+                }
                 None
             }
             Err(DetachError::Stranded(why)) => {
@@ -490,8 +492,8 @@ impl Engine {
     /// The helper thread is ending because it cannot work from its private table: the next
     /// exported registration starts one that shares the process's table.
     fn helper_stranded(&self, why: &str) {
-        crate::log::once(&format!(
-            "the helper thread stopped: {why}; the next registration with remote access starts one that shares the process's descriptor table"
+        self.note(&format!(
+            "helper thread stopped: {why}; the next registration with remote access starts one sharing the descriptor table"
         ));
         self.helper_shares_table.store(true, Ordering::Release);
         self.helper_started.store(false, Ordering::Release);
