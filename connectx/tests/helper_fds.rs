@@ -82,8 +82,18 @@ fn a_helper_that_cannot_borrow_stops_and_the_next_one_shares_the_table() {
         assert_eq!(unsafe { nprdma::fake::move_cmd_fd(b.ctx, high) }, high);
         // SAFETY: live contexts.
         let a_fd = unsafe { (*a.ctx).cmd_fd };
-        // This thread keeps both contexts' descriptors in a table of its own, and B's leaves
-        // the process's table: B's helper, which borrows from there, finds nothing.
+        let mut src = Buf::new(4096);
+        let smr = a.reg(&mut src, ALL_ACCESS);
+        let lkey = keys(smr).0;
+        // B's helper starts here, while this thread still uses the process's table, and
+        // leaves it.
+        let mut dst = Buf::new(64 * 1024);
+        let dmr = b.reg(&mut dst, ALL_ACCESS);
+        let rkey = keys(dmr).1;
+        let (qa, qb) = (a.create_qp(false), b.create_qp(false));
+        connect(&a, qa, &b, qb);
+        // Now this thread keeps both contexts' descriptors in a table of its own, and B's
+        // leaves the process's table, where B's helper borrows from: it finds nothing.
         let (go, wait) = std::sync::mpsc::channel::<()>();
         let closer = std::thread::spawn(move || {
             wait.recv().unwrap();
@@ -94,14 +104,6 @@ fn a_helper_that_cannot_borrow_stops_and_the_next_one_shares_the_table() {
         go.send(()).unwrap();
         closer.join().unwrap();
 
-        let mut src = Buf::new(4096);
-        let smr = a.reg(&mut src, ALL_ACCESS);
-        let lkey = keys(smr).0;
-        let mut dst = Buf::new(64 * 1024);
-        let dmr = b.reg(&mut dst, ALL_ACCESS);
-        let rkey = keys(dmr).1;
-        let (qa, qb) = (a.create_qp(false), b.create_qp(false));
-        connect(&a, qa, &b, qb);
         // The lease request reaches B's helper, which cannot register the window: it stops,
         // the request is not answered, and A's WR fails after its timeout.
         let status = write8(&a, qa, &src, lkey, dst.as_ptr() as u64, rkey, 1);
