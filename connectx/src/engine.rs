@@ -92,6 +92,10 @@ pub(crate) struct CtxRec {
     pub caps: DevCaps,
     /// Why this context is in pass-through, if it is (set once; read on every post).
     pub passthrough: std::sync::OnceLock<&'static str>,
+    /// Whether its command descriptor is in the first thread's table, where the helper
+    /// borrows from (crate::fdtable): false for a context opened by a thread with a table of
+    /// its own, which is in pass-through.
+    pub borrowable: bool,
 }
 
 // SAFETY: the saved operations are function pointers and opaque provider pointers that are
@@ -489,6 +493,10 @@ impl Engine {
         } else {
             (0, None, None)
         };
+        // The helper borrows command descriptors from the first thread's table
+        // (crate::fdtable); where this thread's table is another, this context's descriptor
+        // is not there, or another file is at its number.
+        let borrowable = crate::fdtable::shares_process_table();
         let rec = Arc::new(CtxRec {
             engine: self.clone(),
             ctx: ctx as usize,
@@ -498,14 +506,13 @@ impl Engine {
             vctx,
             caps,
             passthrough: std::sync::OnceLock::new(),
+            borrowable,
         });
         if !caps.atomics {
             self.note("device has no atomics: regions with remote access are registered in pass-through (pinned)");
         }
-        if !crate::fdtable::shares_process_table() {
-            // The helper borrows command descriptors from the first thread's table
-            // (crate::fdtable); this context's is not there, or another file is.
-            let why = "device opened by a thread with a descriptor table of its own (unshare(CLONE_FILES)): the context is in pass-through (pinned)";
+        if !borrowable {
+            let why = "device opened by a thread whose descriptor table is not the first thread's (unshare(CLONE_FILES), or that thread exited): pass-through (pinned)";
             let _ = rec.passthrough.set(why);
             self.note(why);
         }

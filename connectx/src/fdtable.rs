@@ -66,7 +66,8 @@ fn close_range(first: u32, last: u32) -> c_int {
 }
 
 fn close(fd: c_int) {
-    // SAFETY: closes a descriptor this module opened; nothing else refers to it.
+    // SAFETY: closes a descriptor of the calling thread's table that its caller owns (one it
+    // opened or borrowed, or a copy in a table it just made its own).
     unsafe {
         libc::close(fd);
     }
@@ -117,6 +118,8 @@ impl PrivateTable {
                 close(fd);
             }
         }
+        // (A pidfd opened before the unshare would stay in the process's table too, where
+        // nothing could close it; a failure here cannot reach the log, only doctor.)
         let fresh = pidfd_open();
         if fresh < 0 {
             return Err(DetachError::Stranded(
@@ -124,7 +127,8 @@ impl PrivateTable {
             ));
         }
         // Keep 0, 1 and 2 free: standard-stream writes on this thread (a panic message) then
-        // fail with EBADF instead of landing in a borrowed file.
+        // fail with EBADF. (Only a command descriptor the application opened at 0, 1 or 2 is
+        // borrowed there, and only during a batch.)
         // SAFETY: fcntl(2) F_DUPFD_CLOEXEC on our own descriptor.
         let pidfd = unsafe { libc::fcntl(fresh, libc::F_DUPFD_CLOEXEC, 3) };
         close(fresh);

@@ -228,7 +228,7 @@ pub(crate) fn cmd_fds_of(engine: &crate::engine::Engine) -> Vec<core::ffi::c_int
     read(|m| {
         m.ctxs
             .values()
-            .filter(|c| core::ptr::eq(&*c.engine, engine))
+            .filter(|c| c.borrowable && core::ptr::eq(&*c.engine, engine))
             // SAFETY: a context stays live while its record is in the registry (removed
             // before the provider closes it).
             .map(|c| unsafe { (*(c.ctx as *const crate::sys::ibv_context)).cmd_fd })

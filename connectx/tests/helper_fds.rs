@@ -38,7 +38,7 @@ fn a_device_opened_by_a_thread_with_its_own_table_is_in_pass_through() {
         assert!(
             r.reasons
                 .iter()
-                .any(|w| w.contains("descriptor table of its own")),
+                .any(|w| w.contains("is not the first thread's")),
             "{:?}",
             r.reasons
         );
@@ -134,4 +134,50 @@ fn a_helper_that_cannot_borrow_stops_and_the_next_one_shares_the_table() {
     })
     .join()
     .unwrap();
+}
+
+#[test]
+fn the_helper_thread_blocks_the_signals_meant_for_the_application() {
+    let b = Host::with_library(1 << 20, 64 * 1024);
+    let mut dst = Buf::new(64 * 1024);
+    let mr = b.reg(&mut dst, ALL_ACCESS);
+    assert!(!mr.is_null());
+    // The registration with remote access started the helper; find it by its name.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let blocked = loop {
+        let found: Vec<u64> = std::fs::read_dir("/proc/self/task")
+            .unwrap()
+            .flatten()
+            .filter(|t| {
+                std::fs::read_to_string(t.path().join("comm"))
+                    .is_ok_and(|c| c.trim() == "nprdma-helper")
+            })
+            .filter_map(|t| {
+                let status = std::fs::read_to_string(t.path().join("status")).ok()?;
+                let line = status.lines().find(|l| l.starts_with("SigBlk:"))?;
+                u64::from_str_radix(line["SigBlk:".len()..].trim(), 16).ok()
+            })
+            .collect();
+        if !found.is_empty() {
+            break found;
+        }
+        assert!(std::time::Instant::now() < deadline, "no helper thread");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    };
+    for mask in blocked {
+        for sig in [
+            libc::SIGTERM,
+            libc::SIGCHLD,
+            libc::SIGALRM,
+            libc::SIGUSR1,
+            libc::SIGIO,
+        ] {
+            assert_ne!(
+                mask & (1 << (sig - 1)),
+                0,
+                "signal {sig} not blocked: {mask:#x}"
+            );
+        }
+    }
+    assert_eq!(b.dereg(mr), 0);
 }
