@@ -24,6 +24,8 @@
 use core::cell::Cell;
 use core::ffi::c_int;
 
+use crate::engine::errno;
+
 thread_local! {
     /// The pidfd of this thread's private table, if it has one (for [`write_stderr`]).
     static OWN_PIDFD: Cell<c_int> = const { Cell::new(-1) };
@@ -44,10 +46,6 @@ pub enum DetachError {
 pub struct PrivateTable {
     /// A pidfd of this process, in the private table: the source of borrowed descriptors.
     pidfd: c_int,
-}
-
-fn errno() -> i32 {
-    std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
 }
 
 fn pidfd_open() -> c_int {
@@ -222,6 +220,12 @@ impl Drop for Borrowed {
             close(fd);
         }
     }
+}
+
+/// Whether the calling thread has left the process's table through [`PrivateTable::detach`]
+/// (a thread-local read, no system call).
+pub fn on_private_table() -> bool {
+    OWN_PIDFD.with(Cell::get) >= 0
 }
 
 /// Whether the calling thread uses the descriptor table of the process's first thread, the
