@@ -232,7 +232,7 @@ pub struct Engine {
     pub(crate) cfg: Config,
     pub(crate) state: Mutex<State>,
     pub(crate) status: PageStore,
-    pub(crate) helper_started: AtomicBool,
+    helper_started: AtomicBool,
     pub(crate) stop: AtomicBool,
     /// Moves on when local holds must no longer be used ([`LocalHold`]): a region was
     /// deregistered or re-registered, or the budget needs the held windows back.
@@ -246,7 +246,7 @@ pub struct Engine {
     pub(crate) fd_gate: Mutex<()>,
     /// The helper gave up its private descriptor table (it could not borrow from the
     /// process's): the next one shares the process's table.
-    pub(crate) helper_shares_table: AtomicBool,
+    helper_shares_table: AtomicBool,
 }
 
 impl std::fmt::Debug for Engine {
@@ -433,6 +433,16 @@ impl Engine {
             self.helper_started.store(false, Ordering::Release);
             self.note("could not start the helper thread: peers cannot reach unpinned memory");
         }
+    }
+
+    /// The helper thread is ending because it cannot work from its private table: the next
+    /// exported registration starts one that shares the process's table.
+    pub(crate) fn helper_stranded(&self, why: &str) {
+        self.note(&format!(
+            "helper thread stopped: {why}; the next registration with remote access starts one sharing the descriptor table"
+        ));
+        self.helper_shares_table.store(true, Ordering::Release);
+        self.helper_started.store(false, Ordering::Release);
     }
 
     // ---------------------------------------------------------------- contexts

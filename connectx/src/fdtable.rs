@@ -133,8 +133,15 @@ impl PrivateTable {
         if pidfd < 0 {
             return Err(DetachError::Stranded("no descriptor above 2 for the pidfd"));
         }
+        let mut table = Self { pidfd: -1 };
+        table.set_pidfd(pidfd);
+        Ok(table)
+    }
+
+    /// Keeps the pidfd at `pidfd`, where [`write_stderr`] also finds it.
+    fn set_pidfd(&mut self, pidfd: c_int) {
         OWN_PIDFD.with(|p| p.set(pidfd));
-        Ok(Self { pidfd })
+        self.pidfd = pidfd;
     }
 
     /// Makes each of `fds` (numbers in the process's table) name the same open file in this
@@ -160,8 +167,7 @@ impl PrivateTable {
                 return Err(errno());
             }
             close(self.pidfd);
-            self.pidfd = moved;
-            OWN_PIDFD.with(|p| p.set(moved));
+            self.set_pidfd(moved);
         }
         let mut missing = 0;
         for &fd in &wanted {

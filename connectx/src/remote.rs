@@ -10,7 +10,7 @@ use crate::directory::{
     ANSWER_OFF, DirHeader, ENTRY_PRESENT, LeaseAnswer, LeaseBook, LeaseRequest, SERVED_OFF,
     TICKET_OFF, answer_overtaken, decode_answer, decode_entry, encode_answer, encode_entry,
 };
-use crate::engine::{Batch, Engine, PostFail, Provider, QpCtl, SendSide, State, lock};
+use crate::engine::{Batch, Engine, PostFail, Provider, QpCtl, Region, SendSide, State, lock};
 use crate::fdtable::{DetachError, PrivateTable};
 use crate::registry;
 use crate::sys::*;
@@ -391,6 +391,11 @@ impl QpCtl {
     }
 }
 
+/// The request in `r`'s ring slot of the next ticket to serve, if one has landed whole.
+fn next_request(r: &Region) -> Option<LeaseRequest> {
+    LeaseRequest::decode(&r.dir.read(r.header.slot_off(r.served), 56), r.served)
+}
+
 /// The helper thread: serves the request rings of the engine's exported regions until the
 /// engine is dropped. With `private_table` it first leaves the process's descriptor table
 /// (crate::fdtable) and borrows the contexts' command descriptors for each batch of work.
@@ -491,21 +496,8 @@ impl Engine {
     fn rings_pending(&self) -> bool {
         let st = lock(&self.state);
         st.regions.values().any(|r| {
-            r.header.exported
-                && (r.dir.load(TICKET_OFF) != r.served
-                    || LeaseRequest::decode(&r.dir.read(r.header.slot_off(r.served), 56), r.served)
-                        .is_some())
+            r.header.exported && (r.dir.load(TICKET_OFF) != r.served || next_request(r).is_some())
         })
-    }
-
-    /// The helper thread is ending because it cannot work from its private table: the next
-    /// exported registration starts one that shares the process's table.
-    fn helper_stranded(&self, why: &str) {
-        self.note(&format!(
-            "helper thread stopped: {why}; the next registration with remote access starts one sharing the descriptor table"
-        ));
-        self.helper_shares_table.store(true, Ordering::Release);
-        self.helper_started.store(false, Ordering::Release);
     }
 
     /// Serves pending requests of every exported region; returns how many were answered.
@@ -525,8 +517,7 @@ impl Engine {
                 };
                 let t = r.served;
                 let off = r.header.slot_off(t);
-                let bytes = r.dir.read(off, 56);
-                let Some(req) = LeaseRequest::decode(&bytes, t) else {
+                let Some(req) = next_request(r) else {
                     // Nothing, or a drawn ticket whose request has not landed yet. A requester
                     // that died between drawing and writing must not block the ring forever.
                     if r.dir.load(TICKET_OFF) > t {
