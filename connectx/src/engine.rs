@@ -426,9 +426,24 @@ impl Engine {
         }
         let weak = Arc::downgrade(self);
         let private_table = !self.helper_shares_table.load(Ordering::Acquire);
+        // The helper is born with every signal blocked (a thread inherits its creator's
+        // mask): signals sent to the process are for the application's threads, and a handler
+        // run on the helper would find its private descriptor table (a self-pipe write would
+        // fail or reach another file). Faults of the helper itself are still delivered.
+        // SAFETY: all-zero is a valid sigset_t, which sigfillset fills; pthread_sigmask
+        // changes this thread's mask only, and the old mask is put back right after the spawn.
+        let mut old: libc::sigset_t = unsafe { core::mem::zeroed() };
+        // SAFETY: as above.
+        unsafe {
+            let mut all: libc::sigset_t = core::mem::zeroed();
+            libc::sigfillset(&mut all);
+            libc::pthread_sigmask(libc::SIG_BLOCK, &all, &mut old);
+        }
         let spawned = std::thread::Builder::new()
             .name("nprdma-helper".into())
             .spawn(move || crate::remote::helper_loop(weak, private_table));
+        // SAFETY: restores the mask saved above.
+        unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, core::ptr::null_mut()) };
         if spawned.is_err() {
             self.helper_started.store(false, Ordering::Release);
             self.note("could not start the helper thread: peers cannot reach unpinned memory");

@@ -399,16 +399,8 @@ fn next_request(r: &Region) -> Option<LeaseRequest> {
 /// The helper thread: serves the request rings of the engine's exported regions until the
 /// engine is dropped. With `private_table` it first leaves the process's descriptor table
 /// (crate::fdtable) and borrows the contexts' command descriptors for each batch of work.
+/// It runs with every signal blocked (see [`Engine::ensure_helper`]).
 pub(crate) fn helper_loop(engine: Weak<Engine>, private_table: bool) {
-    // Signals sent to the process are for the application's threads: a handler run here would
-    // find this thread's private descriptor table (a self-pipe write would fail or reach
-    // another file). Faults of this thread itself are still delivered.
-    // SAFETY: an all-ones set is a valid sigset_t; pthread_sigmask changes this thread only.
-    unsafe {
-        let mut all: libc::sigset_t = core::mem::zeroed();
-        libc::sigfillset(&mut all);
-        libc::pthread_sigmask(libc::SIG_BLOCK, &all, core::ptr::null_mut());
-    }
     let mut table = if private_table {
         match PrivateTable::detach() {
             Ok(t) => Some(t),
