@@ -5,10 +5,11 @@ use core::ops::Deref;
 use hal::dma::DmaMemory;
 use hal::{Iova, PageSize};
 
+use super::attribution::InFlightAccess;
 use super::policy::recoverable;
 use super::{
-    FaultCost, FaultDecision, FaultEstimate, FaultKind, FaultPolicy, FaultRecord, FaultResolver,
-    PolicyInput, ResolvedPage, StreamFaultConfig, abort_reason,
+    AccessKind, FaultCost, FaultDecision, FaultEstimate, FaultKind, FaultPolicy, FaultRecord,
+    FaultResolver, PolicyInput, RawSyndrome, ResolvedPage, SmmuId, StreamFaultConfig, abort_reason,
 };
 use crate::pagetable::Attributes;
 use crate::pagetable::{Invalidations, PageTable, TlbInvalidation, TlbMaintenance};
@@ -70,6 +71,25 @@ pub struct FaultStats {
     pub fix_failures: u64,
     /// Policy decisions the handler overrode.
     pub policy_overrides: u64,
+    /// Pages of suspect transfers looked at by [`FaultHandler::resolve_range`].
+    pub range_pages: u64,
+}
+
+/// What [`FaultHandler::resolve_range`] did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RangeResolution {
+    /// Pages looked at.
+    pub pages: u32,
+    /// Pages that were made present and mapped (the others were already mapped).
+    pub mapped: u32,
+    /// Of those, the minor resolutions.
+    pub minor: u32,
+    /// Of those, the major resolutions.
+    pub major: u32,
+    /// The first page the fault path refused (outside every region, a write to a read-only
+    /// region, a failed resolution): the transfer that needs the range must fail with it.
+    /// Pages after it were not looked at.
+    pub abort: Option<SmmuError>,
 }
 
 /// The fault handler: one per SMMU (or per context), generic over the policy.
@@ -221,6 +241,87 @@ impl<P: FaultPolicy> FaultHandler<P> {
             Err(error) => outcome.decision = FaultDecision::Abort(error),
         }
         Ok(outcome)
+    }
+}
+
+impl<P: FaultPolicy> FaultHandler<P> {
+    /// Makes every page of `range` present for `access`, as if each had faulted without a
+    /// stall: [`handle`](Self::handle) with a record that has no syndrome (an unprivileged
+    /// data access), then the fix's invalidations through `tlb`.
+    ///
+    /// This is what a transfer that a fault could not be attributed to needs before it is
+    /// sent again (see [`attribution`](super::attribution)): resending it alone could fault
+    /// again with no usable record, for ever. Pages already mapped with enough permission
+    /// are left as they are. The first page the fault path refuses ends the walk and is
+    /// returned in [`RangeResolution::abort`], not as an `Err`: `Err` is kept for failures
+    /// of the driver itself (table memory, TLB maintenance).
+    #[allow(clippy::too_many_arguments)]
+    pub fn resolve_range<R, M, T>(
+        &mut self,
+        smmu: SmmuId,
+        range: &InFlightAccess,
+        access: AccessKind,
+        stream: &StreamFaultConfig,
+        resolver: &mut R,
+        table: &mut PageTable<M>,
+        tlb: &mut T,
+    ) -> Result<RangeResolution>
+    where
+        R: FaultResolver + ?Sized,
+        M: Deref<Target: DmaMemory>,
+        T: TlbMaintenance + ?Sized,
+    {
+        let mut done = RangeResolution::default();
+        if range.len == 0 {
+            return Ok(done);
+        }
+        let page = PageSize::Size4K.bytes();
+        let first = range.start.align_down(PageSize::Size4K).as_u64();
+        let last =
+            range
+                .start
+                .as_u64()
+                .checked_add(range.len - 1)
+                .ok_or(SmmuError::InvalidConfig {
+                    what: "a transfer's range wraps around the address space",
+                })?
+                & !(page - 1);
+        let mut at = first;
+        loop {
+            // The first page at the transfer's own address, the others at their start.
+            let iova = Iova::new(at.max(range.start.as_u64()));
+            let record = FaultRecord {
+                smmu,
+                stream: range.stream,
+                iova,
+                access,
+                kind: FaultKind::Translation,
+                level: None,
+                stall: None,
+                syndrome: RawSyndrome::default(),
+            };
+            self.stats.range_pages += 1;
+            done.pages += 1;
+            let outcome = self.handle(&record, stream, resolver, table, tlb)?;
+            if let FaultDecision::Abort(error) = outcome.decision {
+                done.abort = Some(error);
+                return Ok(done);
+            }
+            if !outcome.invalidations.is_empty() {
+                tlb.invalidate_now(&outcome.invalidations)?;
+            }
+            if let Some(page) = outcome.mapped {
+                done.mapped += 1;
+                match page.cost {
+                    FaultCost::Minor => done.minor += 1,
+                    FaultCost::Major => done.major += 1,
+                }
+            }
+            if at == last {
+                return Ok(done);
+            }
+            at += page;
+        }
     }
 }
 

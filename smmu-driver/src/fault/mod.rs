@@ -29,13 +29,15 @@
 //!   stall-tolerant. PCIe streams never are (IHI0070 §3.12.1: PCIe streams must use the
 //!   terminate model; SMMU notes §0 item 20 and §1.7).
 
+pub mod attribution;
 mod handler;
 mod policy;
 mod region;
 
 use hal::{Iova, PageSize, PhysAddr};
 
-pub use handler::{FaultHandler, FaultOutcome, FaultPlan, FaultStats, FixOutcome};
+pub use attribution::{Attribution, InFlightAccess, Unattributed, attribute};
+pub use handler::{FaultHandler, FaultOutcome, FaultPlan, FaultStats, FixOutcome, RangeResolution};
 pub use policy::{
     FaultDecision, FaultEstimate, FaultPolicy, PolicyInput, StandardPolicy, StreamFaultConfig,
     abort_reason,

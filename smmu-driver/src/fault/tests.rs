@@ -947,3 +947,201 @@ fn error_codes_are_stable() {
         16
     );
 }
+
+fn in_flight(stream: StreamId, start: u64, len: u64) -> InFlightAccess {
+    InFlightAccess {
+        stream,
+        start: Iova::new(start),
+        len,
+    }
+}
+
+#[test]
+fn a_fault_is_attributed_only_by_stream_and_address_together() {
+    let accesses = [
+        in_flight(STREAM, RW_REGION, 0x2000),
+        in_flight(STREAM, RW_REGION + 0x10_0000, 0x2000),
+        in_flight(OTHER_STREAM, RW_REGION, 0x2000),
+    ];
+    let at = |iova, stream| FaultRecord {
+        stream,
+        ..record(iova, AccessKind::Read, FaultKind::Translation, false)
+    };
+    assert_eq!(
+        attribute(Some(&at(RW_REGION + 0x1fff, STREAM)), &accesses),
+        Attribution::Access(0)
+    );
+    assert_eq!(
+        attribute(Some(&at(RW_REGION + 0x10_0000, STREAM)), &accesses),
+        Attribution::Access(1)
+    );
+    assert_eq!(
+        attribute(Some(&at(RW_REGION, OTHER_STREAM)), &accesses),
+        Attribution::Access(2)
+    );
+    // One past the end, and an empty FAR: the stream is known, the address is no access's.
+    for iova in [RW_REGION + 0x2000, 0] {
+        assert_eq!(
+            attribute(Some(&at(iova, STREAM)), &accesses),
+            Attribution::Bank(Unattributed::AddressOutsideInFlight {
+                stream: STREAM,
+                iova: Iova::new(iova),
+            })
+        );
+    }
+    // An empty CBFRSYNRA: stream 0, which nothing in flight uses.
+    assert_eq!(
+        attribute(Some(&at(RW_REGION, StreamId(0))), &accesses),
+        Attribution::Bank(Unattributed::UnknownStream(StreamId(0)))
+    );
+    assert_eq!(
+        attribute(None, &accesses),
+        Attribution::Bank(Unattributed::NoRecord)
+    );
+    assert_eq!(
+        attribute(Some(&at(RW_REGION, STREAM)), &[]),
+        Attribution::Bank(Unattributed::UnknownStream(STREAM))
+    );
+    // A range at the top of the address space does not wrap.
+    let top = [in_flight(STREAM, u64::MAX - 0xfff, 0x1000)];
+    assert_eq!(
+        attribute(Some(&at(u64::MAX, STREAM)), &top),
+        Attribution::Access(0)
+    );
+    assert_eq!(
+        attribute(Some(&at(0x10, STREAM)), &top),
+        Attribution::Bank(Unattributed::AddressOutsideInFlight {
+            stream: STREAM,
+            iova: Iova::new(0x10),
+        })
+    );
+}
+
+#[test]
+fn resolving_a_suspect_range_maps_each_missing_page_once_through_the_fault_path() {
+    let world = World::new();
+    let mut table = world.table();
+    let mut pager = Pager::new();
+    let mut tlb = Tlb::default();
+    let mut handler = FaultHandler::new(StandardPolicy::Hybrid);
+    let smmu = record(0, AccessKind::Read, FaultKind::Translation, false).smmu;
+    // Page 1 is resident (minor), pages 0 and 2 are not (major); the range starts inside
+    // page 0 and ends inside page 2.
+    pager
+        .resident
+        .insert(RW_REGION + 0x1000, PhysAddr::new(0x3_0000_0000));
+    let range = in_flight(STREAM, RW_REGION + 0x800, 0x1900);
+    let done = handler
+        .resolve_range(
+            smmu,
+            &range,
+            AccessKind::Write,
+            &tolerant(),
+            &mut pager,
+            &mut table,
+            &mut tlb,
+        )
+        .unwrap();
+    assert_eq!(
+        done,
+        RangeResolution {
+            pages: 3,
+            mapped: 3,
+            minor: 1,
+            major: 2,
+            abort: None,
+        }
+    );
+    for page in 0..3 {
+        assert!(
+            world
+                .walk(&table, RW_REGION + page * 0x1000)
+                .unwrap()
+                .writable()
+        );
+    }
+    // Again: everything is present, nothing is resolved.
+    let calls = pager.resolve_calls;
+    let again = handler
+        .resolve_range(
+            smmu,
+            &range,
+            AccessKind::Write,
+            &tolerant(),
+            &mut pager,
+            &mut table,
+            &mut tlb,
+        )
+        .unwrap();
+    assert_eq!((again.pages, again.mapped, again.abort), (3, 0, None));
+    assert_eq!(pager.resolve_calls, calls);
+    assert_eq!(handler.stats().range_pages, 6);
+    // An empty range looks at nothing.
+    let empty = in_flight(STREAM, RW_REGION, 0);
+    let none = handler
+        .resolve_range(
+            smmu,
+            &empty,
+            AccessKind::Read,
+            &tolerant(),
+            &mut pager,
+            &mut table,
+            &mut tlb,
+        )
+        .unwrap();
+    assert_eq!(none, RangeResolution::default());
+}
+
+#[test]
+fn a_suspect_range_that_leaves_its_region_or_writes_read_only_memory_is_refused() {
+    let world = World::new();
+    let mut table = world.table();
+    let mut pager = Pager::new();
+    let mut tlb = Tlb::default();
+    let mut handler = FaultHandler::new(StandardPolicy::Hybrid);
+    let smmu = record(0, AccessKind::Read, FaultKind::Translation, false).smmu;
+    let mut resolve = |range: InFlightAccess, access| {
+        handler
+            .resolve_range(
+                smmu,
+                &range,
+                access,
+                &tolerant(),
+                &mut pager,
+                &mut table,
+                &mut tlb,
+            )
+            .unwrap()
+    };
+    // The last page of the region, then one page past its end.
+    let end = RW_REGION + REGION_LEN;
+    let over = resolve(in_flight(STREAM, end - 0x1000, 0x2000), AccessKind::Read);
+    assert_eq!((over.pages, over.mapped), (2, 1));
+    assert_eq!(
+        over.abort,
+        Some(SmmuError::OutsideRegisteredRegion {
+            stream: STREAM.0,
+            iova: Iova::new(end),
+        })
+    );
+    let ro = resolve(in_flight(STREAM, RO_REGION, 0x1000), AccessKind::Write);
+    assert!(matches!(
+        ro.abort,
+        Some(SmmuError::WriteToReadOnlyRegion { .. })
+    ));
+    assert_eq!(ro.mapped, 0);
+    // Reading it is fine.
+    let read = resolve(in_flight(STREAM, RO_REGION, 0x1000), AccessKind::Read);
+    assert_eq!((read.mapped, read.abort), (1, None));
+    // A range that wraps around the address space is the caller's mistake, not a page's.
+    let wraps = handler.resolve_range(
+        smmu,
+        &in_flight(STREAM, u64::MAX - 0xff, 0x200),
+        AccessKind::Read,
+        &tolerant(),
+        &mut pager,
+        &mut table,
+        &mut tlb,
+    );
+    assert!(matches!(wraps, Err(SmmuError::InvalidConfig { .. })));
+}
