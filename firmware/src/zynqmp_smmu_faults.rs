@@ -103,6 +103,7 @@ mod tests {
                 transfers: 2,
                 bytes: 100,
                 faults: 4,
+                stalls: 4,
                 resumes: 4,
                 minor: 4,
                 ..c
@@ -111,6 +112,7 @@ mod tests {
                 transfers: 1,
                 bytes: 10,
                 faults: 4,
+                stalls: 4,
                 retransmissions: 4,
                 major: 4,
                 ..c
@@ -125,25 +127,32 @@ mod tests {
             Phase::MultiStall => Counters {
                 transfers: 2,
                 faults: 2,
+                stalls: 2,
                 resumes: 2,
+                retransmissions: 2,
+                suspect_resends: 2,
                 multi: 1,
                 ..c
             },
             Phase::MultiTerminate => Counters {
                 transfers: 2,
-                faults: 2,
-                retransmissions: 3,
+                faults: 1,
+                retransmissions: 2,
+                suspect_resends: 1,
                 multi: 1,
+                prefaulted: 1,
                 ..c
             },
             Phase::OutsideRegion => Counters {
                 faults: 2,
+                stalls: 2,
                 aborts: 2,
                 ..c
             },
             Phase::Eviction => Counters {
                 transfers: 2,
                 faults: 1,
+                stalls: 1,
                 retransmissions: 1,
                 evictions: 1,
                 ..c
@@ -172,13 +181,13 @@ mod tests {
     fn the_model_run_passes_with_its_totals() {
         let config = ScenarioConfig::DEFAULT;
         let v = verdict(&config, &Ok(report(&Phase::ALL)));
-        // 2+1+1+2+2+0+2 transfers, 4+4+2+2+2+2+1 faults, 4+2 resumes, 4+2+3+1
+        // 2+1+1+2+2+0+2 transfers, 4+4+2+2+1+2+1 faults, 4+2 resumes, 4+2+2+2+1
         // retransmissions, 2 aborts, 2 MULTI.
         assert_eq!(
             text(&v),
             (
                 Outcome::Pass,
-                "7 phases: 10 transfers exact (111 bytes), 17 faults, 6 resumes, 10 \
+                "7 phases: 10 transfers exact (111 bytes), 16 faults, 6 resumes, 11 \
                  retransmissions, 2 aborts, 2 MULTI"
                     .into()
             )
@@ -227,6 +236,7 @@ mod tests {
         let mut r = report(&Phase::ALL);
         // A major fault that was resumed (held the stall): never allowed.
         r.phases[1].counters.resumes = 1;
+        r.phases[1].counters.resumed_major = 1;
         let (outcome, msg) = text(&verdict(&config, &Ok(r)));
         assert_eq!(outcome, Outcome::Fail);
         assert!(msg.starts_with("BoardError code 14: "), "{msg}");

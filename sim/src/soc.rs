@@ -24,7 +24,7 @@ use hal::regs::{AccessWidth, RegisterBus};
 
 use crate::bus::{Access, AccessResult, DmaMaster, MasterPort, Progress, StallState, StallTicket};
 use crate::memory::Memory;
-use crate::mmu500::{Mmu500, Mmu500Config, Translation};
+use crate::mmu500::{FaultReporting, Mmu500, Mmu500Config, Translation};
 use crate::zdma::ZdmaModel;
 use crate::{Result, SimError};
 
@@ -86,6 +86,9 @@ pub struct SocConfig {
     pub dram_pages: usize,
     /// The MMU-500.
     pub smmu: Mmu500Config,
+    /// Whether the zDMA channels report error responses (ISR.AXI_RD_DATA/AXI_WR_DATA) as
+    /// silicon does, or ignore them as QEMU's model does ([`ZdmaModel::ignore_bus_errors`]).
+    pub zdma_reports_bus_errors: bool,
 }
 
 impl SocConfig {
@@ -95,7 +98,18 @@ impl SocConfig {
             dram_base: PhysAddr::new(0x4000_0000),
             dram_pages: 2048,
             smmu: Mmu500Config::zynqmp(),
+            zdma_reports_bus_errors: true,
         }
+    }
+
+    /// The same machine with the weakest behaviour the driver must survive: an SMMU that
+    /// reports no syndrome, no MULTI and never stalls ([`FaultReporting::WEAKEST`]), and zDMA
+    /// channels that complete without reporting a bus error.
+    pub const fn weakest() -> Self {
+        let mut config = Self::zynqmp();
+        config.smmu.reporting = FaultReporting::WEAKEST;
+        config.zdma_reports_bus_errors = false;
+        config
     }
 }
 
@@ -123,16 +137,23 @@ impl ZynqMpSoc {
     /// Builds the machine.
     pub fn new(config: SocConfig) -> Result<Self> {
         let dram = Arc::new(HostDma::new(config.dram_base, config.dram_pages)?);
+        let channel = |stream: u32, bus_width: u16| {
+            let mut model = ZdmaModel::new(stream, usize::from(bus_width));
+            if !config.zdma_reports_bus_errors {
+                model.ignore_bus_errors();
+            }
+            model
+        };
         Ok(ZynqMpSoc {
             memory: Memory::new(dram),
             smmu: Mmu500::new(config.smmu)?,
             gdma: GDMA
                 .iter()
-                .map(|c| ZdmaModel::new(c.stream.0, usize::from(c.bus_width)))
+                .map(|c| channel(c.stream.0, c.bus_width))
                 .collect(),
             adma: ADMA
                 .iter()
-                .map(|c| ZdmaModel::new(c.stream.0, usize::from(c.bus_width)))
+                .map(|c| channel(c.stream.0, c.bus_width))
                 .collect(),
             steps: 0,
             barriers: 0,

@@ -13,6 +13,10 @@
 //! (ARLEN + 1) beats of the bus width (16 x 16 bytes on the GDMA), one burst outstanding. A
 //! stalled burst holds the channel (STATUS busy) until the SMMU retries or terminates it.
 //!
+//! [`ZdmaModel::ignore_bus_errors`] makes it behave like QEMU's model instead: a burst that
+//! got an error response reads as zeros or is dropped, and the transfer completes with
+//! DMA_DONE. A driver cannot tell such a transfer from a good one by the channel alone.
+//!
 //! Not modelled: scatter-gather mode and the write-only/read-only modes (starting the channel
 //! in them sets ISR.INV_APB and does nothing), rate control, pausing, FIXED bursts, several
 //! outstanding bursts, and time.
@@ -119,6 +123,9 @@ pub struct ZdmaStats {
     pub retried_bursts: u64,
     /// Register accesses the channel rejected (ISR.INV_APB).
     pub invalid_accesses: u64,
+    /// Bursts that got an error response the channel did not report
+    /// ([`ZdmaModel::ignore_bus_errors`]).
+    pub ignored_errors: u64,
 }
 
 /// One zDMA channel.
@@ -145,6 +152,7 @@ pub struct ZdmaModel {
     irq_dst_acct: u32,
     ctrl2: u32,
     job: Option<Job>,
+    reports_bus_errors: bool,
     stats: ZdmaStats,
 }
 
@@ -174,8 +182,16 @@ impl ZdmaModel {
             irq_dst_acct: 0,
             ctrl2: 0,
             job: None,
+            reports_bus_errors: true,
             stats: ZdmaStats::default(),
         }
+    }
+
+    /// Makes the channel ignore error responses as QEMU's `hw/dma/xlnx-zdma.c` does: a read
+    /// that failed returns zeros, a write that failed is dropped, and the transfer goes on
+    /// to DMA_DONE (see the module docs).
+    pub fn ignore_bus_errors(&mut self) {
+        self.reports_bus_errors = false;
     }
 
     /// The stream ID of the channel's AXI master.
@@ -316,7 +332,7 @@ impl DmaMaster for ZdmaModel {
                     self.stats.stalled_bursts += 1;
                     return Progress::Blocked;
                 }
-                AccessResult::Err(_) => self.fail(isr::AXI_RD_DATA),
+                AccessResult::Err(_) => self.read_failed(len),
             },
             Phase::ReadWait(t) => match port.stall_state(t) {
                 StallState::Held => return Progress::Blocked,
@@ -328,7 +344,7 @@ impl DmaMaster for ZdmaModel {
                     job.buf[..len].fill(0);
                     job.phase = Phase::Write;
                 }
-                StallState::Terminated(_) | StallState::Unknown => self.fail(isr::AXI_RD_DATA),
+                StallState::Terminated(_) | StallState::Unknown => self.read_failed(len),
             },
             Phase::Write => match port.write(&access(job.dst, true), &job.buf[..len]) {
                 AccessResult::Ok => self.burst_written(len),
@@ -337,7 +353,7 @@ impl DmaMaster for ZdmaModel {
                     self.stats.stalled_bursts += 1;
                     return Progress::Blocked;
                 }
-                AccessResult::Err(_) => self.fail(isr::AXI_WR_DATA),
+                AccessResult::Err(_) => self.write_failed(len),
             },
             Phase::WriteWait(t) => match port.stall_state(t) {
                 StallState::Held => return Progress::Blocked,
@@ -346,7 +362,7 @@ impl DmaMaster for ZdmaModel {
                     self.stats.retried_bursts += 1;
                 }
                 StallState::TerminatedSilently => self.burst_written(len),
-                StallState::Terminated(_) | StallState::Unknown => self.fail(isr::AXI_WR_DATA),
+                StallState::Terminated(_) | StallState::Unknown => self.write_failed(len),
             },
         }
         Progress::Advanced
@@ -354,6 +370,27 @@ impl DmaMaster for ZdmaModel {
 }
 
 impl ZdmaModel {
+    /// A data read got an error response.
+    fn read_failed(&mut self, len: usize) {
+        if self.reports_bus_errors {
+            return self.fail(isr::AXI_RD_DATA);
+        }
+        self.stats.ignored_errors += 1;
+        if let Some(job) = self.job.as_mut() {
+            job.buf[..len].fill(0);
+            job.phase = Phase::Write;
+        }
+    }
+
+    /// A data write got an error response.
+    fn write_failed(&mut self, len: usize) {
+        if self.reports_bus_errors {
+            return self.fail(isr::AXI_WR_DATA);
+        }
+        self.stats.ignored_errors += 1;
+        self.burst_written(len);
+    }
+
     fn burst_written(&mut self, len: usize) {
         let (total, wrapped) = self.total_byte.overflowing_add(len as u32);
         self.total_byte = total;

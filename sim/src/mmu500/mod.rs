@@ -28,6 +28,9 @@
 //!   other than SS** (MMU-500 behaviour, SMMU notes §0 item 18); an accepted RESUME clears SS
 //!   and retries (TnR = 0) or terminates (TnR = 1) the recorded transaction, and releases the
 //!   held ones for retry. Writing 1 to FSR.SS does not clear it;
+//! - weaker implementations ([`FaultReporting`]): syndrome registers that read as zero, no
+//!   MULTI (a newer fault replaces the record) and no stall, as simpler models of the
+//!   ZynqMP's SMMU behave;
 //! - interrupts: the context interrupt is asserted while FSR is non-zero (SS included) and
 //!   SCTLR.CFIE is set; the global one while sGFSR is non-zero and sCR0.GFIE; the ZynqMP has
 //!   one line for all ([`Mmu500::interrupt_line`]).
@@ -75,6 +78,44 @@ pub struct Mmu500Config {
     pub coherent_walk: bool,
     /// How many reads of TLBSTATUS / sTLBGSTATUS report a sync still active.
     pub sync_latency_reads: u32,
+    /// How much of a fault the model reports and honours ([`FaultReporting::FULL`] for an
+    /// MMU-500; [`FaultReporting::WEAKEST`] for what simpler models of it do).
+    pub reporting: FaultReporting,
+}
+
+/// Which parts of the fault architecture the model implements. An MMU-500 implements all of
+/// them; third-party models of the ZynqMP's SMMU implement less, and a driver must still
+/// never report a transfer done with wrong data when they do (docs/mmu500.md, "Fault
+/// attribution").
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct FaultReporting {
+    /// The syndrome registers are written with a recorded fault: FAR, FSYNR0 and
+    /// CBFRSYNRA (IHI 0062 SMMU_CBn_FAR, SMMU_CBn_FSYNR0, SMMU_CBFRSYNRAn). Without them
+    /// they read as zero and a fault shows only as its FSR bit.
+    pub syndromes: bool,
+    /// A fault while FSR is non-zero sets FSR.MULTI and is not recorded (IHI 0062
+    /// SMMU_CBn_FSR). Without it, the newer fault's FSR bit replaces the recorded one and
+    /// nothing says that a fault was lost.
+    pub multi: bool,
+    /// SCTLR.CFCFG = 1 stalls a faulting transaction (IHI 0062 SMMU_CBn_SCTLR). Without it
+    /// every fault is terminated as with CFCFG = 0.
+    pub stall: bool,
+}
+
+impl FaultReporting {
+    /// Everything, as the MMU-500 does.
+    pub const FULL: FaultReporting = FaultReporting {
+        syndromes: true,
+        multi: true,
+        stall: true,
+    };
+
+    /// Nothing beyond the FSR fault bits: no syndromes, no MULTI, no stall.
+    pub const WEAKEST: FaultReporting = FaultReporting {
+        syndromes: false,
+        multi: false,
+        stall: false,
+    };
 }
 
 impl Mmu500Config {
@@ -91,6 +132,7 @@ impl Mmu500Config {
             revision: (2, 1),
             coherent_walk: false,
             sync_latency_reads: 2,
+            reporting: FaultReporting::FULL,
         }
     }
 
@@ -608,10 +650,19 @@ impl Mmu500 {
             WalkFault::AddressSize { .. } => FSR_ASF,
             WalkFault::External { .. } => FSR_EF,
         };
+        let reporting = self.config.reporting;
         let b = &mut self.banks[bank];
-        let stall_mode = b.sctlr & SCTLR_CFCFG != 0;
-        let recorded = b.fsr == 0;
-        if recorded {
+        let stall_mode = b.sctlr & SCTLR_CFCFG != 0 && reporting.stall;
+        // Without MULTI a newer fault replaces the record, unless a stalled transaction owns
+        // it (only its RESUME can release that one).
+        let recorded = b.fsr == 0 || (!reporting.multi && b.stalled.is_none());
+        if recorded && !reporting.syndromes {
+            b.fsr = bit | FSR_FORMAT_AARCH64 | if stall_mode { FSR_SS } else { 0 };
+            b.far = 0;
+            b.fsynr0 = 0;
+            b.fsynr1 = 0;
+            b.cbfrsynra = 0;
+        } else if recorded {
             let mut fsynr0 = u32::from(fault.level()) & 3;
             if access.write {
                 fsynr0 |= FSYNR0_WNR;
@@ -633,7 +684,7 @@ impl Mmu500 {
             b.fsynr0 = fsynr0;
             b.fsynr1 = 0;
             b.cbfrsynra = stream;
-        } else {
+        } else if reporting.multi {
             b.fsr |= FSR_MULTI;
             self.stats.multi += 1;
         }

@@ -9,6 +9,14 @@
 //! [`StandardPolicy::Hybrid`] (stall and resume a minor fault within the stall budget,
 //! otherwise terminate and retransmit; never resume a stream that is not stall-tolerant).
 //!
+//! A transfer is reported complete only when it is known to be good (docs/mmu500.md §2.3):
+//! a fault is attributed to a transfer only by stream and address together
+//! ([`smmu_driver::fault::attribute`]); a fault that cannot be attributed (no syndrome, an
+//! address no transfer covers, FSR.MULTI) makes every transfer in flight on the bank suspect,
+//! and a suspect transfer has its pages made present through the fault path
+//! ([`FaultHandler::resolve_range`]) and is sent again, whatever its engine says. So the
+//! scenario also passes on SMMUs and DMA engines that report less than silicon does.
+//!
 //! Every completed transfer is checked byte for byte against its source (read back through
 //! the pager), and every destination is overwritten with a sentinel before the transfer, so
 //! a DMA that did nothing, or read stale memory, fails the check.
@@ -18,8 +26,8 @@
 //! | [`Phase::MinorStallResume`] | stall | source pages resident but unmapped: each fault is minor, resolved while the transaction is stalled, then RESUME retry |
 //! | [`Phase::MajorRetransmit`] | stall | source and destination absent: each fault is major, so the transaction is terminated at once, the page paged in, and the transfer retransmitted |
 //! | [`Phase::TerminateOnly`] | terminate | a stream that must never stall (as PCIe): minor faults are still terminated and retransmitted |
-//! | [`Phase::MultiStall`] | stall | two channels fault at once on one context: the second fault sets FSR.MULTI and waits behind the first stall |
-//! | [`Phase::MultiTerminate`] | terminate | the same with terminate: the second channel's fault is lost (MULTI), its AXI error is retransmitted anyway |
+//! | [`Phase::MultiStall`] | stall | two channels fault at once on one context: the second fault sets FSR.MULTI and waits behind the first stall; MULTI makes both suspect, so both are sent again |
+//! | [`Phase::MultiTerminate`] | terminate | the same with terminate: the second channel's fault is lost (MULTI), so it is suspect: its pages are resolved and it is sent again |
 //! | [`Phase::OutsideRegion`] | stall | a source outside every registered region and a write to a read-only region: aborted, never mapped, destination untouched |
 //! | [`Phase::Eviction`] | stall | a page is evicted (unmap + TLBIVA + TLBSYNC) and its frame reused; reading the old IOVA must fault, not return the new page's data |
 //!
@@ -37,7 +45,8 @@ use hal::dma::DmaMemory;
 use hal::regs::RegisterBus;
 use smmu_driver::SmmuError;
 use smmu_driver::fault::{
-    FaultCost, FaultDecision, FaultHandler, StandardPolicy, StreamFaultConfig, StreamId,
+    AccessKind, Attribution, FaultCost, FaultDecision, FaultHandler, InFlightAccess,
+    StandardPolicy, StreamFaultConfig, StreamId, attribute,
 };
 use smmu_driver::pagetable::{PageTable, PageTableConfig};
 use smmu_driver::v2::{
@@ -131,14 +140,27 @@ pub struct Counters {
     pub bytes: u64,
     /// Context faults with a record.
     pub faults: u32,
+    /// Of those, the records of a stalled transaction (FSR.SS).
+    pub stalls: u32,
     /// Stalled transactions resumed (retried).
     pub resumes: u32,
-    /// Transfers restarted after an AXI error.
+    /// Of those, the ones whose page had to be fetched (a major fault): the policy must never
+    /// hold a stall that long.
+    pub resumed_major: u32,
+    /// Transfers sent again (after an AXI error, or a "done" that was not known good).
     pub retransmissions: u32,
+    /// Of those, the ones sent again because a fault could not be ruled out, not because a
+    /// fault attributed to them was terminated.
+    pub suspect_resends: u32,
     /// Transfers aborted by the fault path.
     pub aborts: u32,
     /// Fault records with FSR.MULTI (lost syndromes).
     pub multi: u32,
+    /// Faults that could not be attributed to one transfer (no stream or address in the
+    /// syndrome, or one no transfer in flight covers): every transfer in flight was suspect.
+    pub unattributed: u32,
+    /// Pages made present for suspect transfers before they were sent again.
+    pub prefaulted: u32,
     /// Minor resolutions.
     pub minor: u32,
     /// Major resolutions.
@@ -148,14 +170,25 @@ pub struct Counters {
 }
 
 impl Counters {
+    /// Whether the SMMU stalled every fault it recorded and each was attributed to its
+    /// transfer: what an MMU-500 does on a stalling context.
+    pub fn stalled_and_attributed(&self) -> bool {
+        self.faults > 0 && self.stalls == self.faults && self.unattributed == 0
+    }
+
     fn add(&mut self, other: &Counters) {
         self.transfers += other.transfers;
         self.bytes += other.bytes;
         self.faults += other.faults;
+        self.stalls += other.stalls;
         self.resumes += other.resumes;
+        self.resumed_major += other.resumed_major;
         self.retransmissions += other.retransmissions;
+        self.suspect_resends += other.suspect_resends;
         self.aborts += other.aborts;
         self.multi += other.multi;
+        self.unattributed += other.unattributed;
+        self.prefaulted += other.prefaulted;
         self.minor += other.minor;
         self.major += other.major;
         self.evictions += other.evictions;
@@ -175,6 +208,12 @@ impl PhaseReport {
     /// Checks the invariants of the phase that hold on any correct SMMU and DMA engine (on
     /// silicon the exact counts may differ from the model's: a channel may have several reads
     /// outstanding, so more faults and MULTI may be seen).
+    ///
+    /// Where an SMMU reports less than an MMU-500 does (no syndrome, no stall: see
+    /// docs/mmu500.md, "Fault attribution"), faults cannot be attributed or resumed and the
+    /// transfers are sent again: the stall invariants apply only to a phase that saw stalls
+    /// and attributed every fault ([`Counters::stalls`], [`Counters::unattributed`] say
+    /// which). What a transfer ends with (its data, or the abort) is checked either way.
     pub fn check(&self) -> Result<()> {
         let c = &self.counters;
         let fail = |what| {
@@ -185,18 +224,18 @@ impl PhaseReport {
         };
         match self.phase {
             Phase::MinorStallResume => {
-                if c.transfers != 2 || c.faults == 0 || c.resumes == 0 {
-                    return fail("minor faults on a stalling context must be resumed");
+                if c.transfers != 2 || c.faults == 0 || c.aborts != 0 || c.major != 0 {
+                    return fail("minor faults must be resolved and both transfers complete");
                 }
-                if c.retransmissions != 0 || c.aborts != 0 || c.major != 0 {
-                    return fail("minor faults within budget must never be retransmitted");
+                if c.stalled_and_attributed() && (c.resumes == 0 || c.retransmissions != 0) {
+                    return fail("minor faults within budget must be resumed, not retransmitted");
                 }
             }
             Phase::MajorRetransmit => {
                 if c.transfers != 1 || c.retransmissions == 0 || c.major == 0 {
                     return fail("major faults must be terminated and retransmitted");
                 }
-                if c.resumes != 0 || c.aborts != 0 {
+                if c.resumed_major != 0 || c.aborts != 0 {
                     return fail("a major fault must never be resumed");
                 }
             }
@@ -209,8 +248,13 @@ impl PhaseReport {
                 }
             }
             Phase::MultiStall => {
-                if c.transfers != 2 || c.retransmissions != 0 || c.aborts != 0 {
-                    return fail("both stalled channels must complete without retransmission");
+                if c.transfers != 2 || c.aborts != 0 {
+                    return fail("both stalled channels must complete");
+                }
+                // Stalled faults are resumed: only a transfer that was suspect is sent again
+                // (a lost syndrome makes both transfers in flight suspect).
+                if c.stalled_and_attributed() && c.retransmissions != c.suspect_resends {
+                    return fail("a stalled, attributed fault was retransmitted");
                 }
             }
             Phase::MultiTerminate => {
@@ -273,6 +317,15 @@ pub struct ScenarioConfig {
     pub poll_interval_us: u32,
     /// First IOVA of the phases' regions (4 KiB aligned, below 2^48 - 16 MiB).
     pub iova_base: u64,
+    /// Whether the DMA engine reports an error response and stops there (as the zDMA does,
+    /// UG1085 "DMA Controller": the channel reports the AXI error and goes to its error
+    /// state). An engine that carries on (QEMU's model) completes transfers whose accesses
+    /// were terminated, and may write the destination of a transfer that is aborted. With
+    /// `false` a "done" is trusted only if the bank reported no fault while the transfer was
+    /// in flight, and an aborted transfer's destination is not required untouched. The
+    /// scenario also turns this off by itself the first time an engine reports done for a
+    /// transfer that cannot have succeeded.
+    pub engine_reports_bus_errors: bool,
 }
 
 impl ScenarioConfig {
@@ -285,6 +338,7 @@ impl ScenarioConfig {
         dma_timeout_us: 100_000,
         poll_interval_us: 1,
         iova_base: 0x1000_0000,
+        engine_reports_bus_errors: true,
     };
 }
 
@@ -354,14 +408,30 @@ struct Spec {
     len: u32,
 }
 
-/// What the fault path said about a running transfer's stream (in its current attempt).
+/// What the fault path said about a running transfer (in its current attempt).
 #[derive(Clone, Copy, Debug, Default)]
 struct FaultLog {
+    /// A fault attributed to the transfer was terminated: its engine saw an abort.
     terminated: bool,
-    lost: bool,
+    /// A fault that could not be attributed (or FSR.MULTI) was seen while the attempt was in
+    /// flight: its data cannot be trusted, whatever its engine reports.
+    suspect: bool,
+    /// The fault path refused a fault attributed to the transfer.
     abort: Option<SmmuError>,
-    /// Fault records taken for the stream.
+    /// Fault records taken while the attempt was in flight.
     faults: u32,
+    /// Whether the bank reported any fault while the attempt was in flight.
+    bank_faulted: bool,
+    /// Whether it reported one attributed to another transfer: without FSR.MULTI (which
+    /// simpler models lack) it may have replaced a record of this one.
+    foreign_fault: bool,
+}
+
+impl FaultLog {
+    /// Whether the attempt must be sent again rather than reported complete.
+    fn needs_resend(&self) -> bool {
+        self.terminated || self.suspect
+    }
 }
 
 #[derive(Clone, Copy, Debug, Default)]
@@ -390,6 +460,8 @@ pub struct Rig<'m, S, Z, M, D> {
     delay: D,
     config: ScenarioConfig,
     handler: FaultHandler<StandardPolicy>,
+    /// [`ScenarioConfig::engine_reports_bus_errors`], until an engine shows otherwise.
+    engine_reports_bus_errors: bool,
 }
 
 impl<'m, S, Z, M, D> Rig<'m, S, Z, M, D>
@@ -442,6 +514,7 @@ where
             delay,
             config: *config,
             handler: FaultHandler::new(StandardPolicy::Hybrid),
+            engine_reports_bus_errors: config.engine_reports_bus_errors,
         })
     }
 
@@ -695,7 +768,9 @@ where
                 // A source outside every region: aborted, never mapped, nothing written.
                 let outside = self.outside();
                 self.expect_abort(phase, space, spec(0, outside, dst, PAGE as u32))?;
-                Self::expect_untouched(phase, space, dst)?;
+                if self.engine_reports_bus_errors {
+                    Self::expect_untouched(phase, space, dst)?;
+                }
                 if space.table.translate(Iova::new(outside))?.is_some() {
                     return Err(BoardError::ForbiddenMapping {
                         phase,
@@ -840,6 +915,27 @@ where
                     }
                     Ok(ChannelStatus::Done(_)) => {
                         progressed = true;
+                        // A fault that explains why this "done" is not to be trusted may not
+                        // have been serviced yet.
+                        self.service(space, specs, &mut running)?;
+                        let mut log = running[i].log;
+                        if log.abort.is_some() || log.terminated {
+                            // One of its accesses was terminated, yet it is "done": this
+                            // engine does not report error responses.
+                            self.engine_reports_bus_errors = false;
+                        }
+                        if !self.engine_reports_bus_errors && log.foreign_fault {
+                            log.suspect = true;
+                            running[i].log.suspect = true;
+                        }
+                        if log.abort.is_some() || log.needs_resend() {
+                            self.end_attempt(phase, space, &s, &mut running[i], number)?;
+                            if matches!(running[i].outcome, Some(Outcome::Aborted(_))) {
+                                // Done, although a page it needs is refused.
+                                self.engine_reports_bus_errors = false;
+                            }
+                            continue;
+                        }
                         if let Some((offset, expected, found)) = space.pager.first_difference(
                             Iova::new(s.src),
                             Iova::new(s.dst),
@@ -862,36 +958,19 @@ where
                         // The record explaining the error may not have been serviced yet.
                         self.service(space, specs, &mut running)?;
                         let log = running[i].log;
-                        if let Some(abort) = log.abort {
-                            running[i].outcome = Some(Outcome::Aborted(abort));
-                            space.counters.aborts += 1;
-                        } else if log.terminated || log.lost {
-                            if running[i].attempts >= self.config.max_attempts {
-                                return Err(BoardError::RetransmitLimit {
+                        if log.abort.is_none() && !log.needs_resend() {
+                            if !log.bank_faulted {
+                                return Err(BoardError::UnexplainedAxiError {
                                     phase,
                                     transfer: number,
-                                    attempts: running[i].attempts,
+                                    error,
                                 });
                             }
-                            running[i].attempts += 1;
-                            running[i].log = FaultLog::default();
-                            space.counters.retransmissions += 1;
-                            // The sentinel again: the failed attempt may have written part
-                            // of the destination, which a retransmission that skipped it
-                            // would otherwise pass off as its own work.
-                            space.pager.fill(
-                                Iova::new(s.dst),
-                                u64::from(s.len),
-                                Fill::Byte(SENTINEL),
-                            )?;
-                            self.start(phase, &s)?;
-                        } else {
-                            return Err(BoardError::UnexplainedAxiError {
-                                phase,
-                                transfer: number,
-                                error,
-                            });
+                            // The bank faulted, but no record names this transfer: an SMMU
+                            // without MULTI replaced its record with a later one.
+                            running[i].log.suspect = true;
                         }
+                        self.end_attempt(phase, space, &s, &mut running[i], number)?;
                     }
                     Err(error) => return Err(error.into()),
                 }
@@ -921,6 +1000,84 @@ where
         Ok([running[0].outcome, running[1].outcome])
     }
 
+    /// Ends an attempt that is not known to be good: an abort the fault path decided fails
+    /// the transfer; otherwise (a terminated or a suspect attempt) the transfer is sent again,
+    /// a suspect one after its pages were made present through the fault path, since its own
+    /// fault may have left no usable record.
+    fn end_attempt(
+        &mut self,
+        phase: Phase,
+        space: &mut Space<'m, M>,
+        s: &Spec,
+        running: &mut Running,
+        number: u32,
+    ) -> Result<()> {
+        let log = running.log;
+        let abort = match log.abort {
+            Some(abort) => Some(abort),
+            None if log.suspect => self.resolve_suspect(space, s)?,
+            None => None,
+        };
+        if let Some(abort) = abort {
+            running.outcome = Some(Outcome::Aborted(abort));
+            space.counters.aborts += 1;
+            return Ok(());
+        }
+        if running.attempts >= self.config.max_attempts {
+            return Err(BoardError::RetransmitLimit {
+                phase,
+                transfer: number,
+                attempts: running.attempts,
+            });
+        }
+        running.attempts += 1;
+        running.log = FaultLog::default();
+        space.counters.retransmissions += 1;
+        if log.suspect && !log.terminated {
+            space.counters.suspect_resends += 1;
+        }
+        // The sentinel again: the failed attempt may have written part of the destination,
+        // which a retransmission that skipped it would otherwise pass off as its own work.
+        space
+            .pager
+            .fill(Iova::new(s.dst), u64::from(s.len), Fill::Byte(SENTINEL))?;
+        self.start(phase, s)
+    }
+
+    /// Makes every page of a suspect transfer present (source for reading, destination for
+    /// writing) through the fault handler. Returns the fault path's refusal, if any: the
+    /// transfer then fails with it.
+    fn resolve_suspect(&mut self, space: &mut Space<'m, M>, s: &Spec) -> Result<Option<SmmuError>> {
+        let stream = self.streams[s.channel];
+        let config = self.smmu.stream_fault_config(stream);
+        let smmu = self.smmu.smmu_id();
+        let len = u64::from(s.len);
+        for (start, access) in [(s.src, AccessKind::Read), (s.dst, AccessKind::Write)] {
+            let range = InFlightAccess {
+                stream,
+                start: Iova::new(start),
+                len,
+            };
+            let mut tlb = self.smmu.tlb(space.cb)?;
+            let done = self.handler.resolve_range(
+                smmu,
+                &range,
+                access,
+                &config,
+                &mut space.pager,
+                &mut space.table,
+                &mut tlb,
+            )?;
+            space.counters.prefaulted += done.mapped;
+            space.counters.minor += done.minor;
+            space.counters.major += done.major;
+            if done.abort.is_some() {
+                return Ok(done.abort);
+            }
+        }
+        Ok(None)
+    }
+
     /// Services every pending fault of the phase's context; returns whether there was one.
     fn service(
         &mut self,
@@ -948,38 +1105,82 @@ where
             };
             any = true;
             let n = specs.len().min(2);
-            if serviced.fault.multi() {
-                space.counters.multi += 1;
-                // Some fault's syndrome was lost: every transfer of the context that sees an
-                // AXI error may retransmit.
-                for r in running[..n].iter_mut().filter(|r| r.outcome.is_none()) {
-                    r.log.lost = true;
+            // What is in flight: each running transfer's source and destination.
+            // At most two transfers of two ranges each, so the pushes cannot fail.
+            let mut ranges: heapless::Vec<InFlightAccess, 4> = heapless::Vec::new();
+            let mut transfer_of: heapless::Vec<usize, 4> = heapless::Vec::new();
+            for (i, s) in specs.iter().enumerate().take(n) {
+                if running[i].outcome.is_some() {
+                    continue;
+                }
+                let stream = self.streams[s.channel];
+                for start in [s.src, s.dst] {
+                    let _ = ranges.push(InFlightAccess {
+                        stream,
+                        start: Iova::new(start),
+                        len: u64::from(s.len),
+                    });
+                    let _ = transfer_of.push(i);
                 }
             }
-            let Some(record) = serviced.fault.record else {
-                continue;
+            let owner = match attribute(serviced.fault.record.as_ref(), &ranges) {
+                Attribution::Access(k) => transfer_of.get(k).copied(),
+                Attribution::Bank(_) => None,
             };
+            if owner.is_none() {
+                space.counters.unattributed += 1;
+            }
+            for (i, r) in running[..n].iter_mut().enumerate() {
+                if r.outcome.is_none() {
+                    r.log.bank_faulted = true;
+                    r.log.foreign_fault |= owner.is_some_and(|o| o != i);
+                }
+            }
+            if serviced.fault.multi() {
+                space.counters.multi += 1;
+            }
+            if owner.is_none() || serviced.fault.multi() {
+                // Some fault's stream or address is unknown: every transfer in flight on the
+                // bank is suspect (docs/mmu500.md, "Fault attribution").
+                for r in running[..n].iter_mut().filter(|r| r.outcome.is_none()) {
+                    r.log.suspect = true;
+                }
+            }
+            if serviced.fault.record.is_none() {
+                continue;
+            }
             space.counters.faults += 1;
+            if serviced.fault.stalled() {
+                space.counters.stalls += 1;
+            }
             match serviced.mapped.map(|p| p.cost) {
                 Some(FaultCost::Minor) => space.counters.minor += 1,
                 Some(FaultCost::Major) => space.counters.major += 1,
                 None => {}
             }
-            let owner = (0..n).find(|&i| {
-                running[i].outcome.is_none() && self.streams[specs[i].channel] == record.stream
-            });
-            // A fault no running transfer explains counts against all of them.
+            // A fault no running transfer explains counts against all of them, towards a
+            // fault storm; an attempt already doomed (aborted, terminated or suspect) is not
+            // counted: an engine that carries on after an error response faults on each of
+            // its remaining bursts, and the attempt ends with the transfer anyway.
             for (i, r) in running[..n].iter_mut().enumerate() {
-                if r.outcome.is_none() && owner.is_none_or(|o| o == i) {
+                let doomed = r.log.abort.is_some() || r.log.needs_resend();
+                if r.outcome.is_none() && !doomed && owner.is_none_or(|o| o == i) {
                     r.log.faults += 1;
                 }
             }
             match (serviced.decision, owner) {
-                (Some(FaultDecision::Resume), _) => space.counters.resumes += 1,
+                (Some(FaultDecision::Resume), _) => {
+                    space.counters.resumes += 1;
+                    if serviced.mapped.is_some_and(|p| p.cost == FaultCost::Major) {
+                        space.counters.resumed_major += 1;
+                    }
+                }
                 (Some(FaultDecision::TerminateAndRetransmit), Some(i)) => {
                     running[i].log.terminated = true
                 }
                 (Some(FaultDecision::Abort(error)), Some(i)) => running[i].log.abort = Some(error),
+                // An unattributed record's decision says nothing about any transfer: they
+                // are all suspect already.
                 _ => {}
             }
         }
