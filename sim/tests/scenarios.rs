@@ -423,3 +423,28 @@ fn a_phase_after_a_failed_phase_starts_clean() {
     let m = soc.lock();
     assert_eq!(m.smmu.stats().global_faults, 0);
 }
+
+#[test]
+fn a_bypassed_copy_in_the_iova_window_is_a_decode_error_not_a_memory_access() {
+    use dma_engine::DmaError;
+    use dma_engine::zdma::{Transfer, ZdmaChannel, ZdmaConfig};
+    // The SMMU bypasses everything after reset (sCR0.CLIENTPD): the window's addresses go to
+    // the bus as they are, and nothing answers there.
+    let soc = Soc::zynqmp().unwrap();
+    let config = ZdmaConfig {
+        timeout_us: 1_000,
+        ..ZdmaConfig::DEFAULT
+    };
+    let mut ch = ZdmaChannel::new(soc.gdma_window(0).unwrap(), NoDelay::default(), config).unwrap();
+    ch.init().unwrap();
+    let err = ch
+        .transfer(&Transfer {
+            src: BASE,
+            dst: BASE + 0x10_0000,
+            len: 4096,
+        })
+        .unwrap_err();
+    assert!(matches!(err, DmaError::AxiRead { .. }), "{err:?}");
+    assert_eq!(BASE, boards::zynqmp::scenario::IOVA_HOLE.base);
+    assert!(!boards::zynqmp::DDR_LOW.contains(BASE));
+}

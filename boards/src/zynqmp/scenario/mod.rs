@@ -59,6 +59,20 @@ pub use pager::{Fill, Pager, PagerStats, Residency, pattern_byte};
 use crate::{BoardError, Result};
 
 const PAGE: u64 = 4096;
+/// Where the scenario's IOVAs live: 0x2_0000_0000 (8 GiB), inside the 12 GiB from 4 GiB to
+/// 16 GiB that UG1085's system address map (table "System Address Map", chapter "System
+/// Addresses") leaves reserved between the low peripheral windows and the PL's high
+/// window at 0x4_0000_0000; U-Boot's `zynqmp_mem_map` (arch/arm/mach-zynqmp/cpu.c) maps
+/// nothing there either. Not DDR, so a bypassed access there cannot hit memory (the
+/// program image sits in low DDR at 0x1000_0000, where the window used to be).
+pub const IOVA_HOLE: crate::zynqmp::Region = crate::zynqmp::Region {
+    base: 0x2_0000_0000,
+    size: 0x100_0000,
+};
+
+const _: () =
+    assert!(IOVA_HOLE.base >= 0x1_0000_0000 && IOVA_HOLE.base + IOVA_HOLE.size <= 0x4_0000_0000);
+
 /// Byte written over every destination before a transfer.
 pub const SENTINEL: u8 = 0xa5;
 /// Frames per phase.
@@ -315,7 +329,9 @@ pub struct ScenarioConfig {
     pub dma_timeout_us: u64,
     /// Poll interval (us).
     pub poll_interval_us: u32,
-    /// First IOVA of the phases' regions (4 KiB aligned, below 2^48 - 16 MiB).
+    /// First IOVA of the phases' regions (4 KiB aligned, below 2^48 - 16 MiB). Keep the
+    /// window in a physical-address hole ([`IOVA_HOLE`]), so that a transaction the SMMU
+    /// does not translate (a bypassed stream) gets a decode error instead of reaching memory.
     pub iova_base: u64,
     /// Whether the DMA engine reports an error response and stops there (as the zDMA does,
     /// UG1085 "DMA Controller": the channel reports the AXI error and goes to its error
@@ -337,7 +353,7 @@ impl ScenarioConfig {
         max_attempts: 8,
         dma_timeout_us: 100_000,
         poll_interval_us: 1,
-        iova_base: 0x1000_0000,
+        iova_base: IOVA_HOLE.base,
         engine_reports_bus_errors: true,
     };
 }
