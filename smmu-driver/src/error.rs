@@ -227,7 +227,7 @@ pub enum SmmuError {
         context: u16,
     },
     /// RESUME was written but the stalled transaction was not released (FSR.SS stayed set):
-    /// the SMMU ignored it, e.g. because FSR still held fault bits (SMMU notes §1.7).
+    /// the SMMU ignored it, e.g. because FSR still held fault bits (docs/mmu500.md §8).
     #[error("context bank {context}: RESUME ignored, the transaction is still stalled")]
     StallNotReleased {
         /// The context bank.

@@ -11,7 +11,7 @@
 //!   encoding, input address outside the configured size), an Address size fault (a table or
 //!   output address beyond the output size) or an External abort (the read failed). Levels
 //!   are the level of the descriptor that faulted (Arm ARM DDI0487 D8.3, "Translation table
-//!   descriptor formats"; SMMU notes §5).
+//!   descriptor formats").
 //! - [`check_access`] applies the access flag and the permissions of the leaf and of the
 //!   tables above it (APTable, UXNTable, PXNTable). The access flag is checked first, as the
 //!   Arm ARM pseudocode does (the walk raises the Access flag fault, `CheckPermission` runs

@@ -18,7 +18,8 @@
 //!    or tells the DMA master to retransmit.
 //!
 //! [`FaultHandler::handle`] does 1 and 3 in one call, for transactions that are not stalled
-//! (QEMU's SMMUv3 never stalls, SMMU notes §0 item 1) or when the driver does not care.
+//! (QEMU's SMMUv3 never stalls: `smmuv3_init_regs` in QEMU `hw/arm/smmuv3.c` sets
+//! IDR0.STALL_MODEL = 0b01) or when the driver does not care.
 //!
 //! Rules the handler enforces whatever the policy says:
 //! - a fault outside every registered region is never mapped: the transfer is aborted with
@@ -27,7 +28,7 @@
 //! - a write to a read-only region is aborted with [`SmmuError::WriteToReadOnlyRegion`](crate::SmmuError::WriteToReadOnlyRegion);
 //! - `Resume` is only possible for a transaction that is stalled on a stream marked
 //!   stall-tolerant. PCIe streams never are (IHI0070 §3.12.1: PCIe streams must use the
-//!   terminate model; SMMU notes §0 item 20 and §1.7).
+//!   terminate model).
 
 pub mod attribution;
 mod handler;
@@ -101,8 +102,9 @@ pub struct StallTag(pub u32);
 
 /// The raw syndrome, for logs.
 ///
-/// SMMUv3: the four dwords of the event record (IHI0070 §7.3; SMMU notes §2.5). SMMUv2:
-/// `[FSR, FSYNR0 | FSYNR1 << 32, FAR, CBFRSYNRA]` of the context bank (notes §1.4).
+/// SMMUv3: the four dwords of the event record (IHI0070 §7.3). SMMUv2:
+/// `[FSR, FSYNR0 | FSYNR1 << 32, FAR, CBFRSYNRA]` of the context bank (IHI0062 `SMMU_CBn_FSR`,
+/// `SMMU_CBn_FSYNR0/1`, `SMMU_CBn_FAR`, `SMMU_CBFRSYNRAn`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct RawSyndrome(pub [u64; 4]);
 

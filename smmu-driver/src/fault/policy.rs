@@ -7,7 +7,7 @@ use crate::SmmuError;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct StreamFaultConfig {
     /// The master tolerates its transactions being stalled (a platform device declared so,
-    /// like Linux's `dma-can-stall`). Never true for PCIe (IHI0070 §3.12.1; SMMU notes §1.7:
+    /// like Linux's `dma-can-stall`). Never true for PCIe (IHI0070 §3.12.1; PCIe ordering:
     /// a stalled posted write can deadlock completions).
     pub stall_tolerant: bool,
     /// How long a transaction may stay stalled while the fault is resolved, in nanoseconds.
@@ -41,7 +41,7 @@ pub enum FaultEstimate {
     Unrecoverable,
     /// The table already maps the page with the access allowed. `stale_tlb` is set for a
     /// permission fault: the SMMU used an older, stricter TLB entry (e.g. a RO -> RW upgrade
-    /// not yet invalidated, which QEMU keeps using, SMMU notes §0 item 11), so that entry
+    /// not yet invalidated, which QEMU's `smmuv3_translate` keeps using), so that entry
     /// must be invalidated. Translation and access-flag faults come from entries that were
     /// never cached (Arm ARM R_XCLRD), so they need nothing.
     Present {

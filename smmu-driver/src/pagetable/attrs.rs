@@ -1,7 +1,7 @@
 //! Leaf attributes of a stage-1 mapping, as plain values.
 //!
 //! These are the *meaning* of the attribute bits (Arm ARM DDI0487, "Stage 1 VMSAv8-64 Block and
-//! Page descriptor fields"; summarised in the project's SMMU notes §5). The builder encodes them
+//! Page descriptor fields"). The builder encodes them
 //! and the walker decodes them, each with its own code, so the two check each other.
 
 use crate::{Result, SmmuError};
@@ -35,7 +35,7 @@ impl MairIndex {
 }
 
 /// The MAIR value the [`MairIndex`] constants refer to: the layout Linux's io-pgtable-arm uses
-/// for SMMU stage-1 contexts (index 0 = 0x44, 1 = 0xff, 2 = 0x04; SMMU notes §5). Program it into
+/// for SMMU stage-1 contexts (index 0 = 0x44, 1 = 0xff, 2 = 0x04). Program it into
 /// CD dword 3 (SMMUv3) or the context bank's MAIR0/MAIR1 (SMMUv2).
 pub const STANDARD_MAIR: u64 = 0x0000_0000_0004_ff44;
 

@@ -1,7 +1,7 @@
 //! Builder-side descriptor encoding (VMSAv8-64, 4 KiB granule, 48-bit output addresses).
 //!
-//! Field positions: Arm ARM DDI0487 "Translation table descriptor formats" (D8.3 in M.a),
-//! summarised in the SMMU notes §5. The walker ([`crate::walk`]) decodes with its own code.
+//! Field positions: Arm ARM DDI0487 "Translation table descriptor formats" (D8.3 in M.a).
+//! The walker ([`crate::walk`]) decodes with its own code.
 
 use hal::PhysAddr;
 

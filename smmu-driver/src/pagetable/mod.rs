@@ -14,10 +14,10 @@
 //! - a new entry written over an invalid one needs none: entries that would raise a
 //!   Translation, Address size or Access flag fault are never cached in a TLB (Arm ARM DDI0487
 //!   D8.16, rule R_XCLRD), and SMMUs cache "valid translations only" (SMMUv3 IHI0070 §3.21.1).
-//!   QEMU 7.2 matches this: it does not cache failed translations (SMMU notes §0 item 11);
+//!   QEMU 7.2 matches this: it does not cache failed translations (`smmuv3_translate`);
 //! - a valid leaf that becomes invalid or changes permissions is reported as a leaf
 //!   invalidation at its level. An AF = 0 leaf counts as valid here: with access-flag faults
-//!   disabled (CD.AFFD, SCTLR.AFFD) or ignored (QEMU 7.2, notes §0 item 12) it translates and
+//!   disabled (CD.AFFD, SCTLR.AFFD) or ignored (QEMU 7.2's `smmu_ptw_64`) it translates and
 //!   may be cached;
 //! - a table descriptor that is replaced is invalidated with `leaf_only = false`, so walk
 //!   caches drop it, before the table page is freed.
@@ -112,7 +112,7 @@ const BLOCK: u64 = 1 << 21;
 pub struct PageTableConfig {
     /// Output address size (32..=48): frames at or above `1 << output_bits` are refused,
     /// since the SMMU would raise an Address size fault for them (QEMU 7.2 reports 44 bits,
-    /// SMMU notes §3.3; the ZynqMP MMU-500 48).
+    /// `SMMU_IDR5_OAS` in its `hw/arm/smmuv3-internal.h`; the ZynqMP MMU-500 48).
     pub output_bits: u8,
     /// Table pages per chunk of DMA memory (1..=64). Tables are carved from chunks so the
     /// table can find a table's CPU mapping from its physical address.

@@ -173,7 +173,7 @@ impl Capabilities {
     }
 
     /// Byte offset of context bank `index` in the window: `(NUMPAGE + index) * PAGESIZE`
-    /// (Linux `ARM_SMMU_CB(smmu, n) = numpage + n`; SMMU notes §1.1).
+    /// (Linux `ARM_SMMU_CB(smmu, n) = numpage + n`; IHI0062 `SMMU_IDR1`).
     pub fn context_bank_offset(&self, index: usize) -> usize {
         (self.global_pages + index) * self.page_size
     }

@@ -4,8 +4,8 @@
 //! # The stall sequence, and why
 //!
 //! MMU-500 keeps the context interrupt asserted while FSR.SS is set, and ignores a RESUME
-//! write while FSR holds any bit other than SS (SMMU notes §0 item 18, §1.6, §1.7; Linux
-//! `arm_smmu_context_fault` since the 2025 stall fixes). So for a stalled fault:
+//! write while FSR holds any bit other than SS (Linux `arm_smmu_context_fault` since the
+//! 2025 stall fixes; docs/mmu500.md §8). So for a stalled fault:
 //!
 //! 1. read FSR, FSYNR0, FSYNR1, FAR, CBFRSYNRA;
 //! 2. mask SCTLR.CFIE: the shared ZynqMP line (SPI 155) would otherwise storm until RESUME;
@@ -333,7 +333,7 @@ impl<B: RegisterBus, D: DelayNs> SmmuV2<B, D> {
         } else {
             // With HUPCF another transaction of the context may have faulted while this one
             // was stalled: not recorded, it only set MULTI, and MMU-500 ignores RESUME while
-            // FSR has any bit but SS (SMMU notes §0 item 18). Clear exactly that bit (W1C); a
+            // FSR has any bit but SS (docs/mmu500.md §8). Clear exactly that bit (W1C); a
             // newly recorded fault is left for take_context_fault.
             let fsr = regs.fsr().get();
             if fsr & FSR_MULTI != 0 && fsr & FSR_FAULT_BITS == 0 {

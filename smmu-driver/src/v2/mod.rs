@@ -5,8 +5,8 @@
 //!
 //! - **Probe** ([`SmmuV2::probe`]): IDR0/1/2/7 into [`Capabilities`]; refuses an SMMU without
 //!   stage 1, AArch64 4 KiB tables or stream matching, or a window too small for
-//!   `2 * NUMPAGE * PAGESIZE` (IHI0062 `SMMU_IDR1`; SMMU notes §1.1).
-//! - **Reset** ([`SmmuV2::reset`]): Linux's `arm_smmu_device_reset` order (SMMU notes §1.5):
+//!   `2 * NUMPAGE * PAGESIZE` (IHI0062 `SMMU_IDR1`).
+//! - **Reset** ([`SmmuV2::reset`]): Linux's `arm_smmu_device_reset` order:
 //!   clear sGFSR, invalidate every SMR and fault every S2CR, disable every context bank and
 //!   clear its FSR, the MMU-500 sACR/ACTLR set-up, TLBIALLH + TLBIALLNSNH, a global sync, then
 //!   sCR0 with global fault reporting and the unmatched-stream policy (`USFCFG`).
@@ -112,7 +112,7 @@ impl Default for DriverConfig {
 }
 
 /// An SMR match: a stream matches when it equals `id` in every bit not set in `mask`
-/// (IHI0062 `SMMU_SMRn`; SMMU notes §1.2).
+/// (IHI0062 `SMMU_SMRn`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct StreamMatch {
     /// Stream ID to match.
@@ -177,7 +177,7 @@ pub enum FaultModel {
     /// Terminate it: with CFRE the master gets an abort (SLVERR) and may retransmit.
     Terminate,
     /// Stall it until software writes RESUME (retry or terminate). Only for streams that
-    /// tolerate stalls; never PCIe (SMMU notes §0 item 20, §1.7).
+    /// tolerate stalls; never PCIe (IHI0070 §3.12.1; docs/mmu500.md §8).
     Stall,
 }
 
@@ -196,12 +196,13 @@ pub struct ContextConfig {
     /// Terminate or stall.
     pub fault_model: FaultModel,
     /// SCTLR.HUPCF: later transactions of the context proceed while a fault is outstanding.
-    /// With 0, MMU-500 stalls or terminates everything behind the fault (SMMU notes §1.7).
+    /// With 0, MMU-500 stalls or terminates everything behind the fault (DDI0517 §2.3.4).
     pub hit_under_fault: bool,
     /// SCTLR.CFIE: raise the context interrupt on faults.
     pub fault_interrupt: bool,
     /// SCTLR.CFRE: a terminated transaction returns an abort to the master. Without it reads
-    /// return zero and writes are dropped and the master never learns (SMMU notes §1.7).
+    /// return zero and writes are dropped and the master never learns (IHI0062
+    /// `SMMU_CBn_SCTLR`.CFRE).
     pub abort_on_fault: bool,
     /// MAIR (MAIR0 = low word, MAIR1 = high word).
     pub mair: u64,
@@ -449,7 +450,7 @@ impl<B: RegisterBus, D: DelayNs> SmmuV2<B, D> {
         }
         {
             // sACR first: on r2p0+ the context banks' ACTLR writes do not take effect while
-            // CACHE_LOCK is set (Linux arm_mmu500_reset; SMMU notes §1.2).
+            // CACHE_LOCK is set (Linux arm_mmu500_reset).
             let gr0 = self.gr0()?;
             let mut sacr = gr0.sacr().get();
             if self.caps.revision.0 >= 2 {

@@ -8,8 +8,7 @@
 //! - Xilinx UG1087 (Zynq UltraScale+ register reference), module `SMMU_GPV`, whose register
 //!   names are given as "UG1087 `NAME`";
 //! - Linux `drivers/iommu/arm/arm-smmu/arm-smmu.h` (macro names given as "Linux `NAME`"),
-//!   which was read to check every offset and bit position;
-//! - the project's SMMU notes (`smmu.md` §1.2-§1.4), which collect the above.
+//!   which was read to check every offset and bit position.
 //!
 //! The driver never relies on a bit that only one of these sources names.
 
@@ -37,7 +36,7 @@ pub mod fields {
             GCFGFRE OFFSET(4) NUMBITS(1) [],
             /// Global configuration fault interrupt enable.
             GCFGFIE OFFSET(5) NUMBITS(1) [],
-            /// Stall disable override (MMU-500 does not honour it: DDI0517, SMMU notes §4).
+            /// Stall disable override (MMU-500 does not honour it: DDI0517 §2.3.4).
             STALLD OFFSET(8) NUMBITS(1) [],
             /// Global stall enable override (not honoured by MMU-500 either).
             GSE OFFSET(9) NUMBITS(1) [],
@@ -128,7 +127,7 @@ pub mod fields {
             MAJOR OFFSET(4) NUMBITS(4) []
         ],
         /// sGFSR, global fault status, write-1-to-clear (GR0 0x048; `SMMU_sGFSR`; Linux names
-        /// only USF, the other bits are from IHI0062 as collected in SMMU notes §1.2).
+        /// only USF, the other bits are from IHI0062).
         pub SGFSR [
             /// Invalid context fault.
             ICF OFFSET(0) NUMBITS(1) [],
@@ -224,7 +223,7 @@ pub mod fields {
             VMID16 OFFSET(16) NUMBITS(16) []
         ],
         /// SCTLR, context bank system control (CB 0x000; `SMMU_CBn_SCTLR`, UG1087 reset 0x100;
-        /// Linux `ARM_SMMU_SCTLR_*`; SMMU notes §1.4 for the fault-model bits).
+        /// Linux `ARM_SMMU_SCTLR_*`; IHI0062 for the fault-model bits).
         pub SCTLR [
             /// Translation enable.
             M OFFSET(0) NUMBITS(1) [],
@@ -332,7 +331,7 @@ pub mod fields {
             /// Another fault happened while FSR was non-zero; its syndrome was not recorded.
             MULTI OFFSET(31) NUMBITS(1) []
         ],
-        /// FSYNR0, context fault syndrome 0 (CB 0x068; SMMU notes §1.4; Linux `ARM_SMMU_FSYNR0_WNR`).
+        /// FSYNR0, context fault syndrome 0 (CB 0x068; IHI0062; Linux `ARM_SMMU_FSYNR0_WNR`).
         pub FSYNR0 [
             /// Lookup level of the fault.
             PLVL OFFSET(0) NUMBITS(2) [],
@@ -367,7 +366,7 @@ pub mod fields {
             ASID OFFSET(48) NUMBITS(16) []
         ],
         /// TLBIVA / TLBIVAL, AArch64 format (CB 0x600 / 0x620): VA >> 12 in the low bits, ASID
-        /// in 63:48 (Linux `arm_smmu_tlb_inv_range_s1`; SMMU notes §1.4).
+        /// in 63:48 (Linux `arm_smmu_tlb_inv_range_s1`; IHI0062 `SMMU_CBn_TLBIVA`).
         pub TLBIVA [
             /// VA\[55:12\].
             ADDRESS OFFSET(0) NUMBITS(44) [],

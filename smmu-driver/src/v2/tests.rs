@@ -12,11 +12,11 @@ use hal::{Iova, PhysAddr};
 use super::*;
 use crate::fault::{AccessKind, FaultKind, StallTag};
 
-/// IDR0 built from the ZynqMP facts (SMMU notes §4): S1TS, S2TS, NTS, SMS, 16 context
+/// IDR0 built from the ZynqMP facts (UG1087, zynqmp.dtsi): S1TS, S2TS, NTS, SMS, 16 context
 /// interrupts, 15 stream ID bits, 48 stream-match groups.
 const ZYNQMP_IDR0: u32 =
     (1 << 30) | (1 << 29) | (1 << 28) | (1 << 27) | (16 << 16) | (15 << 9) | 48;
-/// UG1087 SMMU_SIDR1 reset value (SMMU notes §4).
+/// UG1087 SMMU_SIDR1 reset value.
 const ZYNQMP_IDR1: u32 = 0x3000_0f10;
 /// IAS = OAS = UBS = 48 bits (encoding 5), AArch64 4K and 64K granules, 16-bit VMIDs.
 const ZYNQMP_IDR2: u32 = 0x5 | (0x5 << 4) | (0x5 << 8) | (1 << 12) | (1 << 14) | (1 << 15);

@@ -11,7 +11,7 @@ use crate::Result;
 use crate::pagetable::{Invalidations, TlbMaintenance};
 
 /// The TLBIVA/TLBIVAL value for an AArch64 context: `VA >> 12` in bits 43:0 and the ASID in
-/// bits 63:48 (Linux `arm_smmu_tlb_inv_range_s1`; SMMU notes §1.4).
+/// bits 63:48 (Linux `arm_smmu_tlb_inv_range_s1`; IHI0062 `SMMU_CBn_TLBIVA`).
 pub fn tlbiva_value(iova: Iova, asid: u16) -> u64 {
     ((iova.as_u64() >> 12) & ((1 << 44) - 1)) | u64::from(asid) << 48
 }

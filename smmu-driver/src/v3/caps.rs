@@ -12,7 +12,7 @@ pub enum StallModel {
     /// 0b00: a context chooses stall (CD.S = 1) or terminate (CD.S = 0).
     StallAndTerminate,
     /// 0b01: terminate only. CD.S = 1 and STE.S1STALLD = 1 are ILLEGAL, CMD_RESUME and
-    /// CMD_STALL_TERM raise CERROR_ILL (§4.7.1). QEMU 7.2 (SMMU notes §0 item 1).
+    /// CMD_STALL_TERM raise CERROR_ILL (§4.7.1). QEMU 7.2 (`smmuv3_init_regs`).
     TerminateOnly,
     /// 0b10: stall forced; CD.S = 0 is ILLEGAL.
     StallForced,
@@ -34,8 +34,8 @@ pub struct IdRegisters {
 }
 
 impl IdRegisters {
-    /// What QEMU 7.2's `virt` SMMUv3 reports (SMMU notes §0 item 6, verified on this
-    /// machine): IDR0 0x0d40101a, IDR1 0x02730010, IDR3 0x1404, IDR5 0x74, AIDR 1.
+    /// What QEMU 7.2's `virt` SMMUv3 reports (`smmuv3_init_regs` in `hw/arm/smmuv3.c`; read
+    /// back by our own probe): IDR0 0x0d40101a, IDR1 0x02730010, IDR3 0x1404, IDR5 0x74, AIDR 1.
     pub const QEMU_7_2: IdRegisters = IdRegisters {
         idr0: 0x0d40_101a,
         idr1: 0x0273_0010,
@@ -226,7 +226,7 @@ impl Capabilities {
 
     /// Checks a context's stall choice against the stall model: stall where STALL_MODEL is
     /// terminate-only, or terminate where it is stall-forced, would make the CD ILLEGAL
-    /// (IHI0070 §5.4 CD.S; SMMU notes §2.3).
+    /// (IHI0070 §5.4 CD.S).
     pub fn check_stall(&self, stall_on_fault: bool) -> Result<()> {
         match (self.stall_model, stall_on_fault) {
             (StallModel::TerminateOnly, true) => Err(SmmuError::Unsupported {
@@ -241,7 +241,7 @@ impl Capabilities {
 
     /// Whether an STE must set S1STALLD: only when the SMMU offers a choice (STALL_MODEL =
     /// 0b00) and the stream must never stall (PCIe: IHI0070 §3.12.1). With any other stall
-    /// model S1STALLD = 1 makes the STE ILLEGAL (§5.2; QEMU: C_BAD_STE, SMMU notes §0 item 2).
+    /// model S1STALLD = 1 makes the STE ILLEGAL (§5.2; QEMU: C_BAD_STE, `decode_ste`).
     pub fn s1stalld_for(&self, stall_tolerant: bool) -> bool {
         self.stall_model == StallModel::StallAndTerminate && !stall_tolerant
     }

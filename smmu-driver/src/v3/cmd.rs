@@ -1,6 +1,6 @@
 //! Command queue entries (IHI0070 chapter 4): 16 bytes, opcode in dword 0 bits \[7:0\].
 //!
-//! Field positions from IHI0070 §4.1-§4.7 (summarised in SMMU notes §2.4), cross-checked
+//! Field positions from IHI0070 §4.1-§4.7, cross-checked
 //! against Linux `arm_smmu_cmdq_build_cmd` (`CMDQ_*` masks in arm-smmu-v3.h) and FreeBSD
 //! `smmureg.h`. The encoder shares no constants with the tests, which write the expected
 //! dwords out bit by bit.

@@ -1,4 +1,4 @@
-//! Event records (IHI0070 §7.3; SMMU notes §2.5 and §3.4 for what QEMU 7.2 writes).
+//! Event records (IHI0070 §7.3; QEMU 7.2's `smmuv3_record_event` for what QEMU writes).
 //!
 //! Every record is 32 bytes (four little-endian dwords). Common fields: EventID dword 0
 //! \[7:0\], SSV bit 11, SubstreamID \[31:12\], StreamID \[63:32\]. Translation-related faults
@@ -221,8 +221,8 @@ mod tests {
 
     #[test]
     fn qemu_translation_fault_record() {
-        // What QEMU 7.2 wrote for a read fault of edu (SID 0x10) at 0x200004 (SMMU notes §3.4,
-        // verified): dw0 = 0x10 | SID << 32, dw1 = RnW << 35, dw2 = InputAddr, dw3 = 0.
+        // What QEMU 7.2 wrote for a read fault of edu (SID 0x10) at 0x200004 (seen in our own
+        // run): dw0 = 0x10 | SID << 32, dw1 = RnW << 35, dw2 = InputAddr, dw3 = 0.
         let raw = [0x10 | (0x10 << 32), 1 << 35, 0x20_0004, 0];
         let Event::Fault(r) = decode(raw, &qemu(), 0).unwrap() else {
             panic!("not a fault");

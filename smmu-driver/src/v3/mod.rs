@@ -10,13 +10,13 @@
 //!   forbids (stall where IDR0.STALL_MODEL is terminate-only, terminate where it is
 //!   stall-forced), stalling a stream that is not stall-tolerant, ASIDs beyond IDR0.ASID16
 //!   and StreamIDs beyond the table.
-//! - **Reset** ([`Smmuv3::new`]): the order of Linux `arm_smmu_device_reset` (SMMU notes §2.8):
+//! - **Reset** ([`Smmuv3::new`]): the order of Linux `arm_smmu_device_reset`:
 //!   disable (GBPA.ABORT while doing so), every STE set to abort, CR1/CR2, stream table
 //!   base, command queue, CMDQEN, CMD_CFGI_ALL + CMD_TLBI_NSNH_ALL + CMD_SYNC, event queue,
 //!   EVENTQEN, IRQ_CTRL = 0 (the driver polls), stale global errors acknowledged, SMMUEN.
 //!   Every CR0 / IRQ_CTRL write waits for its ACK register.
 //! - **STE and CD** ([`StreamTableEntry`], [`ContextDescriptor`]; §5.2, §5.4): CD.R = 1 (QEMU
-//!   drops fault events with R = 0, notes §0 item 3), CD.A = 1 (required with TERM_MODEL = 1),
+//!   drops fault events with R = 0, `decode_cd`), CD.A = 1 (required with TERM_MODEL = 1),
 //!   CD.S as the stream asks and the stall model allows, STE.S1STALLD only where it is legal
 //!   ([`Capabilities::s1stalld_for`]). A stream goes live as Linux does it (§3.21.3): the
 //!   CD first, then STE dwords 1-7 with the STE still aborting, CMD_CFGI_STE + CMD_SYNC, then
@@ -34,7 +34,7 @@
 //!   CMD_SYNC (what Linux `arm_smmu_cmdq_skip_err` does), the error is acknowledged by
 //!   toggling GERRORN.CMDQ_ERR, which restarts consumption; the caller of the next sync gets
 //!   [`SmmuError::CommandRejected`]. EVENTQ_ABT_ERR (which QEMU 7.2 toggles when the event
-//!   queue is full and drops a record, notes §0 item 5) and EVENTQ_PROD.OVFLG (the
+//!   queue is full and drops a record, `smmuv3_record_event`) and EVENTQ_PROD.OVFLG (the
 //!   architectural overflow flag, §7.4) both mean "records were lost": the next
 //!   [`DrainSummary::overflow`] says so, and the caller must treat every transfer in flight
 //!   as suspect.
@@ -44,7 +44,7 @@
 //! - **Faults** ([`Smmuv3::service_fault`]): the shared [`FaultHandler`] decides; a stalled
 //!   transaction that will not be resumed is terminated first (CMD_RESUME abort), the page is
 //!   mapped, its invalidations issued and synced, then CMD_RESUME retry or "retransmit".
-//!   On QEMU nothing stalls (notes §0 item 1): every fault ends in a retransmission.
+//!   On QEMU nothing stalls (IDR0.STALL_MODEL = 0b01): every fault ends in a retransmission.
 
 mod caps;
 pub mod cmd;
@@ -99,7 +99,8 @@ pub struct Smmuv3Config {
     /// log2 of the command queue entries (1..=IDR1.CMDQS).
     pub cmdq_log2: u8,
     /// log2 of the event queue entries (0..=IDR1.EVENTQS). QEMU writes one record per
-    /// 4 bytes of a faulting DMA (notes §0 item 4), so size it generously (>= 11).
+    /// 4 bytes of a faulting DMA (docs/smmu-driver.md, "QEMU 7.2 behaviour"), so size it
+    /// generously (>= 11).
     pub eventq_log2: u8,
     /// How long a CMD_SYNC (or a full queue) may take.
     pub sync_timeout_us: u64,
@@ -302,7 +303,7 @@ impl<'a, B: RegisterBus + ?Sized, M: Deref<Target: DmaMemory>, D: DelayNs> Smmuv
         let eventq_ring = Ring::new(config.eventq_log2)?;
         let strtab_bytes = STRUCT_BYTES << config.stream_table_log2;
         // Queues: aligned to their size, at least 32 bytes (§6.3.26); QEMU masks bits [5:0]
-        // of the base, so 64 (notes §2.1).
+        // of the base (its `SMMU_BASE_ADDR_MASK`), so 64.
         let cmdq_bytes = CMD_BYTES << config.cmdq_log2;
         let eventq_bytes = EVENT_BYTES << config.eventq_log2;
         let strtab = AlignedDma::new(&dma, strtab_bytes, strtab_bytes, DmaDirection::ToDevice)?;
@@ -487,7 +488,7 @@ impl<'a, B: RegisterBus + ?Sized, M: Deref<Target: DmaMemory>, D: DelayNs> Smmuv
         self.overflow_ack = 0;
         self.write_cr0(CR0::CMDQEN::SET.value | CR0::EVENTQEN::SET.value)?;
 
-        // The driver polls; QEMU only pulses lines whose enable is set (notes §3.2).
+        // The driver polls; QEMU only pulses lines whose enable is set (`smmuv3_trigger_irq`).
         self.write_irq_ctrl(0)?;
 
         // Acknowledge whatever was active before us: toggling GERRORN to GERROR only touches

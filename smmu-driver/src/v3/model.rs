@@ -18,7 +18,7 @@
 //!   permission rechecked on a hit.
 //! - events: one record per faulting access; [`Smmuv3Model::dma_read`]/[`dma_write`] split
 //!   a faulting access into <= 4-byte pieces and record one event per piece, like QEMU's
-//!   unassigned-memory path (SMMU notes §0 item 4). When the queue is full the record is lost
+//!   unassigned-memory path (QEMU `memory_access_size`). When the queue is full the record is lost
 //!   and either GERROR.EVENTQ_ABT_ERR (QEMU) or EVENTQ_PROD.OVFLG (architecture) is toggled.
 //!
 //! [`dma_write`]: Smmuv3Model::dma_write
@@ -39,7 +39,7 @@ use crate::walk::{self, AccessRequest, WalkConfig, WalkFault};
 /// How the model signals a lost event record.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum OverflowSignal {
-    /// Toggle GERROR.EVENTQ_ABT_ERR (QEMU 7.2, SMMU notes §0 item 5).
+    /// Toggle GERROR.EVENTQ_ABT_ERR (QEMU 7.2 `smmuv3_record_event`).
     QemuGerror,
     /// Toggle EVENTQ_PROD.OVFLG (IHI0070 §7.4).
     Architectural,
@@ -556,7 +556,7 @@ impl Smmuv3Model {
                     WalkFault::Permission { .. } => 0x13,
                     WalkFault::External { .. } => 0x0b,
                 };
-                // Walk aborts are recorded whatever CD.R says (notes §3.4).
+                // Walk aborts are recorded whatever CD.R says (QEMU `smmuv3_translate`).
                 if record || id == 0x0b {
                     self.fault_event(id, sid, iova, write);
                 }

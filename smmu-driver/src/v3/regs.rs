@@ -3,12 +3,12 @@
 //! Sources, for every register below: Arm IHI0070 (SMMUv3 architecture, version G.b),
 //! chapter 6.3 "Register formats" (section numbers in each doc comment); Linux
 //! `drivers/iommu/arm/arm-smmu-v3/arm-smmu-v3.h` and FreeBSD `sys/arm64/iommu/smmureg.h`,
-//! which were read to cross-check every offset and bit position; the project's SMMU notes
-//! (`smmu.md` §2.1, §3.3, §3.4).
+//! which were read to cross-check every offset and bit position; QEMU 7.2 `hw/arm/smmuv3.c`
+//! for what QEMU implements.
 //!
 //! Access widths: QEMU 7.2 accepts 64-bit accesses only for `GERROR_IRQ_CFG0`,
 //! `STRTAB_BASE`, `CMDQ_BASE` and `EVENTQ_BASE`; any other 64-bit access reads 0 and is
-//! ignored (SMMU notes §3.4, verified). The driver does not use `GERROR_IRQ_CFG0` (no MSIs), so
+//! ignored (`smmu_readll`, `smmu_writell`). The driver does not use `GERROR_IRQ_CFG0` (no MSIs), so
 //! only the other three are `u64` registers here, and
 //! every other register (the queue PROD/CONS indexes included) is a 32-bit access.
 //!
@@ -199,7 +199,7 @@ register_bitfields![u32,
         /// Command queue error: CMDQ_CONS.ERR says why, CMDQ_CONS.RD points at the command.
         CMDQ_ERR OFFSET(0) NUMBITS(1) [],
         /// Event queue access aborted. QEMU 7.2 also toggles it when the queue is full and a
-        /// record is dropped (SMMU notes §0 item 5).
+        /// record is dropped (`smmuv3_record_event`).
         EVENTQ_ABT_ERR OFFSET(2) NUMBITS(1) [],
         /// PRI queue access aborted.
         PRIQ_ABT_ERR OFFSET(3) NUMBITS(1) [],
@@ -289,7 +289,7 @@ register_bitfields![u64,
 hal::register_block! {
     /// The SMMUv3 register frame: page 0 (`SMMUv3_PAGE_0`) and the event queue indexes of
     /// page 1 (`SMMUv3_PAGE_1`, +0x1_0000). QEMU `virt` maps 0x2_0000 bytes at 0x0905_0000
-    /// (SMMU notes §0 item 7).
+    /// (`base_memmap` in QEMU `hw/arm/virt.c`).
     pub struct Smmuv3Regs {
         /// SMMU_IDR0 (§6.3.1).
         (0x00 => pub idr0: Ro u32, IDR0::Register),

@@ -1,5 +1,5 @@
-//! Stream table entries and context descriptors (IHI0070 §5.2 STE, §5.4 CD; SMMU notes §2.2,
-//! §2.3), for the one configuration this driver uses: stage 1 only, one CD per stream
+//! Stream table entries and context descriptors (IHI0070 §5.2 STE, §5.4 CD), for the one
+//! configuration this driver uses: stage 1 only, one CD per stream
 //! (S1CDMax = 0), AArch64 4 KiB-granule tables through TTB0.
 //!
 //! Field positions were cross-checked against Linux `arm-smmu-v3.h` (`STRTAB_STE_*`,
@@ -198,8 +198,8 @@ pub struct CdConfig {
     pub mair: u64,
     /// Stall on fault (CD.S).
     pub stall: bool,
-    /// Record fault events (CD.R). QEMU 7.2 drops events silently with R = 0 (notes §0
-    /// item 3).
+    /// Record fault events (CD.R). QEMU 7.2 drops events silently with R = 0
+    /// (`decode_cd`, `smmuv3_translate`).
     pub record: bool,
     /// Terminate with abort (CD.A); must be 1 when IDR0.TERM_MODEL = 1.
     pub abort: bool,
@@ -212,7 +212,7 @@ pub struct ContextDescriptor(pub [u64; 8]);
 impl ContextDescriptor {
     /// A valid stage-1 CD: AArch64, 4 KiB granule, TTB0 walks write-back write-allocate
     /// inner shareable, TTB1 disabled, little-endian, AF faults enabled, no hardware AF/dirty
-    /// updates, ASET = 1 (the ASID is private to the SMMU, SMMU notes §2.3).
+    /// updates, ASET = 1 (the ASID is private to the SMMU, IHI0070 §5.4 CD.ASET).
     pub fn stage1(config: &CdConfig) -> Result<ContextDescriptor> {
         if !(25..=48).contains(&config.input_bits) {
             return Err(SmmuError::InvalidConfig {
