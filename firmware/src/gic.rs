@@ -18,7 +18,7 @@
 //! `ICC_SRE_EL1`/`ICC_SRE_EL2`, `ICC_PMR_EL1`, `ICC_IGRPEN1_EL1`.
 //!
 //! QEMU `virt` (7.2, `gic-version=3`): distributor at 0x0800_0000, redistributors from
-//! 0x080A_0000 (SMMU notes §3.2); PCIe INTx A-D are SPIs 3-6, swizzled by slot
+//! 0x080A_0000 (`base_memmap`); PCIe INTx A-D are SPIs 3-6, swizzled by slot
 //! (`hw/arm/virt.c` `create_pcie_irq_map`): edu at slot 2, pin A is SPI 5 = INTID 37.
 
 use hal::regs::RegisterBus;

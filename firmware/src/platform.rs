@@ -163,7 +163,7 @@ pub mod zynqmp {
     /// The DMA pool (`.dma_pool` in `link/zynqmp.ld`, 16 MiB right after the image's 16 MiB
     /// budget), mapped Normal non-cacheable: the MMU-500 driver programs non-coherent table
     /// walks (docs/mmu500.md §2), and the GDMA reaches DDR through TBU5 and a DDR port it
-    /// shares with HP3 (zynqmp-exanest.md §4), not through the CCI, so it is treated as not
+    /// shares with HP3 (docs/mmu500.md §8), not through the CCI, so it is treated as not
     /// snooping the A53 caches **\[I\]**. Page tables, frames and backing store must then
     /// reach DDR with only a barrier, which non-cacheable memory gives and `PoolDma`
     /// (whose `sync_for_device` is a `dsb st`, no cache clean) relies on.

@@ -5,7 +5,7 @@
 //! # The setting
 //! - edu (stream = its PCI requester ID, 0x10 at `addr=2`) sits behind the SMMUv3 with its own
 //!   stream table entry and context descriptor (ASID [`ASID`]), translating a 4 MiB IOVA
-//!   window at [`WINDOW_BASE`] (below edu's 28-bit DMA mask, SMMU notes §0 item 15).
+//!   window at [`WINDOW_BASE`] (below edu's 28-bit `dma_mask`, QEMU `hw/misc/edu.c`).
 //! - A [`Pager`] owns a pool of frames and a backing store holding every page of the window.
 //!   Pages are mapped only while resident; eviction is "unmap, TLBI + CMD_SYNC, save the
 //!   frame to the backing store, free the frame", in that order, so a DMA write that raced
@@ -17,9 +17,9 @@
 //!   buffer -> memory (a write of IOVA range B). A reference copy of the window gets the
 //!   same copy done by the CPU.
 //!
-//! # Detecting and handling faults (QEMU 7.2 facts: SMMU notes §0 items 1, 4, 5, 11, 14)
+//! # Detecting and handling faults (QEMU 7.2 facts: docs/smmu-driver.md, "QEMU 7.2 behaviour")
 //! edu never reports a failed DMA: a faulting read delivers zeros into its buffer, a faulting
-//! write is dropped, completion looks the same (§4.3). The event queue is the only signal,
+//! write is dropped, completion looks the same (`edu_dma_timer`). The event queue is the only signal,
 //! and QEMU writes one record per faulting 4-byte piece. After both transfers complete the
 //! program issues CMD_SYNC (on silicon that makes the events of terminated transactions
 //! visible, §4.7.3) and drains the queue: records with RnW = 1 inside A mean the read
@@ -40,7 +40,7 @@
 //! - [`Scenario::TINY_EVENT_QUEUE`]: an 8-entry event queue, so nearly every faulting copy
 //!   overflows it.
 //! - [`run_stale_tlb_probe`]: evicting a page *without* the TLB invalidation lets the SMMU keep
-//!   using the old frame (QEMU caches translations, notes §0 item 11); the final comparison
+//!   using the old frame (QEMU caches translations, `smmuv3_translate`); the final comparison
 //!   must catch the resulting corruption, and the same sequence with the invalidation must
 //!   come out exact.
 
@@ -80,7 +80,7 @@ pub const ASID: u16 = 1;
 /// edu's DMA buffer, as the device addresses it.
 pub const EDU_BUFFER: u64 = 0x4_0000;
 /// A transfer must end strictly inside edu's 4 KiB buffer: QEMU 7.2's range check is off by
-/// one and aborts QEMU otherwise (SMMU notes §0 item 15). So offset + length <= 0xfff.
+/// one and aborts QEMU otherwise (`edu_check_range`, seen in our runs). So offset + length <= 0xfff.
 pub const EDU_BUFFER_LIMIT: u64 = 0xfff;
 /// edu's default DMA mask (28 bits).
 pub const EDU_DMA_MASK: u64 = 0x0fff_ffff;
@@ -106,7 +106,7 @@ pub enum Direction {
     ToMemory,
 }
 
-/// edu's DMA engine (register map: SMMU notes §4.2).
+/// edu's DMA engine (register map: `edu_mmio_read`/`edu_mmio_write` in QEMU `hw/misc/edu.c`).
 pub struct EduDma<'a, B: RegisterBus + ?Sized> {
     regs: EduRegs<'a, B>,
 }

@@ -39,7 +39,7 @@ mod target {
 
     firmware::program!("smmuv3-faults", virt::PLATFORM, run);
 
-    /// SMMUv3 of QEMU `virt` (SMMU notes §0 item 7), used when the device tree has none.
+    /// SMMUv3 of QEMU `virt` (`hw/arm/virt.c` `base_memmap`), used when the device tree has none.
     const VIRT_SMMU: u64 = 0x0905_0000;
     /// DMA pool: `POOL_WORDS * 64` pages (32 MiB) above the image.
     const POOL_WORDS: usize = 128;

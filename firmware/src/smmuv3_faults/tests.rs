@@ -1,5 +1,5 @@
 //! The `smmuv3-faults` logic on the host: the SMMUv3 model of `smmu-driver` and an edu model
-//! that does its DMA through it, as QEMU 7.2's edu does (hw/misc/edu.c; SMMU notes §4).
+//! that does its DMA through it, as QEMU 7.2's edu does (hw/misc/edu.c).
 
 use std::cell::Cell;
 use std::sync::Arc;
