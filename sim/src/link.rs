@@ -1,7 +1,7 @@
 //! The ExaNet link model: bandwidth, per-hop latency and packet framing.
 //!
 //! Defaults are the ExaNet figures of INFN's APEnet table, 32 Gb/s and 1.1 µs
-//! (shared reference notes `zynqmp-exanest.md` §1.1). Treating 1.1 µs as the latency of one
+//! (the INFN APE group's APEnet page, ExaNet row). Treating 1.1 µs as the latency of one
 //! hop and 32 Gb/s as the rate of each link direction is our modelling choice. Framing follows
 //! docs/dma-engine.md §5.1: 128-bit flits, at most 256 payload bytes per packet, one header
 //! and one footer flit per packet, and a 64-byte header area at the start of each block.
@@ -28,7 +28,7 @@ pub struct LinkParams {
 }
 
 impl Default for LinkParams {
-    /// 32 Gb/s and 1.1 µs per hop (ExaNet, `zynqmp-exanest.md` §1.1).
+    /// 32 Gb/s and 1.1 µs per hop (ExaNet, INFN's APEnet table).
     fn default() -> Self {
         Self {
             bandwidth_bps: 32_000_000_000,

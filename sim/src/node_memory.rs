@@ -21,9 +21,10 @@
 //! what it costs).
 //!
 //! The swap device is a FIFO with a bandwidth and a per-request latency; its default (50 µs,
-//! 2 GB/s) is our assumption for the QFDB's M.2 SSD (`zynqmp-exanest.md` §1.2 names the SSD,
+//! 2 GB/s) is our assumption for the QFDB's M.2 SSD (the QFDB paper names the SSD,
 //! not its speed), chosen so that a major fault costs about NP-RDMA's 60 µs
-//! (`np-rdma.md` §4.1) together with the CPU's 5 µs.
+//! (the NP-RDMA paper's abstract) together with the CPU's 5 µs; docs/virtual-qfdb.md lists
+//! both papers.
 //!
 //! Data is real: frames live in the node's simulated DRAM (`HostDma`), swapped pages in the
 //! swap device's own store. All times are model time.

@@ -69,7 +69,7 @@ pub struct NpeModelParams {
 
 impl NpeModelParams {
     /// Defaults of docs/dma-engine.md §10 for node `node` of `nodes`, with the stream base of
-    /// the HP0 port (0xE80, `zynqmp-exanest.md` §4, an \[I\] value there).
+    /// the HP0 port (0xE80, an \[I\] value: see `boards::zynqmp::PlPort::stream_base`).
     pub fn new(node: usize, nodes: usize) -> Self {
         Self {
             channels: 16,

@@ -2,7 +2,7 @@
 //!
 //! A QFDB holds four Zynq UltraScale+ MPSoCs joined by the intra-board (Tier-0) network;
 //! QFDBs are connected into rings (the Track-1 mezzanine joins 4 QFDBs in a ring with
-//! 2×16 Gb/s per edge and direction). Source: shared reference notes `zynqmp-exanest.md` §1.2.
+//! 2×16 Gb/s per edge and direction). Sources: the QFDB paper and INFN (docs/virtual-qfdb.md).
 //!
 //! Our modelling choices: within a QFDB every node reaches every other in one hop, and only the
 //! nodes' injection and ejection ports are contended (a crossbar); between QFDBs a frame takes

@@ -1,5 +1,5 @@
-//! The MMU-500 model on its own, programmed with raw register writes (values from the SMMU
-//! notes §1.2-§1.4 and UG1087, not from the driver), and driven by the zDMA model.
+//! The MMU-500 model on its own, programmed with raw register writes (values from IHI0062,
+//! Linux arm-smmu.h and UG1087, not from the driver), and driven by the zDMA model.
 
 mod common;
 

@@ -25,7 +25,7 @@
 //! - stall (CFCFG = 1): the transaction is held and FSR.SS set. While SS is set, later
 //!   transactions of the context are held behind it if HUPCF = 0; with HUPCF = 1 they proceed,
 //!   and one that faults is held (and sets MULTI). RESUME is **ignored while FSR has any bit
-//!   other than SS** (MMU-500 behaviour, SMMU notes §0 item 18); an accepted RESUME clears SS
+//!   other than SS** (MMU-500 behaviour, docs/mmu500.md §8); an accepted RESUME clears SS
 //!   and retries (TnR = 0) or terminates (TnR = 1) the recorded transaction, and releases the
 //!   held ones for retry. Writing 1 to FSR.SS does not clear it;
 //! - weaker implementations ([`FaultReporting`]): syndrome registers that read as zero, no
@@ -41,7 +41,7 @@
 //! performance monitors, MMU-500 prefetching, and time (a stall lasts until RESUME, however
 //! long). sACR.CACHE_LOCK is modelled only as far as drivers meet it: on r2p0 and later it is
 //! set after reset and context-bank ACTLR writes are ignored while it is set (Linux
-//! `arm_mmu500_reset`; SMMU notes §1.2).
+//! `arm_mmu500_reset`).
 
 mod regs;
 pub mod tlb;
@@ -120,7 +120,7 @@ impl FaultReporting {
 
 impl Mmu500Config {
     /// The ZynqMP MMU-500: 16 context banks, 48 stream-match groups, 15-bit stream IDs, 4 KiB
-    /// register pages, 16 global pages (UG1087; SMMU notes §1.1). The revision (r2p1) and
+    /// register pages, 16 global pages (UG1087). The revision (r2p1) and
     /// non-coherent walks are **\[I\]**: not stated in our sources.
     pub const fn zynqmp() -> Self {
         Mmu500Config {
@@ -714,7 +714,7 @@ impl Mmu500 {
             return;
         };
         if b.fsr & !(FSR_SS | FSR_FORMAT_AARCH64) != 0 {
-            // MMU-500 ignores RESUME until FSR is cleared (SMMU notes §0 item 18, §1.7).
+            // MMU-500 ignores RESUME until FSR is cleared (docs/mmu500.md §8).
             self.stats.resumes_ignored += 1;
             return;
         }
@@ -1045,7 +1045,7 @@ enum Space {
 
 impl Mmu500 {
     /// Whether `offset` (decoded) is one of the 64-bit registers, the only ones that take a
-    /// 64-bit access (SMMU notes §1.1): sGFAR, and per bank TTBR0/1, PAR, FAR and the
+    /// 64-bit access (IHI0062): sGFAR, and per bank TTBR0/1, PAR, FAR and the
     /// address-based TLBIs. A 64-bit access anywhere else would also touch the next 32-bit
     /// register, which the model does not guess at: it is recorded as unsupported.
     fn wide_register(&self, offset: usize) -> bool {
@@ -1074,8 +1074,8 @@ impl RegisterModel for Mmu500 {
 
     fn read(&mut self, offset: usize, width: AccessWidth) -> u64 {
         // Registers are 32-bit; the 64-bit ones also take 64-bit accesses. Anything else
-        // (8/16-bit, misaligned) is ignored, as MMU-500 does with non-word accesses
-        // (SMMU notes §1.1).
+        // (8/16-bit, misaligned) is ignored, as we assume MMU-500 does with non-word accesses
+        // (docs/mmu500.md §8).
         if !matches!(width, AccessWidth::U32 | AccessWidth::U64)
             || !offset.is_multiple_of(width.bytes())
             || (width == AccessWidth::U64 && !self.wide_register(offset))

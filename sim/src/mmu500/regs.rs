@@ -2,8 +2,7 @@
 //! driver's definitions so that a wrong bit in either shows up as a failing test.
 //!
 //! Sources: Arm IHI0062 (SMMUv2) register descriptions by name, Xilinx UG1087 `SMMU_GPV`,
-//! Linux `drivers/iommu/arm/arm-smmu/arm-smmu.h`, as collected in the SMMU notes (`smmu.md`
-//! §1.2 GR0, §1.3 GR1, §1.4 context bank).
+//! Linux `drivers/iommu/arm/arm-smmu/arm-smmu.h`.
 
 // Global register space 0 (page 0).
 pub const SCR0: usize = 0x000;
@@ -104,9 +103,9 @@ pub const SCTLR_CFRE: u32 = 1 << 5;
 pub const SCTLR_CFIE: u32 = 1 << 6;
 pub const SCTLR_CFCFG: u32 = 1 << 7;
 pub const SCTLR_HUPCF: u32 = 1 << 8;
-/// UG1087 `SMMU_CBn_SCTLR` reset value (SMMU notes §4: HUPCF set).
+/// UG1087 `SMMU_CBn_SCTLR` reset value (HUPCF set).
 pub const SCTLR_RESET: u32 = 0x100;
-/// UG1087 `SMMU_CBn_ACTLR` reset value (SMMU notes §4).
+/// UG1087 `SMMU_CBn_ACTLR` reset value.
 pub const ACTLR_RESET: u32 = 0x3;
 
 // TCR / TCR2.

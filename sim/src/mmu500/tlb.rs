@@ -11,10 +11,10 @@
 //! An invalidation covers the entries cached when it was written, not entries filled after
 //! it (from a table entry software had not updated yet), and it takes effect only when its
 //! sync is seen complete: the selectors below return the entries an operation names, and
-//! [`Tlb::remove`] drops them later (IHI0062 TLBSYNC/TLBSTATUS; SMMU notes §5).
+//! [`Tlb::remove`] drops them later (IHI0062 TLBSYNC/TLBSTATUS).
 //!
-//! Only valid translations are cached, never faults (Arm ARM DDI0487 D8.16 R_XCLRD; SMMU notes
-//! §5). A leaf that would raise an access-flag fault is not cached either. Walk caches
+//! Only valid translations are cached, never faults (Arm ARM DDI0487 D8.16 R_XCLRD).
+//! A leaf that would raise an access-flag fault is not cached either. Walk caches
 //! (intermediate table entries) are not modelled: every miss walks from TTBR0.
 
 use hal::Iova;

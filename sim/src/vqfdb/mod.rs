@@ -121,8 +121,8 @@ pub enum MemoryLimit {
 }
 
 /// Modelled CPU costs of node software (model time). Sources: NP-RDMA's fault figures
-/// (shared reference notes `np-rdma.md` §4.1: 3.5-5.7 µs minor, ~60 µs major); everything
-/// else is our assumption for a Cortex-A53 at 1.5 GHz (`zynqmp-exanest.md` §1.2), stated as
+/// (the NP-RDMA paper's abstract: 3.5-5.7 µs minor, 60 µs major); everything
+/// else is our assumption for a Cortex-A53 at 1.5 GHz (the QFDB's, per INFN), stated as
 /// such in the reports.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct CostModel {
