@@ -7,7 +7,7 @@
 //!   the host and against MMIO in firmware.
 //!
 //! Values are marked in their docs: **\[C\]** stated by a source (named), **\[I\]** inferred
-//! (see the project's `zynqmp-exanest.md` notes for the reasoning).
+//! (how is said where the value is defined).
 //!
 //! `no_std`, no heap.
 #![cfg_attr(not(test), no_std)]

@@ -3,8 +3,8 @@
 //! Sources: Linux `arch/arm64/boot/dts/xilinx/zynqmp.dtsi` (MMIO bases, sizes and SPIs),
 //! Xilinx UG1085 (TRM: SMMU, TBUs, PL port master IDs in table 16-13, DMA controller) and
 //! UG1087 (register reference), Xilinx AR 69447 and the "Xen and PL Masters" wiki page (stream
-//! ID layout and TBU per port), as collected in the project's notes `zynqmp-exanest.md` §1.5,
-//! §4, §4b and `smmu.md` §1.1. **\[C\]** = stated by the named source, **\[I\]** = inferred.
+//! ID layout and TBU per port), and Arm DDI0517 §2.3.1 (how MMU-500 forms stream IDs).
+//! **\[C\]** = stated by the named source, **\[I\]** = inferred by us.
 
 pub mod scenario;
 
@@ -63,7 +63,7 @@ pub struct SmmuInfo {
     /// entries all `<0 155 4>`, level-high) **\[C\]**.
     pub interrupt: Spi,
     /// The Xilinx wrapper registers `SMMU_REG` (ISR_0/IMR_0, QREQN) **\[C\]** base; the size
-    /// of the block is not stated in our notes, one 4 KiB page is assumed **\[I\]**.
+    /// of the block is not taken from a source, one 4 KiB page is assumed **\[I\]**.
     pub wrapper: Region,
 }
 
@@ -98,7 +98,7 @@ pub const SMMU: SmmuInfo = SmmuInfo {
 pub struct ZdmaInfo {
     /// Register window (4 KiB, zynqmp.dtsi) **\[C\]**.
     pub regs: Region,
-    /// Stream ID of the channel's AXI master (zynqmp-exanest.md §4b) **\[C\]**.
+    /// Stream ID of the channel's AXI master (zynqmp.dtsi `iommus`) **\[C\]**.
     pub stream: StreamId,
     /// Interrupt (zynqmp.dtsi) **\[C\]**.
     pub interrupt: Spi,
@@ -156,7 +156,7 @@ pub const ADMA: [ZdmaInfo; 8] = [
 ];
 
 /// The PCIe controller's one stream ID for every requester (zynqmp.dtsi) **\[C\]**. PCIe must
-/// never stall (SMMU notes §0 item 20): attach it with `StreamFaultConfig::NEVER_STALL`.
+/// never stall (docs/mmu500.md §8): attach it with `StreamFaultConfig::NEVER_STALL`.
 pub const PCIE_STREAM: StreamId = StreamId(0x4d0);
 
 /// A PL-to-PS AXI port that goes through the SMMU.
@@ -225,7 +225,7 @@ impl PlPort {
     }
 
     /// The stream ID of a PL master on this port with AXI ID `axi_id` (bits 5:0). Note that
-    /// AXI SmartConnect does not pass AXI IDs through (zynqmp-exanest.md §1.5).
+    /// AXI SmartConnect does not pass AXI IDs through (Xilinx AR 69447).
     pub fn stream_id(self, axi_id: u8) -> Result<StreamId> {
         if axi_id >= 64 {
             return Err(BoardError::AxiIdOutOfRange { axi_id });
@@ -324,11 +324,11 @@ mod tests {
 
     #[test]
     fn pl_stream_ids_follow_the_tbu_and_master_id_layout() {
-        // [C]: HPC0 0x200..0x23F, HPC1 0x240..0x27F (zynqmp-exanest.md §1.5).
+        // [C]: HPC0 0x200..0x23F, HPC1 0x240..0x27F (the README named at `stream_base`).
         assert_eq!(PlPort::Hpc0.stream_id(0).unwrap(), StreamId(0x200));
         assert_eq!(PlPort::Hpc0.stream_id(63).unwrap(), StreamId(0x23f));
         assert_eq!(PlPort::Hpc1.stream_id(0).unwrap(), StreamId(0x240));
-        // [I] values of the notes' table.
+        // [I] values: TBU << 10 | master ID << 6.
         let bases: Vec<u16> = PlPort::ALL.iter().map(|p| p.stream_base()).collect();
         assert_eq!(bases, [0x200, 0x240, 0xe80, 0x12c0, 0x1300, 0x1740]);
         assert!(PlPort::ALL.iter().all(|p| p.stream_base() < 1 << 15));
@@ -362,7 +362,7 @@ mod tests {
             2 * SMMU.global_pages * SMMU.page_size,
             "window = global space + as many CB pages"
         );
-        // GDMA stream IDs sit in TBU5 like HP3 (zynqmp-exanest.md §4 TBU map).
+        // GDMA stream IDs sit in TBU5 like HP3 (zynqmp.dtsi SIDs; "Xen and PL Masters").
         assert_eq!(GDMA[0].stream.0 >> 10, 5);
         assert!(ZCU102.ddr[1].contains(DDR_HIGH_BASE) && !DDR_LOW.contains(DDR_LOW.end()));
     }
