@@ -3,7 +3,7 @@
 //! One channel moves `len` bytes from a source bus address to a destination bus address. The
 //! addresses are what the channel puts on its AXI master port: physical addresses when the
 //! SMMU bypasses its stream, IOVAs when a context bank translates them (GDMA channel n has
-//! stream ID 0x14E8 + n, ADMA 0x868 + n; SMMU notes in `zynqmp-exanest.md` §4b).
+//! stream ID 0x14E8 + n, ADMA 0x868 + n; zynqmp.dtsi `iommus`).
 //!
 //! Sequence (UG1085 "DMA Controller", simple mode; Linux `zynqmp_dma_config_simple_desc` and
 //! `zynqmp_dma_start`):
