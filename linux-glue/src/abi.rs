@@ -2,13 +2,13 @@
 //!
 //! On a board (or a host that can load modules) the job user space approximates here is done
 //! in the kernel: an `mmu_interval_notifier` per registered region plus `hmm_range_fault` for
-//! fault-in (np-rdma reference notes §2.2, §2.4). The module exposes:
+//! fault-in (our design after the NP-RDMA abstract, docs/protocol.md §0). The module exposes:
 //!
 //! - a character device (`DEVICE_NODE`) with the ioctls below;
 //! - per region, a **page-state table** (mmap'd read-only): a [`TableHeader`] followed by one
 //!   [`PageStateEntry`] (a u64) per 4 KiB page, `{present, writable, huge, version}`; the
 //!   version is bumped on every invalidation and every remap, and the header's `generation` on
-//!   any invalidation in the region (the optimistic check of np-rdma §2.4/§2.5 option B);
+//!   any invalidation in the region (the optimistic check, option B of docs/protocol.md §0);
 //! - one **invalidation event ring** per open file (mmap'd): a [`RingHeader`] followed by
 //!   `entries` [`InvalidationRecord`]s. The module writes a record at `producer % entries`, then
 //!   publishes it with a release store of `producer + 1`; user space reads up to `producer`

@@ -294,7 +294,7 @@ impl ModuleRegion {
         })
     }
 
-    /// Whether no page of `snap` was invalidated since (np-rdma notes §2.5 option B): every
+    /// Whether no page of `snap` was invalidated since (option B of docs/protocol.md §0): every
     /// page present when the snapshot was taken, then the generation fast path, or a per-page
     /// version comparison with every page still present.
     pub fn still_valid(&self, snap: &Snapshot) -> bool {
@@ -546,7 +546,7 @@ impl<B: ModuleBackend> ModuleClient<B> {
         })
     }
 
-    /// The pre-post step (np-rdma notes §2.5): reads the table for `range`, faults in only the
+    /// The pre-post check (docs/protocol.md §0): reads the table for `range`, faults in only the
     /// runs of pages that are absent (or not writable, for `Write`), and returns a snapshot to
     /// validate after the DMA with [`ModuleRegion::still_valid`].
     pub fn ensure_present(

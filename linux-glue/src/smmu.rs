@@ -1,7 +1,7 @@
 //! The SMMU fault path's [`FaultResolver`] on the real Linux mm.
 //!
-//! The model is the ExaNeSt one (Psistakis, arXiv 2511.21018; shared reference notes
-//! `zynqmp-exanest.md` §2.3): the device uses process virtual addresses, so an IOVA *is* a
+//! The model is the ExaNeSt one (Psistakis, arXiv 2511.21018 and 2511.19258, whose SMMU
+//! context walks the process's tables): the device uses process virtual addresses, so an IOVA *is* a
 //! virtual address of this process, and one SMMU stream (or context) serves this process.
 //! Resolving a fault means faulting the page in through Linux and handing its frame to the
 //! SMMU driver, which maps it in the context's table. Frames are visible only with

@@ -43,7 +43,7 @@ mod bench {
     const PAGE: u64 = 4096;
     const MIB: u64 = 1 << 20;
     const GIB: u64 = 1 << 30;
-    /// NP-RDMA headline numbers (arXiv:2310.11062, abstract; reference notes §4.1).
+    /// NP-RDMA headline numbers (arXiv:2310.11062, abstract).
     const NP_MINOR: &str = "3.5-5.7";
     const NP_MAJOR: &str = "60";
 
