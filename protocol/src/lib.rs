@@ -12,7 +12,7 @@
 //!
 //! Everything is pure logic: no clocks and no I/O. Time enters as `now` values in the caller's
 //! units, so runs are deterministic. The specification is `docs/protocol.md`; what comes from
-//! the NP-RDMA and ExaNeSt reference notes, and what is ours, is said there.
+//! the NP-RDMA paper and the ExaNeSt work, and what is ours, is said there (§0).
 #![cfg_attr(not(test), no_std)]
 
 mod crc;

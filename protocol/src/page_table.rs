@@ -1,7 +1,7 @@
 //! The page-state table: per 4 KiB page of a registered region, a present bit, a permission
 //! bit, the backing frame and a version.
 //!
-//! The idea follows the reconstruction in the NP-RDMA reference notes (np-rdma.md §2.4: a
+//! The idea is our reconstruction of the NP-RDMA paper's approach (docs/protocol.md §0: a
 //! per-MR `{present, version}` table plus an MR-wide generation, with the invalidation order
 //! "bump version, clear present, then unmap"). The concrete encoding is ours: a page's version
 //! *is* the table generation at which the page last changed. One 8-byte snapshot of the
