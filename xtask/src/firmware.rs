@@ -312,8 +312,8 @@ impl Outcome {
 /// The verdict line prefix the firmware prints.
 pub const VERDICT_PREFIX: &str = "NPRDMA-VERDICT: ";
 
-/// The QEMU command line for `virt` (facts in ../shared/reference/toolchains.md §3 and
-/// smmu.md §3.2): SMMUv3 in front of the PCIe root complex, GICv3, an AArch64 CPU, the `edu`
+/// The QEMU command line for `virt` (docs/toolchains.md; QEMU `hw/arm/virt.c` `create_smmu`
+/// and `create_pcie`): SMMUv3 in front of the PCIe root complex, GICv3, an AArch64 CPU, the `edu`
 /// device at slot 2 (stream ID 0x10), nothing else.
 fn qemu_command(elf: &std::path::Path, extra: &[&str]) -> Result<Command, XtaskError> {
     let qemu = require_tool("qemu-system-aarch64", "qemu-system-arm")?;

