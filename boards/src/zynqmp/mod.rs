@@ -55,7 +55,7 @@ pub struct SmmuInfo {
     pub global_pages: u64,
     /// Context banks (UG1087 SIDR1.NUMCB = 16) **\[C\]**.
     pub context_banks: u16,
-    /// Stream-match groups (48; Xen boot log) **\[C\]**.
+    /// Stream-match groups (48: UG1087 `SMMU_SMR0`-`SMMU_SMR47`) **\[C\]**.
     pub stream_match_groups: u16,
     /// Stream ID width (15 bits: 5 TBU + 10 master bits; AR 69447) **\[C\]**.
     pub stream_id_bits: u8,
@@ -324,7 +324,7 @@ mod tests {
 
     #[test]
     fn pl_stream_ids_follow_the_tbu_and_master_id_layout() {
-        // [C]: HPC0 0x200..0x23F, HPC1 0x240..0x27F (the README named at `stream_base`).
+        // [C]: HPC0 0x200..0x23F, HPC1 0x240..0x27F (a public ZynqMP SMMU README, see `stream_base`).
         assert_eq!(PlPort::Hpc0.stream_id(0).unwrap(), StreamId(0x200));
         assert_eq!(PlPort::Hpc0.stream_id(63).unwrap(), StreamId(0x23f));
         assert_eq!(PlPort::Hpc1.stream_id(0).unwrap(), StreamId(0x240));
