@@ -1,0 +1,321 @@
+//! The engines, their fault service and the driver: what happens on each node event.
+
+use super::*;
+
+impl<'p> World<'p> {
+    pub(crate) fn engine_step(&mut self, n: usize, now: ModelTime) -> VqResult<()> {
+        let mut out = Vec::new();
+        let advance = {
+            let node = &mut self.nodes[n];
+            let mut model = node.driver.bus().lock();
+            model.advance(&mut EngineCtx {
+                now,
+                dram: &node.dram,
+                axi: &mut node.mm.smmu,
+                out: &mut out,
+            })
+        };
+        let out = match self.frame_hook.as_mut() {
+            Some(hook) => out.into_iter().flat_map(&mut **hook).collect(),
+            None => out,
+        };
+        for frame in out {
+            let arrival = self
+                .fabric
+                .send(now, n, frame.dst, frame.wire_bytes(), frame.vc())?;
+            let dst = frame.dst;
+            self.q.schedule(arrival, Ev::Arrive(dst, Box::new(frame)));
+        }
+        if let Some(t) = advance.next {
+            self.request_engine(n, t);
+        }
+        if advance.irq {
+            self.request_driver(n, now);
+        }
+        // Fault records the SMMU queued (the context-fault interrupt).
+        let mut records = Vec::new();
+        self.nodes[n].mm.smmu.take_records(&mut records)?;
+        for record in records {
+            self.fault_record(n, now, &record)?;
+        }
+        Ok(())
+    }
+
+    pub(super) fn fault_record(
+        &mut self,
+        n: usize,
+        now: ModelTime,
+        record: &smmu_driver::fault::FaultRecord,
+    ) -> VqResult<()> {
+        let costs = self.cfg.costs;
+        let node = &mut self.nodes[n];
+        let actions = node.faults.on_record(now, record, &mut node.mm, &costs)?;
+        for action in actions {
+            match action {
+                FaultAction::None => {}
+                FaultAction::Terminate(at, token) => self.q.schedule(at, Ev::Terminate(n, token)),
+                FaultAction::Resolve(at, page) => self.q.schedule(at, Ev::FaultDone(n, page)),
+                FaultAction::Unresolvable(at, page, reason) => {
+                    self.q.schedule(at, Ev::Unresolvable(n, page, reason))
+                }
+            }
+        }
+        Ok(())
+    }
+
+    pub(super) fn fault_done(&mut self, n: usize, now: ModelTime, page: u64) -> VqResult<()> {
+        let node = &mut self.nodes[n];
+        let Some(inflight) = node.faults.inflight.remove(&page) else {
+            return Ok(());
+        };
+        if node.lose_requests {
+            // Lost: stalled accesses are terminated, and nobody hears of the page again.
+            for token in inflight.resume {
+                node.mm.smmu.resume(token, now, false)?;
+            }
+            return node.mm.mem.release_hold(page);
+        }
+        if node.mm.mem.needs_frame(page) {
+            node.mm.ensure_free_frame(now)?;
+        }
+        let Mm {
+            mem, table, smmu, ..
+        } = &mut node.mm;
+        let fixed = node.faults.handler.fix(&inflight.plan, mem, table, smmu);
+        match fixed {
+            Ok(outcome) => {
+                let generation = match outcome.mapped {
+                    Some(mapped) => node.mm.pstate.mark_present(
+                        VirtAddr::new(page),
+                        hal::PageSize::Size4K,
+                        mapped.frame,
+                        true,
+                    )?,
+                    None => node.mm.pstate.generation(),
+                };
+                if !outcome.invalidations.is_empty() {
+                    use smmu_driver::pagetable::TlbMaintenance;
+                    node.mm.smmu.invalidate_now(&outcome.invalidations)?;
+                }
+                node.mm.mem.reference(page);
+                for token in inflight.resume {
+                    node.mm.smmu.resume(token, now, true)?;
+                }
+                node.driver.page_resolved(PDID, page, generation)?;
+            }
+            Err(SmmuError::ResolveFailed { .. })
+            | Err(SmmuError::OutsideRegisteredRegion { .. }) => {
+                for token in inflight.resume {
+                    node.mm.smmu.resume(token, now, false)?;
+                }
+                node.driver
+                    .page_unresolvable(PDID, page, FaultReason::OutOfRegion)?;
+                node.mm.mem.release_hold(page)?;
+            }
+            Err(e) => return Err(e.into()),
+        }
+        self.engine_step(n, now)?;
+        self.request_driver(n, now);
+        Ok(())
+    }
+
+    pub(super) fn driver_run(&mut self, n: usize, now: ModelTime) -> VqResult<()> {
+        let costs = self.cfg.costs;
+        let report = {
+            let node = &mut self.nodes[n];
+            let mut host = HostView {
+                mm: &mut node.mm,
+                requests: &mut node.requests,
+            };
+            node.driver.poll(now.as_ns(), &mut host)?
+        };
+        let mut cost = costs.driver_entry;
+        let mul = |t: ModelTime, k: u32| ModelTime(t.0.saturating_mul(u64::from(k)));
+        cost = cost
+            .after(mul(costs.per_cq, report.cq_entries))
+            .after(mul(costs.per_rq, report.rq_entries))
+            .after(mul(costs.per_wcq, report.wcq_entries))
+            .after(mul(
+                costs.per_post,
+                report.blocks_posted + report.msgs_posted,
+            ))
+            .after(mul(costs.per_local_fault, report.local_faults));
+        let done = now.after(cost);
+        self.nodes[n].driver_free_at = done;
+        // The engine sees the doorbells (and the CQ room a drained CQ gives a channel that
+        // waited for it) once the driver finished.
+        if report.blocks_posted
+            + report.msgs_posted
+            + report.cq_entries
+            + report.rq_entries
+            + report.wcq_entries
+            + report.local_faults
+            > 0
+        {
+            self.request_engine(n, done);
+        }
+        // Fault requests of the driver go to the fault service.
+        let mut requests = std::mem::take(&mut self.nodes[n].requests);
+        if self.nodes[n].lose_requests {
+            requests.clear();
+        }
+        let mut resolved_now = false;
+        for (va, access) in requests {
+            let page = va & !(PAGE - 1);
+            let node = &mut self.nodes[n];
+            if node.faults.inflight.contains_key(&page) {
+                continue;
+            }
+            if node.mm.mem.is_resident(page) {
+                let generation = node.mm.pstate.generation();
+                node.driver.page_resolved(PDID, page, generation)?;
+                resolved_now = true;
+                continue;
+            }
+            let stream = match access {
+                Access::Read => node.mm.read_stream,
+                Access::Write => node.mm.write_stream,
+            };
+            let record = FaultService::record_for(stream, va, access);
+            self.fault_record(n, done, &record)?;
+        }
+        if resolved_now {
+            self.request_driver(n, done);
+        }
+        self.harvest(n, done)?;
+        if let Some(deadline) = report.next_deadline {
+            self.request_driver(n, ModelTime::from_ns(deadline).max(done));
+        }
+        Ok(())
+    }
+
+    /// Completions at the sender and deliveries at the receiver.
+    pub(super) fn harvest(&mut self, n: usize, at: ModelTime) -> VqResult<()> {
+        if self.manual {
+            for i in 0..self.nodes[n].out_pairs.len() {
+                let p = self.nodes[n].out_pairs[i];
+                let channel = self.pairs[p].channel;
+                while let Some(c) = self.nodes[n].driver.poll_completion(channel)? {
+                    self.pairs[p].completions.push((at, c));
+                }
+            }
+            for i in 0..self.nodes[n].in_pairs.len() {
+                let p = self.nodes[n].in_pairs[i];
+                let slot = self.pairs[p].peer_slot;
+                while let Some(d) = self.nodes[n].driver.poll_delivery(slot)? {
+                    self.pairs[p].deliveries.push((at, d));
+                }
+            }
+            return Ok(());
+        }
+        let mut app_wake = false;
+        for i in 0..self.nodes[n].out_pairs.len() {
+            let p = self.nodes[n].out_pairs[i];
+            let channel = self.pairs[p].channel;
+            while let Some(c) = self.nodes[n].driver.poll_completion(channel)? {
+                let pair = &mut self.pairs[p];
+                if c.tid.0 != pair.next_completion {
+                    return Err(SimError::Accounting(format!(
+                        "node {} -> {}: completion of transfer {} arrived while {} was expected",
+                        pair.src, pair.dst, c.tid.0, pair.next_completion
+                    )));
+                }
+                pair.next_completion = pair.next_completion.wrapping_add(1);
+                if c.status != CompletionStatus::Ok {
+                    return Err(SimError::Accounting(format!(
+                        "node {} -> {}: transfer {} ended {:?}",
+                        pair.src, pair.dst, c.tid.0, c.status
+                    )));
+                }
+                let rec = self.ledger.get_mut(&(p, c.tid.0)).ok_or_else(|| {
+                    SimError::Accounting(format!("completion for unknown transfer {}", c.tid.0))
+                })?;
+                if rec.completed {
+                    return Err(SimError::Accounting(format!(
+                        "transfer {} completed twice",
+                        c.tid.0
+                    )));
+                }
+                rec.completed = true;
+                self.latencies.push(at.since(rec.posted).as_us());
+                self.last_completion = self.last_completion.max(at);
+                pair.inflight -= 1;
+                pair.free_src.push(rec.prepared.src_slot);
+                if rec.verified {
+                    pair.free_dst.push(rec.prepared.dst_slot);
+                    pair.finished += 1;
+                    self.finished += 1;
+                    self.ledger.remove(&(p, c.tid.0));
+                }
+                app_wake = true;
+            }
+        }
+        for i in 0..self.nodes[n].in_pairs.len() {
+            let p = self.nodes[n].in_pairs[i];
+            let slot = self.pairs[p].peer_slot;
+            while let Some(d) = self.nodes[n].driver.poll_delivery(slot)? {
+                self.verify(p, d.tid.0, d.status)?;
+            }
+        }
+        if app_wake {
+            self.wake_app(n, at);
+        }
+        if self.finished.is_multiple_of(256) || self.finished == self.total {
+            (self.progress)(self.finished, self.total);
+        }
+        Ok(())
+    }
+
+    pub(super) fn verify(&mut self, p: usize, tid: u32, status: DeliveryStatus) -> VqResult<()> {
+        let slot_bytes = self.slot_bytes();
+        let len = self.cfg.transfer_size as usize;
+        let pair = &mut self.pairs[p];
+        if tid != pair.next_delivery {
+            return Err(SimError::Accounting(format!(
+                "node {} <- {}: delivery of transfer {tid} while {} was expected",
+                pair.dst, pair.src, pair.next_delivery
+            )));
+        }
+        pair.next_delivery = pair.next_delivery.wrapping_add(1);
+        if status != DeliveryStatus::Complete {
+            return Err(SimError::Accounting(format!(
+                "node {} <- {}: transfer {tid} delivered {status:?}",
+                pair.dst, pair.src
+            )));
+        }
+        let (src, dst, dst_base) = (pair.src, pair.dst, pair.dst_base);
+        let rec = self.ledger.get_mut(&(p, tid)).ok_or_else(|| {
+            SimError::Accounting(format!(
+                "delivery of unknown transfer {tid} ({src} -> {dst})"
+            ))
+        })?;
+        if rec.verified {
+            return Err(SimError::Accounting(format!(
+                "transfer {tid} delivered twice"
+            )));
+        }
+        self.data.resize(len, 0);
+        let dst_va = dst_base + u64::from(rec.prepared.dst_slot) * slot_bytes;
+        self.nodes[dst].mm.mem.peek(dst_va, &mut self.data)?;
+        let got = checksum(&self.data);
+        if got != rec.prepared.checksum {
+            return Err(SimError::Verification(format!(
+                "transfer {tid} from node {src} to node {dst}: checksum {got:#018x}, sent {:#018x}",
+                rec.prepared.checksum
+            )));
+        }
+        rec.verified = true;
+        self.bytes += len as u64;
+        if rec.completed {
+            let dst_slot = rec.prepared.dst_slot;
+            self.ledger.remove(&(p, tid));
+            let pair = &mut self.pairs[p];
+            pair.free_dst.push(dst_slot);
+            pair.finished += 1;
+            self.finished += 1;
+            let src_node = pair.src;
+            self.wake_app(src_node, self.q.now());
+        }
+        Ok(())
+    }
+}
