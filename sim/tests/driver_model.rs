@@ -456,3 +456,80 @@ fn a_default_asid_taken_by_an_explicit_one_moves_and_the_banks_keep_their_transl
         assert_eq!(contents(dst, 64), contents(src, 64), "bank {n}'s own pages");
     }
 }
+
+#[test]
+fn reset_terminates_stalls_a_previous_owner_left() {
+    // A previous boot stage (or a driver that crashed) left two stalls: bank 0 with its
+    // record never taken (FSR = TF | SS), bank 1 with the record taken and CFIE masked
+    // (FSR = SS) and, with HUPCF, a second channel held behind it (MULTI).
+    let soc = Soc::zynqmp().unwrap();
+    let dram = &**soc.dram();
+    let dst = page_with(dram, 3, |_| 0x5a);
+    {
+        let mut previous = smmu(&soc, DriverConfig::DEFAULT);
+        let mut table = table(dram);
+        map(&mut table, DST, &dst, 3);
+        let untaken = context(&mut previous, &table, FaultModel::Stall, true, &[GDMA0]);
+        let taken = context(
+            &mut previous,
+            &table,
+            FaultModel::Stall,
+            true,
+            &[GDMA1, GDMA0 + 2],
+        );
+        assert_eq!((untaken.index(), taken.index()), (0, 1));
+        channel(&soc, 0).start(&copy(SRC, DST, 4096)).unwrap();
+        channel(&soc, 1)
+            .start(&copy(SRC, DST + 4096, 4096))
+            .unwrap();
+        previous.take_context_fault(taken).unwrap().unwrap();
+        channel(&soc, 2)
+            .start(&copy(SRC, DST + 8192, 4096))
+            .unwrap();
+        std::mem::forget(table);
+    }
+    {
+        let m = soc.lock();
+        assert_eq!(
+            m.smmu.fsr(0).unwrap() & (1 << 30 | 1 << 1),
+            1 << 30 | 1 << 1
+        );
+        assert_eq!(m.smmu.fsr(1), Some(1 << 31 | 1 << 30), "SS | MULTI");
+        assert!(m.smmu.stall_pending(0) && m.smmu.stall_pending(1));
+        assert_eq!(m.smmu.held(1), 1);
+    }
+
+    // A new driver takes over: its reset terminates both stalls (and lets the held
+    // transaction retry, which now faults without stalling and is terminated too).
+    let smmu = smmu(&soc, DriverConfig::DEFAULT);
+    {
+        let m = soc.lock();
+        for bank in 0..16 {
+            assert!(!m.smmu.stall_pending(bank), "bank {bank} still stalled");
+            assert_eq!(m.smmu.held(bank), 0, "bank {bank} still holds transactions");
+            assert_eq!(m.smmu.fsr(bank), Some(0), "bank {bank}");
+            assert_eq!(m.smmu.sctlr(bank), Some(0), "bank {bank} disabled");
+        }
+        assert_eq!(m.smmu.stats().resumes_ignored, 0);
+        for n in 0..3 {
+            assert!(!m.gdma[n].held_by_smmu(), "channel {n} still held");
+        }
+    }
+    assert_eq!(smmu.stats().terminated, 2);
+    // The masters saw aborts (CFRE was still set when RESUME terminated them), not silence.
+    for n in 0..3 {
+        let mut ch = dma_engine::zdma::ZdmaChannel::new(
+            soc.gdma_window(n).unwrap(),
+            hal::delay::NoDelay::default(),
+            dma_engine::zdma::ZdmaConfig::DEFAULT,
+        )
+        .unwrap();
+        assert_eq!(
+            hal::regs::RegisterBus::read(ch.bus(), 0x100, hal::regs::AccessWidth::U32) & (1 << 8),
+            1 << 8,
+            "channel {n}: ISR.AXI_RD_DATA"
+        );
+        assert_eq!(ch.init(), Ok(()), "channel {n} is not busy any more");
+    }
+    assert_eq!(contents(&dst, 3 * 4096), vec![0x5a; 3 * 4096]);
+}

@@ -6,7 +6,9 @@
 //! - **Probe** ([`SmmuV2::probe`]): IDR0/1/2/7 into [`Capabilities`]; refuses an SMMU without
 //!   stage 1, AArch64 4 KiB tables or stream matching, or a window too small for
 //!   `2 * NUMPAGE * PAGESIZE` (IHI0062 `SMMU_IDR1`).
-//! - **Reset** ([`SmmuV2::reset`]): Linux's `arm_smmu_device_reset` order:
+//! - **Reset** ([`SmmuV2::reset`]): first a transaction left stalled by a previous owner is
+//!   terminated (FSR cleared, then RESUME.TnR = 1; Linux does not do this), then Linux's
+//!   `arm_smmu_device_reset` order:
 //!   clear sGFSR, invalidate every SMR and fault every S2CR, disable every context bank and
 //!   clear its FSR, the MMU-500 sACR/ACTLR set-up, TLBIALLH + TLBIALLNSNH, a global sync, then
 //!   sCR0 with global fault reporting and the unmatched-stream policy (`USFCFG`).
@@ -61,7 +63,7 @@ use crate::fault::{SmmuFlavour, SmmuId, StreamFaultConfig, StreamId};
 use crate::walk::WalkConfig;
 use crate::{Result, SmmuError};
 use regs::{
-    ACTLR, CBA2R, CBAR, ContextBankRegs, Gr0, Gr1, S2CR, SACR, SCR0, SCTLR, SMR, TCR, TCR2,
+    ACTLR, CBA2R, CBAR, ContextBankRegs, Gr0, Gr1, RESUME, S2CR, SACR, SCR0, SCTLR, SMR, TCR, TCR2,
     TLBSTATUS, TTBR,
 };
 
@@ -435,9 +437,17 @@ impl<B: RegisterBus, D: DelayNs> SmmuV2<B, D> {
 
     /// Resets the SMMU to a known state and enables it: every stream unmatched (so the
     /// unmatched policy applies), every context bank disabled, TLBs empty.
+    ///
+    /// A transaction left stalled by whoever ran before (a previous boot stage, a driver that
+    /// crashed) is terminated first, so that its master gets an abort instead of waiting
+    /// forever: see [`terminate_stale_stall`](Self::terminate_stale_stall). If one cannot be
+    /// released, reset fails with [`SmmuError::StallNotReleased`].
     pub fn reset(&mut self) -> Result<()> {
         let groups = self.caps.usable_stream_match_groups();
         let banks = self.caps.usable_context_banks();
+        for i in 0..banks {
+            self.terminate_stale_stall(i as u16)?;
+        }
         {
             let gr0 = self.gr0()?;
             // W1C: write back exactly what is set.
@@ -500,6 +510,60 @@ impl<B: RegisterBus, D: DelayNs> SmmuV2<B, D> {
         self.contexts = [ContextState::FREE; MAX_CONTEXT_BANKS];
         self.streams = [StreamState::FREE; MAX_STREAM_MATCH_GROUPS];
         Ok(())
+    }
+
+    /// Terminates a transaction stalled in bank `index` before this driver owned the SMMU
+    /// (reset only; the bank's records are not wanted). Clearing FSR and disabling the bank,
+    /// all Linux's `arm_smmu_device_reset` does, does not release a stall: only RESUME does
+    /// (IHI0062 SMMU_CBn_RESUME, SMMU_CBn_FSR.SS), and MMU-500 ignores RESUME while FSR holds
+    /// any bit but SS (the stall sequence in `fault.rs`). So, for a bank whose FSR shows SS, as
+    /// Linux
+    /// `qcom_tbu_halt` (`drivers/iommu/arm/arm-smmu/arm-smmu-qcom-debug.c`) does for a stall
+    /// in its way:
+    ///
+    /// 1. SCTLR without CFCFG and CFIE: a held transaction the release lets retry, should it
+    ///    fault again, is terminated rather than stalled, and nothing interrupts;
+    /// 2. FSR written with exactly the bits read (W1C), before RESUME;
+    /// 3. RESUME with TnR = 1, while SCTLR.CFRE is still what the bank had, so the master
+    ///    gets an abort (not zeros) for the terminated transaction;
+    /// 4. FSR.SS polled until clear; a fault bit or MULTI that appeared in between (RESUME
+    ///    ignored) is cleared the same way and RESUME written again, until
+    ///    `resume_timeout_us` (then [`SmmuError::StallNotReleased`]).
+    ///
+    /// The caller disables the bank afterwards.
+    fn terminate_stale_stall(&mut self, index: u16) -> Result<()> {
+        let offset = self.caps.context_bank_offset(usize::from(index));
+        let regs = ContextBankRegs::new(&self.bus, offset)?;
+        if regs.fsr().get() & FSR_SS == 0 {
+            return Ok(());
+        }
+        let sctlr = regs.sctlr().get();
+        regs.sctlr()
+            .set(sctlr & !(SCTLR::CFCFG::SET.value | SCTLR::CFIE::SET.value));
+        let mut terminated = 0u64;
+        let released = hal::delay::poll_until(
+            &mut self.delay,
+            self.config.resume_timeout_us,
+            self.config.poll_interval_us,
+            || {
+                let fsr = regs.fsr().get();
+                if fsr & FSR_SS == 0 {
+                    return true;
+                }
+                if terminated == 0 || fsr & (FSR_FAULT_BITS | FSR_MULTI) != 0 {
+                    // W1C with exactly the bits read (SS is not cleared by a write).
+                    regs.fsr().set(fsr);
+                    regs.barrier(hal::barrier::Barrier::DsbSt);
+                    regs.resume().write(RESUME::TNR::Terminate);
+                    terminated += 1;
+                }
+                false
+            },
+        );
+        self.stats.terminated += terminated;
+        released
+            .map(|_| ())
+            .map_err(|_| SmmuError::StallNotReleased { context: index })
     }
 
     /// Global TLB sync: sTLBGSYNC, then poll sTLBGSTATUS.GSACTIVE.
