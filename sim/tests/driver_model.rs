@@ -533,3 +533,68 @@ fn reset_terminates_stalls_a_previous_owner_left() {
     }
     assert_eq!(contents(&dst, 3 * 4096), vec![0x5a; 3 * 4096]);
 }
+
+#[test]
+fn resume_is_refused_while_fsr_holds_a_record_nobody_took() {
+    let soc = Soc::zynqmp().unwrap();
+    let dram = &**soc.dram();
+    let mut smmu = smmu(&soc, DriverConfig::DEFAULT);
+    let mut table = table(dram);
+    let src = page_with(dram, 1, |i| (i * 5 + 3) as u8);
+    let dst = page_with(dram, 1, |_| 0);
+    map(&mut table, DST, &dst, 1);
+    let cb = context(&mut smmu, &table, FaultModel::Stall, true, &[GDMA0]);
+    let mut ch = channel(&soc, 0);
+    ch.start(&copy(SRC, DST, 4096)).unwrap();
+    smmu.take_context_fault(cb).unwrap().unwrap();
+    assert_eq!(soc.lock().smmu.fsr(0), Some(1 << 30), "SS only");
+    // A fault record shows up while the stall is pending (put there through FSRRESTORE, as
+    // an SMMU that recorded another transaction's fault would show it): FSR = TF | SS.
+    hal::regs::RegisterBus::write(smmu.bus(), 0x1_005c, hal::regs::AccessWidth::U32, 1 << 1);
+    table
+        .map(
+            Iova::new(SRC),
+            src.bus_addr(),
+            PageSize::Size4K,
+            &rw(),
+            &mut NoTlb,
+        )
+        .unwrap();
+
+    // MMU-500 would ignore a RESUME now: the driver says so instead of calling the stall
+    // released, and writes nothing.
+    let refused = smmu.resume(cb, ResumeAction::Retry).unwrap_err();
+    let SmmuError::ResumeIgnored { context: 0, fsr } = refused else {
+        panic!("{refused:?}");
+    };
+    assert_eq!(
+        fsr & (1 << 30 | 1 << 1),
+        1 << 30 | 1 << 1,
+        "SS | TF as read"
+    );
+    assert_eq!(refused.code(), 31);
+    assert!(
+        smmu.stall_pending(cb).unwrap(),
+        "still pending in the driver"
+    );
+    {
+        let m = soc.lock();
+        assert_eq!(m.smmu.stats().resumes_ignored, 0, "no RESUME written");
+        assert!(m.smmu.stall_pending(0) && m.gdma[0].held_by_smmu());
+        assert_eq!(m.smmu.sctlr(0).unwrap() & (1 << 6), 0, "CFIE still masked");
+        assert_eq!(
+            m.smmu.fsr(0).unwrap() & (1 << 1),
+            1 << 1,
+            "the record is kept"
+        );
+    }
+
+    // The caller takes the record (FSR cleared with exactly its bits) and resumes again.
+    let fault = smmu.take_context_fault(cb).unwrap().unwrap();
+    assert!(fault.record.is_some() && fault.stalled());
+    smmu.resume(cb, ResumeAction::Retry).unwrap();
+    assert_eq!(ch.wait(), Ok(Completion { bytes: 4096 }));
+    assert_eq!(contents(&dst, 4096), contents(&src, 4096));
+    assert_ne!(soc.lock().smmu.sctlr(0).unwrap() & (1 << 6), 0, "CFIE back");
+    assert_eq!(soc.lock().smmu.stats().resumes_ignored, 0);
+}

@@ -233,6 +233,19 @@ pub enum SmmuError {
         /// The context bank.
         context: u16,
     },
+    /// RESUME was not written because FSR holds a fault record besides SS (`fsr`, as read):
+    /// MMU-500 ignores RESUME until those bits are cleared, and clearing them unread would
+    /// lose the record. The stall is still pending (and CFIE masked): take the record
+    /// (`SmmuV2::take_context_fault`), service it, then resume again.
+    #[error(
+        "context bank {context}: FSR {fsr:#010x} holds a fault record; RESUME would be ignored"
+    )]
+    ResumeIgnored {
+        /// The context bank.
+        context: u16,
+        /// FSR as read.
+        fsr: u32,
+    },
     /// An ASID asked for is already another context bank's. Stage-1 banks share VMID 0, and
     /// MMU-500 tags TLB entries with the VMID and ASID only, so the two banks would hit each
     /// other's translations and invalidate each other's entries.
@@ -345,6 +358,7 @@ impl SmmuError {
             Self::NoStallPending { .. } => 28,
             Self::StallNotReleased { .. } => 29,
             Self::AsidInUse { .. } => 30,
+            Self::ResumeIgnored { .. } => 31,
             // SMMUv3 driver: 40-49.
             Self::CommandSyncTimeout { .. } => 40,
             Self::CommandQueueFull { .. } => 41,

@@ -6,12 +6,16 @@
 //! not wait for each other's RESUME (the MMU-500 records one fault per bank; further faults of
 //! a bank are held or set FSR.MULTI, `docs/mmu500.md`). Faults are read from the banks with
 //! `SmmuV2::take_context_fault`, answered with `SmmuV2::resume`, and TLB maintenance goes
-//! through `SmmuV2::tlb` (TLBIVA + TLBSYNC) for both banks' ASIDs.
+//! through `SmmuV2::tlb` (TLBIVA + TLBSYNC) for both banks' ASIDs. `resume` clears a MULTI
+//! that would make MMU-500 ignore the RESUME, and refuses (`SmmuError::ResumeIgnored`) while
+//! the bank holds a record nobody took: that record is taken, queued for the fault path like
+//! any other, and the RESUME written again.
 
 use hal::Iova;
 use hal::PhysAddr;
 use hal::delay::NoDelay;
 use hal::model::ModelBus;
+use smmu_driver::SmmuError;
 use smmu_driver::fault::{AccessKind, FaultRecord, StallTag, StreamFaultConfig, StreamId};
 use smmu_driver::pagetable::{Invalidations, TlbMaintenance};
 use smmu_driver::v2::{
@@ -42,6 +46,9 @@ pub(crate) struct Mmu500Node {
     pub memory: Memory,
     pub read_cb: ContextBank,
     pub write_cb: ContextBank,
+    /// Records taken while answering a stall (`SmmuError::ResumeIgnored`), handed to the
+    /// fault path with the next [`NodeSmmu::take_records`].
+    pub pending: Vec<FaultRecord>,
 }
 
 /// A node's SMMU.
@@ -90,6 +97,7 @@ impl NodeSmmu {
             memory,
             read_cb,
             write_cb,
+            pending: Vec::new(),
         })))
     }
 
@@ -102,6 +110,7 @@ impl NodeSmmu {
                 }
             }
             NodeSmmu::Mmu500(m) => {
+                out.append(&mut m.pending);
                 if !m.v2.bus().lock().interrupt_line() {
                     return Ok(());
                 }
@@ -134,17 +143,26 @@ impl NodeSmmu {
                 if !m.v2.stall_pending(cb)? {
                     return Ok(());
                 }
-                // Faults held behind the stall set MULTI; RESUME is ignored until FSR is
-                // clear except for SS, so take (clear) it first.
-                if m.v2.read_fsr(cb)? & !(1 << 30) != 0 {
-                    let _ = m.v2.take_context_fault(cb)?;
-                }
                 let action = if retry {
                     ResumeAction::Retry
                 } else {
                     ResumeAction::Terminate
                 };
-                m.v2.resume(cb, action)?;
+                match m.v2.resume(cb, action) {
+                    Err(SmmuError::ResumeIgnored { .. }) => {
+                        // A record nobody took yet: it goes to the fault path (its page is
+                        // resolved like any other); the RESUME written next answers the stall,
+                        // so the record no longer stands for a stalled transaction.
+                        if let Some(fault) = m.v2.take_context_fault(cb)?
+                            && let Some(mut record) = fault.record
+                        {
+                            record.stall = None;
+                            m.pending.push(record);
+                        }
+                        m.v2.resume(cb, action)?;
+                    }
+                    other => other?,
+                }
             }
         }
         Ok(())
@@ -228,5 +246,64 @@ impl TlbMaintenance for NodeSmmu {
                 Ok(())
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use hal::dma::HostDma;
+    use hal::regs::{AccessWidth, RegisterBus};
+    use smmu_driver::pagetable::{PageTable, PageTableConfig};
+
+    use super::*;
+
+    #[test]
+    fn a_record_nobody_took_goes_to_the_fault_path_and_the_stall_is_still_answered() {
+        let dram = Arc::new(HostDma::new(PhysAddr::new(0x4000_0000), 64).unwrap());
+        let table = PageTable::new(dram.clone(), PageTableConfig::default()).unwrap();
+        let tolerant = StreamFaultConfig::stall_tolerant(1_000_000);
+        let (read, write) = (StreamId(0x10), StreamId(0x11));
+        let mut smmu = NodeSmmu::mmu500(
+            Memory::new(dram.clone()),
+            table.root(),
+            &table.walk_config(),
+            true,
+            [(read, tolerant), (write, tolerant)],
+        )
+        .unwrap();
+        // A read of an unmapped page stalls in the read bank; its record is taken.
+        let AxiOutcome::Stalled(token) =
+            smmu.translate(ModelTime::ZERO, read, Iova::new(0x1000), AccessKind::Read)
+        else {
+            panic!("not stalled");
+        };
+        let mut records = Vec::new();
+        smmu.take_records(&mut records).unwrap();
+        let [record] = records.as_slice() else {
+            panic!("{records:?}");
+        };
+        let tag = record.stall.unwrap();
+        // Another record in FSR before the resume (FSRRESTORE, bank 0 at 0x1_0000): the
+        // driver refuses to resume; the node takes that record and resumes again.
+        let NodeSmmu::Mmu500(m) = &smmu else {
+            unreachable!()
+        };
+        m.v2.bus().write(0x1_005c, AccessWidth::U32, 1 << 1);
+        smmu.resume(tag, ModelTime::ZERO, false).unwrap();
+        assert_eq!(smmu.stall_outcome(token), Some(StallResolution::Terminate));
+        let mut records = Vec::new();
+        smmu.take_records(&mut records).unwrap();
+        let [queued] = records.as_slice() else {
+            panic!("{records:?}");
+        };
+        assert_eq!(queued.stall, None, "its stall was answered");
+        let NodeSmmu::Mmu500(m) = &smmu else {
+            unreachable!()
+        };
+        let model = m.v2.bus().lock();
+        assert!(!model.stall_pending(0));
+        assert_eq!(model.stats().resumes_ignored, 0);
     }
 }

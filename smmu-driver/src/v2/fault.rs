@@ -14,7 +14,11 @@
 //! 4. decide, terminate first if the decision is not to resume (a slow resolution must not
 //!    hold the stall), fix the mapping, invalidate and sync the TLB;
 //! 5. write RESUME (TnR = retry or terminate), check that the stall was released (FSR.SS
-//!    clear, or a new fault already recorded), then restore CFIE.
+//!    clear, or a new fault recorded after it), then restore CFIE. MULTI (a fault with no
+//!    record) is cleared first; a fault bit already in FSR before RESUME is a record nobody
+//!    took, so RESUME would be ignored: [`SmmuV2::resume`] then writes nothing and returns
+//!    [`SmmuError::ResumeIgnored`], and the caller takes that record (step 1) and resumes
+//!    again.
 //!
 //! A terminated fault needs steps 1, 3 and 4 only; the master saw an abort (SCTLR.CFRE) and
 //! retransmits.
@@ -306,10 +310,27 @@ impl<B: RegisterBus, D: DelayNs> SmmuV2<B, D> {
     }
 
     /// Retries or terminates the stalled transaction of `cb` (step 5 of the stall sequence):
-    /// RESUME, a bounded wait until FSR.SS clears (or a new fault is recorded), then CFIE is
-    /// restored.
+    /// RESUME, a bounded wait until FSR.SS clears, then CFIE is restored.
     ///
-    /// If the stall is not released in time the driver returns
+    /// MMU-500 ignores RESUME while FSR holds any bit but SS, so what FSR holds decides:
+    ///
+    /// - **a fault bit before RESUME** (a record nobody took): RESUME would be ignored, so it
+    ///   is not written. The driver returns [`SmmuError::ResumeIgnored`] with the FSR it read
+    ///   and changes nothing: the stall stays pending and CFIE masked. Clearing those bits
+    ///   here would throw the record away (step 3 clears only bits that were read into a
+    ///   record); the caller takes it with [`take_context_fault`](Self::take_context_fault),
+    ///   services it, and resumes again.
+    /// - **MULTI without a fault bit** (a transaction that faulted while this one was stalled:
+    ///   held, not recorded): exactly MULTI is cleared, then RESUME. If MULTI shows up again
+    ///   with SS still set, the RESUME was ignored (the fault came between the read and the
+    ///   write): MULTI is cleared and RESUME written again.
+    /// - **SS cleared**: released.
+    /// - **a fault bit after RESUME**: the RESUME was accepted (SS cleared) and the retried or a
+    ///   released held transaction faulted again; a fault is recorded only while FSR is zero, so
+    ///   this record is new (docs/mmu500.md §2.2). Released; the new record raises the
+    ///   interrupt once CFIE is restored.
+    ///
+    /// If the stall is not released in `resume_timeout_us` the driver returns
     /// [`SmmuError::StallNotReleased`] and leaves CFIE masked, so a wedged context does not
     /// storm the shared interrupt line; the stall stays pending and `resume` may be called
     /// again.
@@ -326,37 +347,56 @@ impl<B: RegisterBus, D: DelayNs> SmmuV2<B, D> {
         };
         let offset = self.caps.context_bank_offset(usize::from(cb.index()));
         let regs = super::regs::ContextBankRegs::new(&self.bus, offset)?;
+        let mut written = false;
         if state.deferred_fsr != 0 {
             // The injected mistake: RESUME first, FSR afterwards.
             regs.resume().write(tnr);
             regs.fsr().set(state.deferred_fsr);
+            written = true;
         } else {
-            // With HUPCF another transaction of the context may have faulted while this one
-            // was stalled: not recorded, it only set MULTI, and MMU-500 ignores RESUME while
-            // FSR has any bit but SS (docs/mmu500.md §8). Clear exactly that bit (W1C); a
-            // newly recorded fault is left for take_context_fault.
             let fsr = regs.fsr().get();
-            if fsr & FSR_MULTI != 0 && fsr & FSR_FAULT_BITS == 0 {
-                regs.fsr().set(FSR_MULTI);
-                self.stats.multi += 1;
+            if fsr & FSR_SS != 0 && fsr & FSR_FAULT_BITS != 0 {
+                return Err(SmmuError::ResumeIgnored {
+                    context: cb.index(),
+                    fsr,
+                });
             }
-            // The FSR writes must reach the SMMU before RESUME.
-            regs.barrier(Barrier::DsbSt);
-            regs.resume().write(tnr);
         }
-        match action {
-            ResumeAction::Retry => self.stats.resumed += 1,
-            ResumeAction::Terminate => self.stats.terminated += 1,
-        }
+        let mut multi = 0u64;
         let released = hal::delay::poll_until(
             &mut self.delay,
             self.config.resume_timeout_us,
             self.config.poll_interval_us,
             || {
                 let fsr = regs.fsr().get();
-                fsr & FSR_SS == 0 || fsr & FSR_FAULT_BITS != 0
+                if fsr & FSR_SS == 0 || (written && fsr & FSR_FAULT_BITS != 0) {
+                    return true;
+                }
+                let mut write = !written;
+                if fsr & FSR_MULTI != 0 && fsr & FSR_FAULT_BITS == 0 {
+                    // With HUPCF another transaction of the context faulted while this one
+                    // was stalled: not recorded, it only set MULTI. Clear exactly that bit
+                    // (W1C); then RESUME (again, if one was ignored because of it).
+                    regs.fsr().set(FSR_MULTI);
+                    multi += 1;
+                    write = true;
+                }
+                if write {
+                    // The FSR writes must reach the SMMU before RESUME.
+                    regs.barrier(Barrier::DsbSt);
+                    regs.resume().write(tnr);
+                    written = true;
+                }
+                false
             },
         );
+        self.stats.multi += multi;
+        if written {
+            match action {
+                ResumeAction::Retry => self.stats.resumed += 1,
+                ResumeAction::Terminate => self.stats.terminated += 1,
+            }
+        }
         {
             let context = self.context_mut(cb)?;
             context.deferred_fsr = 0;
@@ -378,7 +418,9 @@ impl<B: RegisterBus, D: DelayNs> SmmuV2<B, D> {
     ///
     /// For `TerminateAndRetransmit` the caller tells the DMA master to retransmit; for
     /// `Abort` it fails the transfer. A stalled transaction is never left stalled on an error
-    /// path: it is terminated first. `None` when the bank has no fault.
+    /// path: it is terminated first, unless the error is [`SmmuError::ResumeIgnored`] (a new
+    /// record must be taken before any RESUME counts; calling this again takes it). `None`
+    /// when the bank has no fault.
     pub fn service_context<P, R, M>(
         &mut self,
         cb: ContextBank,
