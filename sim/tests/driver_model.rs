@@ -21,7 +21,7 @@ fn copy(src: u64, dst: u64, len: u32) -> Transfer {
 #[test]
 fn probe_reads_the_zynqmp_geometry_from_the_model() {
     let soc = Soc::zynqmp().unwrap();
-    let smmu = smmu(&soc, DriverConfig::DEFAULT);
+    let smmu = smmu(&soc, ZYNQMP_SMMU);
     let caps = smmu.capabilities();
     assert_eq!(caps.context_banks, 16);
     assert_eq!(caps.stream_match_groups, 48);
@@ -38,7 +38,7 @@ fn probe_reads_the_zynqmp_geometry_from_the_model() {
 fn a_stall_asserts_the_interrupt_until_cfie_is_masked_and_resume_completes_the_copy() {
     let soc = Soc::zynqmp().unwrap();
     let dram = &**soc.dram();
-    let mut smmu = smmu(&soc, DriverConfig::DEFAULT);
+    let mut smmu = smmu(&soc, ZYNQMP_SMMU);
     let mut table = table(dram);
     let src = page_with(dram, 1, |i| (i * 13 + 5) as u8);
     let dst = page_with(dram, 1, |_| 0);
@@ -89,7 +89,7 @@ fn a_stall_asserts_the_interrupt_until_cfie_is_masked_and_resume_completes_the_c
 fn resume_before_fsr_clear_hangs_the_master_until_a_correct_resume() {
     let soc = Soc::zynqmp().unwrap();
     let dram = &**soc.dram();
-    let mut smmu = smmu(&soc, DriverConfig::DEFAULT);
+    let mut smmu = smmu(&soc, ZYNQMP_SMMU);
     smmu.inject_bug(InjectedBug::ResumeBeforeFsrClear, true);
     let mut table = table(dram);
     let src = page_with(dram, 1, |i| (i * 7) as u8);
@@ -137,7 +137,7 @@ fn a_fault_of_another_master_during_a_stall_does_not_block_the_resume() {
     // it sets FSR.MULTI, and MMU-500 ignores RESUME until FSR holds nothing but SS.
     let soc = Soc::zynqmp().unwrap();
     let dram = &**soc.dram();
-    let mut smmu = smmu(&soc, DriverConfig::DEFAULT);
+    let mut smmu = smmu(&soc, ZYNQMP_SMMU);
     let mut table = table(dram);
     let src = page_with(dram, 1, |i| (i * 3 + 1) as u8);
     let dst = page_with(dram, 2, |_| 0);
@@ -177,7 +177,7 @@ fn service_context_resumes_a_minor_fault_and_terminates_a_major_one() {
     use boards::zynqmp::scenario::{Fill, Pager};
     let soc = Soc::zynqmp().unwrap();
     let dram = &**soc.dram();
-    let mut smmu = smmu(&soc, DriverConfig::DEFAULT);
+    let mut smmu = smmu(&soc, ZYNQMP_SMMU);
     let mut table = table(dram);
     let mut pager = Pager::new(dram, 4, 1_000).unwrap();
     pager
@@ -238,7 +238,7 @@ fn service_context_resumes_a_minor_fault_and_terminates_a_major_one() {
 fn with_hupcf_clear_a_terminate_context_fails_everything_until_fsr_is_cleared() {
     let soc = Soc::zynqmp().unwrap();
     let dram = &**soc.dram();
-    let mut smmu = smmu(&soc, DriverConfig::DEFAULT);
+    let mut smmu = smmu(&soc, ZYNQMP_SMMU);
     let mut table = table(dram);
     let good = page_with(dram, 1, |i| i as u8);
     let out = page_with(dram, 2, |_| 0);
@@ -283,7 +283,7 @@ fn unmatched_streams_fault_or_bypass_as_configured() {
     let dst = page_with(dram, 1, |_| 0);
     let (s, d) = (phys(&src).as_u64(), phys(&dst).as_u64());
 
-    let mut faulting = smmu(&soc, DriverConfig::DEFAULT);
+    let mut faulting = smmu(&soc, ZYNQMP_SMMU);
     let mut ch2 = channel(&soc, 2);
     assert_eq!(
         ch2.transfer(&copy(s, d, 128)),
@@ -297,7 +297,7 @@ fn unmatched_streams_fault_or_bypass_as_configured() {
 
     let bypass = DriverConfig {
         unmatched: UnmatchedStreams::Bypass,
-        ..DriverConfig::DEFAULT
+        ..ZYNQMP_SMMU
     };
     let mut bypassing = smmu(&soc, bypass);
     assert_eq!(
@@ -313,7 +313,7 @@ fn a_changed_mapping_is_used_only_after_tlbiva_and_tlbsync() {
     use smmu_driver::pagetable::TlbMaintenance;
     let soc = Soc::zynqmp().unwrap();
     let dram = &**soc.dram();
-    let mut smmu = smmu(&soc, DriverConfig::DEFAULT);
+    let mut smmu = smmu(&soc, ZYNQMP_SMMU);
     let mut table = table(dram);
     let old = page_with(dram, 1, |_| 0x11);
     let new = page_with(dram, 1, |_| 0x22);
@@ -362,7 +362,7 @@ fn a_changed_mapping_is_used_only_after_tlbiva_and_tlbsync() {
 fn freeing_a_context_terminates_its_stalled_transaction() {
     let soc = Soc::zynqmp().unwrap();
     let dram = &**soc.dram();
-    let mut smmu = smmu(&soc, DriverConfig::DEFAULT);
+    let mut smmu = smmu(&soc, ZYNQMP_SMMU);
     let mut table = table(dram);
     let dst = page_with(dram, 1, |_| 0);
     map(&mut table, DST, &dst, 1);
@@ -433,7 +433,7 @@ fn two_contexts(
 #[test]
 fn an_asid_that_another_context_has_is_refused() {
     let soc = Soc::zynqmp().unwrap();
-    let mut smmu = smmu(&soc, DriverConfig::DEFAULT);
+    let mut smmu = smmu(&soc, ZYNQMP_SMMU);
     let banks = two_contexts(&soc, &mut smmu, [Some(5), Some(5)]);
     assert_eq!(banks[0].0, Ok(5));
     let refusal = banks[1].0.unwrap_err();
@@ -444,7 +444,7 @@ fn an_asid_that_another_context_has_is_refused() {
 #[test]
 fn a_default_asid_taken_by_an_explicit_one_moves_and_the_banks_keep_their_translations() {
     let soc = Soc::zynqmp().unwrap();
-    let mut smmu = smmu(&soc, DriverConfig::DEFAULT);
+    let mut smmu = smmu(&soc, ZYNQMP_SMMU);
     // Bank 0 asks for ASID 1, bank 1's default.
     let banks = two_contexts(&soc, &mut smmu, [Some(1), None]);
     assert_eq!(banks[0].0, Ok(1));
@@ -466,7 +466,7 @@ fn reset_terminates_stalls_a_previous_owner_left() {
     let dram = &**soc.dram();
     let dst = page_with(dram, 3, |_| 0x5a);
     {
-        let mut previous = smmu(&soc, DriverConfig::DEFAULT);
+        let mut previous = smmu(&soc, ZYNQMP_SMMU);
         let mut table = table(dram);
         map(&mut table, DST, &dst, 3);
         let untaken = context(&mut previous, &table, FaultModel::Stall, true, &[GDMA0]);
@@ -501,7 +501,7 @@ fn reset_terminates_stalls_a_previous_owner_left() {
 
     // A new driver takes over: its reset terminates both stalls (and lets the held
     // transaction retry, which now faults without stalling and is terminated too).
-    let smmu = smmu(&soc, DriverConfig::DEFAULT);
+    let smmu = smmu(&soc, ZYNQMP_SMMU);
     {
         let m = soc.lock();
         for bank in 0..16 {
@@ -538,7 +538,7 @@ fn reset_terminates_stalls_a_previous_owner_left() {
 fn resume_is_refused_while_fsr_holds_a_record_nobody_took() {
     let soc = Soc::zynqmp().unwrap();
     let dram = &**soc.dram();
-    let mut smmu = smmu(&soc, DriverConfig::DEFAULT);
+    let mut smmu = smmu(&soc, ZYNQMP_SMMU);
     let mut table = table(dram);
     let src = page_with(dram, 1, |i| (i * 5 + 3) as u8);
     let dst = page_with(dram, 1, |_| 0);

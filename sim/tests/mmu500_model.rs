@@ -101,7 +101,7 @@ fn actlr_writes_take_effect_only_after_cache_lock_is_cleared() {
 #[test]
 fn the_driver_reset_turns_the_prefetcher_off_in_every_bank() {
     let soc = Soc::zynqmp().unwrap();
-    let _smmu = smmu(&soc, smmu_driver::v2::DriverConfig::DEFAULT);
+    let _smmu = smmu(&soc, ZYNQMP_SMMU);
     let bus = soc.smmu_window().unwrap();
     assert_eq!(
         bus.read(0x10, AccessWidth::U32) & 1 << 26,
@@ -112,6 +112,45 @@ fn the_driver_reset_turns_the_prefetcher_off_in_every_bank() {
         let actlr = bus.read(CB0 + bank * 0x1000 + 4, AccessWidth::U32);
         assert_eq!(actlr & 0x2, 0, "ACTLR.CPRE of bank {bank} is still set");
     }
+}
+
+#[test]
+fn a_driver_told_the_smmu_is_generic_leaves_sacr_and_actlr_alone() {
+    use hal::journal::{self, Event};
+    use smmu_driver::v2::{DriverConfig, Implementation, SmmuV2};
+    let soc = Soc::zynqmp().unwrap();
+    let bus = hal::model::RecordingBus::new("smmu", soc.smmu_window().unwrap());
+    let config = DriverConfig {
+        implementation: Implementation::Generic,
+        ..DriverConfig::DEFAULT
+    };
+    let mut smmu = SmmuV2::probe(&bus, hal::delay::NoDelay::default(), config).unwrap();
+    journal::start();
+    smmu.reset().unwrap();
+    let writes: Vec<usize> = journal::stop()
+        .into_iter()
+        .filter_map(|e| match e {
+            Event::Write { offset, .. } => Some(offset),
+            _ => None,
+        })
+        .collect();
+    assert!(writes.contains(&0x000), "sCR0 written: the reset ran");
+    assert!(!writes.contains(&0x010), "sACR written");
+    assert!(
+        !writes.iter().any(|&o| o >= 0x1_0000 && o % 0x1000 == 0x004),
+        "ACTLR written"
+    );
+    // The model's IMPLEMENTATION DEFINED registers keep their reset values.
+    let window = soc.smmu_window().unwrap();
+    assert_ne!(
+        window.read(0x10, AccessWidth::U32) & 1 << 26,
+        0,
+        "CACHE_LOCK"
+    );
+    for bank in 0..16 {
+        assert_eq!(window.read(CB0 + bank * 0x1000 + 4, AccessWidth::U32), 0x3);
+    }
+    assert!(soc.lock().smmu.unknown_accesses().is_empty());
 }
 
 #[test]

@@ -8,7 +8,7 @@ use dma_engine::zdma::{ChannelStatus, Completion, Transfer};
 use hal::regs::{AccessWidth, RegisterBus};
 use proptest::prelude::*;
 use sim::soc::Soc;
-use smmu_driver::v2::{DriverConfig, FaultModel};
+use smmu_driver::v2::FaultModel;
 
 #[test]
 fn a_copy_with_the_smmu_disabled_goes_to_physical_addresses() {
@@ -109,7 +109,7 @@ proptest! {
     fn translated_copies_equal_memcpy(src_off in 0u64..4096, dst_off in 0u64..4096, len in 1u32..9000) {
         let soc = Soc::zynqmp().unwrap();
         let dram = &**soc.dram();
-        let mut smmu = smmu(&soc, DriverConfig::DEFAULT);
+        let mut smmu = smmu(&soc, ZYNQMP_SMMU);
         let mut table = table(dram);
         let src = page_with(dram, 4, |i| (i.wrapping_mul(2654435761) >> 13) as u8);
         let dst = page_with(dram, 4, |_| 0xcc);

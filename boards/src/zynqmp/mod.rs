@@ -9,6 +9,7 @@
 pub mod scenario;
 
 use smmu_driver::fault::StreamId;
+use smmu_driver::v2::Implementation;
 
 use crate::{BoardError, Result};
 
@@ -65,6 +66,10 @@ pub struct SmmuInfo {
     /// The Xilinx wrapper registers `SMMU_REG` (ISR_0/IMR_0, QREQN) **\[C\]** base; the size
     /// of the block is not taken from a source, one 4 KiB page is assumed **\[I\]**.
     pub wrapper: Region,
+    /// The implementation, for the driver's IMPLEMENTATION DEFINED set-up: an Arm CoreLink
+    /// MMU-500 (zynqmp.dtsi `compatible = "arm,mmu-500"`; UG1085 "System Memory Management
+    /// Unit") **\[C\]**.
+    pub implementation: Implementation,
 }
 
 impl SmmuInfo {
@@ -91,6 +96,7 @@ pub const SMMU: SmmuInfo = SmmuInfo {
         base: 0xfd5f_0000,
         size: 0x1000,
     },
+    implementation: Implementation::Mmu500,
 };
 
 /// One zDMA channel.

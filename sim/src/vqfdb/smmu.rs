@@ -69,11 +69,11 @@ impl NodeSmmu {
     ) -> VqResult<Self> {
         let model = Mmu500::new(Mmu500Config::zynqmp())
             .map_err(|e| SimError::Internal(format!("MMU-500 model: {e}")))?;
-        let mut v2 = SmmuV2::probe(
-            ModelBus::new(model),
-            NoDelay::default(),
-            DriverConfig::DEFAULT,
-        )?;
+        let config = DriverConfig {
+            implementation: boards::zynqmp::SMMU.implementation,
+            ..DriverConfig::DEFAULT
+        };
+        let mut v2 = SmmuV2::probe(ModelBus::new(model), NoDelay::default(), config)?;
         v2.reset()?;
         let fault_model = if stall {
             FaultModel::Stall

@@ -24,6 +24,13 @@ impl TlbMaintenance for NoTlb {
 }
 
 pub type Smmu = SmmuV2<Window, NoDelay>;
+
+/// The driver settings for the simulated ZynqMP: defaults, with the board's implementation
+/// (MMU-500).
+pub const ZYNQMP_SMMU: DriverConfig = DriverConfig {
+    implementation: boards::zynqmp::SMMU.implementation,
+    ..DriverConfig::DEFAULT
+};
 pub type Channel = ZdmaChannel<Window, NoDelay>;
 
 pub const GDMA0: u16 = 0x14e8;

@@ -10,7 +10,8 @@
 //!   terminated (FSR cleared, then RESUME.TnR = 1; Linux does not do this), then Linux's
 //!   `arm_smmu_device_reset` order:
 //!   clear sGFSR, invalidate every SMR and fault every S2CR, disable every context bank and
-//!   clear its FSR, the MMU-500 sACR/ACTLR set-up, TLBIALLH + TLBIALLNSNH, a global sync, then
+//!   clear its FSR, the MMU-500 sACR/ACTLR set-up (only when the board says the SMMU is one,
+//!   [`Implementation`]), TLBIALLH + TLBIALLNSNH, a global sync, then
 //!   sCR0 with global fault reporting and the unmatched-stream policy (`USFCFG`).
 //! - **Stream matching** ([`SmmuV2::attach`]): one SMR/S2CR group per [`StreamMatch`] (ID +
 //!   don't-care mask), overlap-checked so no stream can match two groups (a stream match
@@ -77,11 +78,38 @@ pub enum UnmatchedStreams {
     Bypass,
 }
 
+/// Which SMMUv2 implementation the driver runs on, as the board says: it decides whether the
+/// driver writes the IMPLEMENTATION DEFINED registers (sACR at GR0 0x010, the context banks'
+/// ACTLR), whose meaning is the implementation's.
+///
+/// The registers cannot tell: IDR7 (MAJOR, MINOR) is a revision of whatever implementation it
+/// is, and IHI0062 leaves its contents IMPLEMENTATION DEFINED. Linux decides from the firmware
+/// description: the device-tree compatible `"arm,mmu-500"` (or the ACPI IORT model
+/// `CORELINK_MMU500`) selects the model `ARM_MMU500` (`arm-smmu.c`, `arm_smmu_of_match`),
+/// `arm_smmu_impl_init` (`arm-smmu-impl.c`) then installs `arm_mmu500_impl`, whose reset
+/// (`arm_mmu500_reset`) makes the sACR and ACTLR writes; IDR7.MAJOR is read only there, for
+/// the CACHE_LOCK rule of r2p0+. So does this driver: the board names the implementation (the
+/// ZynqMP: `boards::zynqmp::SMMU`, zynqmp.dtsi `compatible = "arm,mmu-500"`), and
+/// [`Capabilities::revision`] (IDR7) is used only once it says MMU-500.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Implementation {
+    /// An SMMUv2 the driver knows nothing more about: architected registers only.
+    Generic,
+    /// Arm CoreLink MMU-500: at reset sACR.SMTNMB_TLBEN and S2CRB_TLBEN set and, from r2p0
+    /// (IDR7.MAJOR >= 2), CACHE_LOCK cleared; then ACTLR.CPRE cleared in every bank (the
+    /// next-page prefetcher, errata 841119 and 826419), as Linux `arm_mmu500_reset`.
+    Mmu500,
+}
+
 /// Driver settings.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct DriverConfig {
     /// Instance number reported in [`SmmuId`].
     pub instance: u8,
+    /// The implementation (the board knows it; the default, [`Implementation::Generic`],
+    /// writes no IMPLEMENTATION DEFINED register).
+    pub implementation: Implementation,
     /// Policy for unmatched streams.
     pub unmatched: UnmatchedStreams,
     /// TLB sync timeout in microseconds (Linux waits one second).
@@ -95,10 +123,11 @@ pub struct DriverConfig {
 }
 
 impl DriverConfig {
-    /// Defaults: unmatched streams fault, 1 s TLB sync timeout, 10 ms resume check, 1 us
-    /// polls, at most 512 TLBIVAs per sync.
+    /// Defaults: a generic SMMUv2, unmatched streams fault, 1 s TLB sync timeout, 10 ms
+    /// resume check, 1 us polls, at most 512 TLBIVAs per sync.
     pub const DEFAULT: DriverConfig = DriverConfig {
         instance: 0,
+        implementation: Implementation::Generic,
         unmatched: UnmatchedStreams::Fault,
         sync_timeout_us: 1_000_000,
         resume_timeout_us: 10_000,
@@ -368,6 +397,11 @@ impl<B: RegisterBus, D: DelayNs> SmmuV2<B, D> {
         &self.caps
     }
 
+    /// The implementation the board named ([`DriverConfig::implementation`]).
+    pub fn implementation(&self) -> Implementation {
+        self.config.implementation
+    }
+
     /// The driver settings.
     pub fn config(&self) -> &DriverConfig {
         &self.config
@@ -458,7 +492,8 @@ impl<B: RegisterBus, D: DelayNs> SmmuV2<B, D> {
                 gr0.s2cr(i)?.write(S2CR::TYPE::Fault);
             }
         }
-        {
+        let mmu500 = self.config.implementation == Implementation::Mmu500;
+        if mmu500 {
             // sACR first: on r2p0+ the context banks' ACTLR writes do not take effect while
             // CACHE_LOCK is set (Linux arm_mmu500_reset).
             let gr0 = self.gr0()?;
@@ -473,11 +508,13 @@ impl<B: RegisterBus, D: DelayNs> SmmuV2<B, D> {
             let cb = self.bank_regs(i as u16)?;
             cb.sctlr().set(0);
             cb.fsr().set(FSR_W1C);
-            // MMU-500: the next-page prefetcher off (errata 841119, 826419; Linux
-            // arm_mmu500_reset). ACTLR is a plain control register, so read-modify-write is
-            // right here.
-            let actlr = cb.actlr().get();
-            cb.actlr().set(actlr & !ACTLR::CPRE::SET.value);
+            if mmu500 {
+                // MMU-500: the next-page prefetcher off (errata 841119, 826419; Linux
+                // arm_mmu500_reset). ACTLR is a plain control register, so read-modify-write
+                // is right here.
+                let actlr = cb.actlr().get();
+                cb.actlr().set(actlr & !ACTLR::CPRE::SET.value);
+            }
         }
         {
             let gr0 = self.gr0()?;

@@ -59,10 +59,59 @@ impl RegisterModel for RegFile {
     }
 }
 
+/// The ZynqMP's SMMU is an MMU-500.
+const MMU500: DriverConfig = DriverConfig {
+    implementation: Implementation::Mmu500,
+    ..DriverConfig::DEFAULT
+};
+
 fn driver(bus: &ModelBus<RegFile>) -> SmmuV2<&ModelBus<RegFile>, NoDelay> {
-    let mut smmu = SmmuV2::probe(bus, NoDelay::default(), DriverConfig::DEFAULT).unwrap();
+    let mut smmu = SmmuV2::probe(bus, NoDelay::default(), MMU500).unwrap();
     smmu.reset().unwrap();
     smmu
+}
+
+/// The offsets `reset` writes on the ZynqMP register file with `implementation`.
+fn reset_writes(implementation: Implementation) -> Vec<usize> {
+    let model = ModelBus::new(RegFile::zynqmp());
+    let bus = RecordingBus::new("smmu", &model);
+    let config = DriverConfig {
+        implementation,
+        ..DriverConfig::DEFAULT
+    };
+    let mut smmu = SmmuV2::probe(&bus, NoDelay::default(), config).unwrap();
+    assert_eq!(smmu.implementation(), implementation);
+    journal::start();
+    smmu.reset().unwrap();
+    journal::stop()
+        .into_iter()
+        .filter_map(|e| match e {
+            Event::Write { offset, .. } => Some(offset),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn only_an_mmu500_gets_the_implementation_defined_writes() {
+    // sACR (GR0 0x010) and ACTLR (context bank + 0x004) are IMPLEMENTATION DEFINED: a
+    // generic SMMUv2 gets neither.
+    let actlr = |offset: usize| offset >= 0x1_0000 && offset % 0x1000 == 0x004;
+    let generic = reset_writes(Implementation::Generic);
+    assert!(
+        !generic.contains(&0x010),
+        "sACR written on a generic SMMUv2"
+    );
+    assert_eq!(generic.iter().filter(|&&o| actlr(o)).count(), 0, "ACTLR");
+    assert!(generic.contains(&0x000), "sCR0 is still written");
+    // The MMU-500 gets sACR once and ACTLR in each of its 16 banks.
+    let mmu500 = reset_writes(Implementation::Mmu500);
+    assert_eq!(mmu500.iter().filter(|&&o| o == 0x010).count(), 1);
+    assert_eq!(mmu500.iter().filter(|&&o| actlr(o)).count(), 16);
+    assert_eq!(
+        DriverConfig::DEFAULT.implementation,
+        Implementation::Generic
+    );
 }
 
 #[test]
@@ -303,7 +352,7 @@ fn attach_refuses_what_silicon_would_misroute() {
 fn s2cr_is_written_before_the_smr_becomes_valid_and_invalidated_after() {
     let model = ModelBus::new(RegFile::zynqmp());
     let bus = RecordingBus::new("smmu", &model);
-    let mut smmu = SmmuV2::probe(&bus, NoDelay::default(), DriverConfig::DEFAULT).unwrap();
+    let mut smmu = SmmuV2::probe(&bus, NoDelay::default(), MMU500).unwrap();
     smmu.reset().unwrap();
     journal::start();
     let entry = smmu

@@ -503,6 +503,7 @@ where
             .into());
         }
         let driver_config = DriverConfig {
+            implementation: super::SMMU.implementation,
             unmatched: UnmatchedStreams::Fault,
             poll_interval_us: config.poll_interval_us,
             ..DriverConfig::DEFAULT
