@@ -70,7 +70,9 @@ pub use caps::{Capabilities, IdRegisters, StallModel, ips_encoding, oas_bits};
 pub use cmd::{Command, ResumeAction, SyncSignal, TlbiRange};
 pub use event::{EVENT_BYTES, Event};
 pub use queue::{AlignedDma, Ring};
-pub use ste::{CdConfig, ContextDescriptor, STRUCT_BYTES, StreamMode, StreamTableEntry};
+pub use ste::{
+    CdConfig, ContextDescriptor, STRUCT_BYTES, StreamMode, StreamTableEntry, WalkAttributes,
+};
 
 use crate::fault::{
     FaultDecision, FaultHandler, FaultOutcome, FaultPolicy, FaultRecord, FaultResolver, StallTag,
@@ -444,7 +446,9 @@ impl<'a, B: RegisterBus + ?Sized, M: Deref<Target: DmaMemory>, D: DelayNs> Smmuv
         }
         self.dma.sync_for_device(self.strtab.region());
 
-        let (cache, shareable) = if self.caps.coherent { (1, 3) } else { (0, 2) };
+        // The same attributes as the STEs' CD fetches and the CDs' table walks.
+        let walk = WalkAttributes::new(self.caps.coherent);
+        let (cache, shareable) = (walk.cache as u32, walk.shareability as u32);
         self.regs.cr1().write(
             CR1::QUEUE_IC.val(cache)
                 + CR1::QUEUE_OC.val(cache)
@@ -823,6 +827,7 @@ impl<'a, B: RegisterBus + ?Sized, M: Deref<Target: DmaMemory>, D: DelayNs> Smmuv
             stall: context.stall_on_fault,
             record: true,
             abort: true,
+            coherent: self.caps.coherent,
         };
         let descriptor = ContextDescriptor::stage1(&cd_config)?;
         let cd = AlignedDma::new(
@@ -886,8 +891,11 @@ impl<'a, B: RegisterBus + ?Sized, M: Deref<Target: DmaMemory>, D: DelayNs> Smmuv
             cd.write_u64(i * 8, descriptor.0.get(i).copied().unwrap_or(0))?;
         }
         self.dma.sync_for_device(cd.region());
-        let ste =
-            StreamTableEntry::stage1(cd.bus(), self.caps.s1stalld_for(context.stall_tolerant))?;
+        let ste = StreamTableEntry::stage1(
+            cd.bus(),
+            self.caps.s1stalld_for(context.stall_tolerant),
+            self.caps.coherent,
+        )?;
         // §3.21.3: dwords 1-7 while dword 0 still says "abort", invalidate, then dword 0.
         self.write_ste(stream.0, &ste, 1..8)?;
         self.dma.sync_for_device(self.strtab.region());

@@ -110,6 +110,40 @@ use fields::{CD0, CD1, STE0, STE1};
 /// Size of an STE and of a CD in bytes.
 pub const STRUCT_BYTES: usize = 64;
 
+/// Cacheability and shareability of the SMMU's own accesses to its structures (CD fetches,
+/// table walks), one setting for all of them, the one SMMU_CR1 gives table and queue
+/// accesses (IHI0070 §6.3.11), decided by IDR0.COHACC (§6.3.1; §3.15): an SMMU that cannot
+/// access memory coherently gets non-cacheable outer-shareable attributes (cache 0,
+/// shareability 2), a coherent one write-back inner shareable (1, 3). Linux does the same
+/// for the CD's TTB0 walks (`arm_smmu_domain_finalise` passes `coherent_walk` =
+/// `ARM_SMMU_FEAT_COHERENCY` to io-pgtable, `arm_64_lpae_alloc_pgtable_s1` turns it into
+/// IRGN0/ORGN0/SH0).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct WalkAttributes {
+    /// Inner and outer cacheability: 0 non-cacheable, 1 write-back (read-allocate for STE
+    /// S1CIR/S1COR and CR1, write-allocate for CD IR0/OR0).
+    pub cache: u64,
+    /// Shareability: 2 outer, 3 inner.
+    pub shareability: u64,
+}
+
+impl WalkAttributes {
+    /// The attributes for an SMMU with (`true`) or without IDR0.COHACC.
+    pub const fn new(coherent: bool) -> WalkAttributes {
+        if coherent {
+            WalkAttributes {
+                cache: 1,
+                shareability: 3,
+            }
+        } else {
+            WalkAttributes {
+                cache: 0,
+                shareability: 2,
+            }
+        }
+    }
+}
+
 /// A stream table entry: eight little-endian dwords.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct StreamTableEntry(pub [u64; 8]);
@@ -145,9 +179,16 @@ impl StreamTableEntry {
     }
 
     /// Stage-1 translation through the single CD at `cd` (64-byte aligned, below 2^52).
-    /// `s1stalld` from [`super::Capabilities::s1stalld_for`]. CD fetches are write-back
-    /// read-allocate, inner shareable (as Linux); Non-secure EL1 stream world.
-    pub fn stage1(cd: PhysAddr, s1stalld: bool) -> Result<StreamTableEntry> {
+    /// `s1stalld` from [`super::Capabilities::s1stalld_for`]; Non-secure EL1 stream world.
+    ///
+    /// CD fetches get the attributes SMMU_CR1 gives table walks ([`WalkAttributes`]): with
+    /// `coherent` (IDR0.COHACC) write-back read-allocate inner shareable (S1CIR = S1COR = 1,
+    /// S1CSH = 3, what Linux `arm_smmu_make_cdtable_ste` always writes), otherwise
+    /// non-cacheable outer shareable (0, 0, 2), so the SMMU does not look for a CD in a cache
+    /// it cannot snoop (mainline Linux does not yet do this for the STE; a 2025 patch on the
+    /// linux-iommu list, "iommu/arm-smmu-v3: Maintain valid access attributes for
+    /// non-coherent SMMU", makes the STE and CR1 follow COHACC the same way).
+    pub fn stage1(cd: PhysAddr, s1stalld: bool, coherent: bool) -> Result<StreamTableEntry> {
         let addr = cd.as_u64();
         if !addr.is_multiple_of(STRUCT_BYTES as u64) || addr >> 52 != 0 {
             return Err(SmmuError::InvalidConfig {
@@ -159,10 +200,11 @@ impl StreamTableEntry {
             + STE0::S1FMT.val(0)
             + STE0::S1CONTEXTPTR.val(addr >> 6)
             + STE0::S1CDMAX.val(0);
+        let walk = WalkAttributes::new(coherent);
         let dw1 = STE1::S1DSS.val(0)
-            + STE1::S1CIR.val(1)
-            + STE1::S1COR.val(1)
-            + STE1::S1CSH.val(3)
+            + STE1::S1CIR.val(walk.cache)
+            + STE1::S1COR.val(walk.cache)
+            + STE1::S1CSH.val(walk.shareability)
             + STE1::S1STALLD.val(u64::from(s1stalld))
             + STE1::STRW.val(0);
         Ok(StreamTableEntry([dw0.value, dw1.value, 0, 0, 0, 0, 0, 0]))
@@ -203,6 +245,9 @@ pub struct CdConfig {
     pub record: bool,
     /// Terminate with abort (CD.A); must be 1 when IDR0.TERM_MODEL = 1.
     pub abort: bool,
+    /// The SMMU accesses memory coherently (IDR0.COHACC): TTB0 walk attributes
+    /// ([`WalkAttributes`]).
+    pub coherent: bool,
 }
 
 /// A context descriptor: eight little-endian dwords.
@@ -210,9 +255,11 @@ pub struct CdConfig {
 pub struct ContextDescriptor(pub [u64; 8]);
 
 impl ContextDescriptor {
-    /// A valid stage-1 CD: AArch64, 4 KiB granule, TTB0 walks write-back write-allocate
-    /// inner shareable, TTB1 disabled, little-endian, AF faults enabled, no hardware AF/dirty
-    /// updates, ASET = 1 (the ASID is private to the SMMU, IHI0070 §5.4 CD.ASET).
+    /// A valid stage-1 CD: AArch64, 4 KiB granule, TTB0 walks with the SMMU_CR1 table
+    /// attributes ([`WalkAttributes`]: write-back write-allocate inner shareable with
+    /// `coherent`, else non-cacheable outer shareable), TTB1 disabled, little-endian, AF
+    /// faults enabled, no hardware AF/dirty updates, ASET = 1 (the ASID is private to the
+    /// SMMU, IHI0070 §5.4 CD.ASET).
     pub fn stage1(config: &CdConfig) -> Result<ContextDescriptor> {
         if !(25..=48).contains(&config.input_bits) {
             return Err(SmmuError::InvalidConfig {
@@ -229,11 +276,12 @@ impl ContextDescriptor {
                 bits: config.output_bits,
             });
         }
+        let walk = WalkAttributes::new(config.coherent);
         let dw0 = CD0::T0SZ.val(u64::from(64 - config.input_bits))
             + CD0::TG0.val(0)
-            + CD0::IR0.val(1)
-            + CD0::OR0.val(1)
-            + CD0::SH0.val(3)
+            + CD0::IR0.val(walk.cache)
+            + CD0::OR0.val(walk.cache)
+            + CD0::SH0.val(walk.shareability)
             + CD0::EPD0.val(0)
             + CD0::ENDI.val(0)
             + CD0::EPD1::SET
@@ -290,19 +338,27 @@ mod tests {
         //   S1CSH = 3 at 7:6 -> 0xc0; S1STALLD at bit 27 -> 0x0800_0000 when set; STRW = 0.
         //   -> 0xd4 (+ 0x0800_0000).
         let cd = PhysAddr::new(0x4123_4540);
-        let ste = StreamTableEntry::stage1(cd, false).unwrap();
+        let ste = StreamTableEntry::stage1(cd, false, true).unwrap();
         assert_eq!(ste.0, [0x4123_454b, 0xd4, 0, 0, 0, 0, 0, 0]);
         assert_eq!(ste.mode(), StreamMode::Stage1);
-        let stalld = StreamTableEntry::stage1(cd, true).unwrap();
+        let stalld = StreamTableEntry::stage1(cd, true, true).unwrap();
         assert_eq!(stalld.0[1], 0x0800_00d4);
-        assert!(StreamTableEntry::stage1(PhysAddr::new(0x4123_4548), false).is_err());
-        assert!(StreamTableEntry::stage1(PhysAddr::new(1 << 52), false).is_err());
+        // Without IDR0.COHACC, CD fetches as CR1's table accesses: S1CIR = S1COR = 0
+        // (non-cacheable), S1CSH = 2 (outer) at 7:6 -> 0x80.
+        let nc = StreamTableEntry::stage1(cd, false, false).unwrap();
+        assert_eq!(nc.0, [0x4123_454b, 0x80, 0, 0, 0, 0, 0, 0]);
+        assert_eq!(
+            StreamTableEntry::stage1(cd, true, false).unwrap().0[1],
+            0x0800_0080
+        );
+        assert!(StreamTableEntry::stage1(PhysAddr::new(0x4123_4548), false, true).is_err());
+        assert!(StreamTableEntry::stage1(PhysAddr::new(1 << 52), false, true).is_err());
     }
 
     #[test]
     fn stage1_cd_matches_the_architecture_tables() {
         // The QEMU configuration: ASID 0x0123, TTB0 0x4555_6000, 48-bit input, 44-bit output,
-        // MAIR 0x0004_ff44, S = 0, R = 1, A = 1.
+        // MAIR 0x0004_ff44, S = 0, R = 1, A = 1, IDR0.COHACC = 1.
         // dword 0, field by field (IHI0070 §5.4):
         //   T0SZ  [5:0]   = 64 - 48 = 16        -> 0x10
         //   TG0   [7:6]   = 0 (4 KiB)           -> 0
@@ -329,6 +385,7 @@ mod tests {
             stall: false,
             record: true,
             abort: true,
+            coherent: true,
         };
         let cd = ContextDescriptor::stage1(&cfg).unwrap();
         assert_eq!(
@@ -344,6 +401,15 @@ mod tests {
                 0
             ]
         );
+        // Without IDR0.COHACC the TTB0 walks are non-cacheable outer shareable: IR0 = OR0 = 0
+        // (0x100 and 0x400 gone), SH0 = 2 -> 0x2000 instead of 0x3000.
+        let nc = ContextDescriptor::stage1(&CdConfig {
+            coherent: false,
+            ..cfg
+        })
+        .unwrap();
+        assert_eq!(nc.0[0], 0x0123_e204_c000_2010);
+        assert_eq!(nc.0[1..], cd.0[1..]);
         // S = 1 adds bit 44; R = 0 removes bit 45; A = 0 removes bit 46.
         let stall = ContextDescriptor::stage1(&CdConfig { stall: true, ..cfg }).unwrap();
         assert_eq!(stall.0[0] ^ cd.0[0], 1 << 44);
@@ -374,6 +440,7 @@ mod tests {
             stall: false,
             record: true,
             abort: true,
+            coherent: true,
         };
         for bad in [
             CdConfig {

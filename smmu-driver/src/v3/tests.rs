@@ -255,6 +255,39 @@ fn attached_stream_translates_and_records_faults() {
 }
 
 #[test]
+fn table_walk_attributes_follow_cohacc_in_cr1_the_ste_and_the_cd() {
+    // (IDR0, CR1, STE dword 1, CD dword 0) for a coherent SMMU (QEMU's, COHACC = 1) and one
+    // without COHACC (bit 4): CR1 = TABLE_SH/OC/IC at 11:10/9:8/7:6 and QUEUE_SH/OC/IC at
+    // 5:4/3:2/1:0 = 0xd75 (3/1/1, 3/1/1: inner, write-back) or 0x820 (2/0/0, 2/0/0: outer,
+    // non-cacheable); the STE's S1CSH/S1COR/S1CIR and the CD's SH0/OR0/IR0 the same way.
+    let coherent = IdRegisters::QEMU_7_2;
+    let not_coherent = IdRegisters {
+        idr0: coherent.idr0 & !(1 << 4),
+        ..coherent
+    };
+    for (idr, cr1, ste1, cd0) in [
+        (coherent, 0xd75, 0xd4, 0x0007_e204_c000_3510),
+        (not_coherent, 0x820, 0x80, 0x0007_e204_c000_2010),
+    ] {
+        let mem = memory();
+        let bus = bus_with(&mem, idr);
+        let mut smmu = driver(&bus, &mem, Smmuv3Config::default());
+        assert_eq!(smmu.capabilities().coherent, idr.idr0 & (1 << 4) != 0);
+        let pt = table(&mem);
+        smmu.attach(SID, &ContextConfig::for_table(7, &pt)).unwrap();
+        assert_eq!(
+            hal::regs::RegisterBus::read(&bus, 0x28, hal::regs::AccessWidth::U32),
+            cr1
+        );
+        let ste_at = smmu.stream_table().as_u64() + 0x10 * 64;
+        let ste0 = mem.read_phys_u64(PhysAddr::new(ste_at)).unwrap();
+        assert_eq!(mem.read_phys_u64(PhysAddr::new(ste_at + 8)).unwrap(), ste1);
+        let cd_at = ste0 & 0x000f_ffff_ffff_ffc0;
+        assert_eq!(mem.read_phys_u64(PhysAddr::new(cd_at)).unwrap(), cd0);
+    }
+}
+
+#[test]
 fn service_fault_maps_the_page_and_the_retransmission_succeeds() {
     let mem = memory();
     let bus = bus_with(&mem, IdRegisters::QEMU_7_2);
