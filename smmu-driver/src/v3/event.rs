@@ -7,6 +7,15 @@
 //! CLASS \[41:40\], and InputAddr in dword 2. Field positions cross-checked against Linux
 //! `EVTQ_*` in arm-smmu-v3.h and QEMU 7.2 `smmuv3-internal.h` (`EVT_SET_*`).
 //!
+//! F_TLB_CONFLICT (0x20, §7.3.17) has a layout of its own: PnU, InD, RnW and S2 where the
+//! translation faults have them, InputAddr in dword 2 and the IPA in dword 3 \[55:12\] (valid
+//! only with S2), but no Stall, STAG or CLASS: only the four translation-related faults have
+//! a Stall field, any other event terminates its transaction with an abort (§7.3.21). Dword 1
+//! \[31:0\] holds an IMPLEMENTATION DEFINED Reason instead, which must not be read as a stall
+//! (a stall the driver would then answer with CMD_RESUME). Linux `arm-smmu-v3.c`
+//! (`arm_smmu_decode_event`) reads STAG/Stall and the address only for the translation faults
+//! too. [`tlb_conflict`] decodes the rest of such a record.
+//!
 //! Decoding never panics: a record with an EventID the architecture does not define (and
 //! outside the IMPLEMENTATION DEFINED 0xE0-0xEF block) is [`SmmuError::UnknownEvent`]; a
 //! record whose fields contradict the SMMU's capabilities is [`SmmuError::MalformedEvent`].
@@ -115,6 +124,7 @@ pub fn decode(raw: [u64; 4], caps: &Capabilities, instance: u8) -> Result<Event>
         id::F_ACCESS => Some(FaultKind::AccessFlag),
         id::F_PERMISSION => Some(FaultKind::Permission),
         id::F_WALK_EABT => Some(FaultKind::External),
+        // Decoded below with its own layout.
         id::F_TLB_CONFLICT => Some(FaultKind::Unknown),
         id::F_UUT
         | id::C_BAD_STREAMID
@@ -157,6 +167,33 @@ pub fn decode(raw: [u64; 4], caps: &Capabilities, instance: u8) -> Result<Event>
             raw: syndrome,
         });
     };
+    let smmu = SmmuId {
+        flavour: SmmuFlavour::V3,
+        instance,
+    };
+    let access = if dw1 & (1 << 35) != 0 {
+        AccessKind::Read
+    } else {
+        AccessKind::Write
+    };
+
+    if event == id::F_TLB_CONFLICT {
+        // No Stall, STAG or CLASS: dword 1 [31:0] is the Reason. The transaction was
+        // terminated with an abort; nothing waits for a CMD_RESUME.
+        if dw1 & (1 << 39) != 0 && !caps.stage2 {
+            return Err(malformed("stage-2 fault on an SMMU without stage 2"));
+        }
+        return Ok(Event::Fault(FaultRecord {
+            smmu,
+            stream,
+            iova: Iova::new(dw2),
+            access,
+            kind,
+            level: None,
+            stall: None,
+            syndrome,
+        }));
+    }
 
     let stall = dw1 & (1 << 31) != 0;
     if stall && !caps.can_stall() {
@@ -182,16 +219,8 @@ pub fn decode(raw: [u64; 4], caps: &Capabilities, instance: u8) -> Result<Event>
     if (dw1 >> 40) & 0b11 == 0b11 {
         return Err(reject("reserved CLASS"));
     }
-    let access = if dw1 & (1 << 35) != 0 {
-        AccessKind::Read
-    } else {
-        AccessKind::Write
-    };
     Ok(Event::Fault(FaultRecord {
-        smmu: SmmuId {
-            flavour: SmmuFlavour::V3,
-            instance,
-        },
+        smmu,
         stream,
         iova: Iova::new(dw2),
         access,
@@ -200,6 +229,41 @@ pub fn decode(raw: [u64; 4], caps: &Capabilities, instance: u8) -> Result<Event>
         stall: stall.then_some(StallTag((dw1 & 0xffff) as u32)),
         syndrome,
     }))
+}
+
+/// What an F_TLB_CONFLICT record (IHI0070 §7.3.17) says beyond its [`FaultRecord`]
+/// (stream, InputAddr, RnW; never a stall).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct TlbConflict {
+    /// The IMPLEMENTATION DEFINED conflict reason (dword 1 \[31:0\]), specific to the TLB
+    /// geometry of the implementation.
+    pub reason: u32,
+    /// S2: the conflict was in a stage-2 TLB entry.
+    pub stage2: bool,
+    /// The IPA (dword 3 \[55:12\]), valid only for a stage-2 conflict; `None` otherwise.
+    pub ipa: Option<u64>,
+    /// PnU: a privileged transaction.
+    pub privileged: bool,
+    /// InD: an instruction fetch (0 for writes).
+    pub instruction: bool,
+}
+
+/// The F_TLB_CONFLICT fields of a record [`decode`] returned as a fault, from its raw
+/// syndrome; `None` for any other record. A TLB conflict means overlapping TLB entries (a
+/// missing break-before-make); no mapping fixes it, only an invalidation does.
+pub fn tlb_conflict(record: &FaultRecord) -> Option<TlbConflict> {
+    let [dw0, dw1, _, dw3] = record.syndrome.0;
+    if record.smmu.flavour != SmmuFlavour::V3 || dw0 & 0xff != u64::from(id::F_TLB_CONFLICT) {
+        return None;
+    }
+    let stage2 = dw1 & (1 << 39) != 0;
+    Some(TlbConflict {
+        reason: dw1 as u32,
+        stage2,
+        ipa: stage2.then_some(dw3 & 0x00ff_ffff_ffff_f000),
+        privileged: dw1 & (1 << 33) != 0,
+        instruction: dw1 & (1 << 34) != 0,
+    })
 }
 
 #[cfg(test)]
@@ -281,6 +345,71 @@ mod tests {
             decode([0xe3, 0, 0, 0], &qemu(), 0),
             Ok(Event::ImplementationDefined { id: 0xe3, .. })
         ));
+    }
+
+    #[test]
+    fn a_tlb_conflict_is_decoded_with_its_own_layout() {
+        // F_TLB_CONFLICT of a privileged read (PnU 33, RnW 35) by stream 0x10 at InputAddr
+        // 0x4000_1234, stage 1, with an IMPLEMENTATION DEFINED Reason of 0x8000_0123 in
+        // dword 1 [31:0]: bit 31 and the low half are where F_TRANSLATION has Stall and STAG,
+        // and CLASS's bits hold 0b11 (not a CLASS here). Dword 3 (IPA) is UNKNOWN without S2.
+        let dw1 = 0x8000_0123 | (1 << 33) | (1 << 35) | (0b11 << 40);
+        let raw = [0x20 | (0x10 << 32), dw1, 0x4000_1234, 0xdead_b000];
+        for caps in [qemu(), stall_capable()] {
+            let Event::Fault(r) = decode(raw, &caps, 1).unwrap() else {
+                panic!("not a fault");
+            };
+            assert_eq!(r.stall, None, "a TLB conflict never stalls");
+            assert_eq!(
+                (r.stream, r.iova, r.access, r.kind, r.level),
+                (
+                    StreamId(0x10),
+                    Iova::new(0x4000_1234),
+                    AccessKind::Read,
+                    FaultKind::Unknown,
+                    None
+                )
+            );
+            assert_eq!(r.syndrome, RawSyndrome(raw));
+            assert_eq!(
+                tlb_conflict(&r),
+                Some(TlbConflict {
+                    reason: 0x8000_0123,
+                    stage2: false,
+                    ipa: None,
+                    privileged: true,
+                    instruction: false,
+                })
+            );
+        }
+        // A stage-2 conflict carries the IPA, on an SMMU with stage 2 only.
+        let s2 = [
+            0x20 | (0x10 << 32),
+            1 << 39,
+            0x4000_1234,
+            0x0000_0008_7654_3000,
+        ];
+        assert_eq!(
+            decode(s2, &qemu(), 0),
+            Err(SmmuError::MalformedEvent {
+                id: 0x20,
+                reason: "stage-2 fault on an SMMU without stage 2"
+            })
+        );
+        let with_s2 = Capabilities {
+            stage2: true,
+            ..qemu()
+        };
+        let Event::Fault(r) = decode(s2, &with_s2, 0).unwrap() else {
+            panic!("not a fault");
+        };
+        assert_eq!(tlb_conflict(&r).unwrap().ipa, Some(0x8_7654_3000));
+        // Other records are not TLB conflicts.
+        let Event::Fault(t) = decode([0x10 | (0x10 << 32), 0, 0x1000, 0], &qemu(), 0).unwrap()
+        else {
+            panic!("not a fault");
+        };
+        assert_eq!(tlb_conflict(&t), None);
     }
 
     #[test]

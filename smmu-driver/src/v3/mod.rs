@@ -68,7 +68,7 @@ use tock_registers::interfaces::{Readable, Writeable};
 
 pub use caps::{Capabilities, IdRegisters, StallModel, ips_encoding, oas_bits};
 pub use cmd::{Command, ResumeAction, SyncSignal, TlbiRange};
-pub use event::{EVENT_BYTES, Event};
+pub use event::{EVENT_BYTES, Event, TlbConflict, tlb_conflict};
 pub use queue::{AlignedDma, Ring};
 pub use ste::{
     CdConfig, ContextDescriptor, STRUCT_BYTES, StreamMode, StreamTableEntry, WalkAttributes,
