@@ -100,6 +100,53 @@ fn the_channel_rejects_what_it_does_not_implement() {
     assert_eq!(ch.wait(), Err(DmaError::InvalidRegisterAccess));
 }
 
+#[test]
+fn init_programs_the_axi_cache_attributes_in_the_model() {
+    use dma_engine::zdma::{ZdmaChannel, ZdmaConfig};
+    let soc = Soc::zynqmp().unwrap();
+    let attrs = |n: usize| {
+        let w = soc.gdma_window(n).unwrap();
+        (
+            w.read(0x120, AccessWidth::U32),
+            w.read(0x124, AccessWidth::U32),
+        )
+    };
+    // The model's reset values (UG1087): DATA_ATTR 0x0483_D20F, DSCR_ATTR 0.
+    assert_eq!(attrs(0), (0x0483_d20f, 0));
+    let coherent = ZdmaConfig {
+        coherent: true,
+        ..ZdmaConfig::DEFAULT
+    };
+    let window = || soc.gdma_window(0).unwrap();
+    ZdmaChannel::new(window(), hal::delay::NoDelay::default(), coherent)
+        .unwrap()
+        .init()
+        .unwrap();
+    // ARCACHE = AWCACHE = 0xF; DSCR_ATTR.AXCOHRNT | AXCACHE 0xF (Linux zynqmp_dma_init).
+    assert_eq!(attrs(0), (0x07c3_df0f, 0x1f0));
+    // A later non-coherent owner puts the reset attributes back.
+    let mut ch = ZdmaChannel::new(
+        window(),
+        hal::delay::NoDelay::default(),
+        ZdmaConfig::DEFAULT,
+    )
+    .unwrap();
+    ch.init().unwrap();
+    assert_eq!(attrs(0), (0x0483_d20f, 0));
+    // The burst length is untouched: copies still work, 16-beat bursts.
+    let dram = &**soc.dram();
+    let src = page_with(dram, 1, |i| i as u8);
+    let dst = page_with(dram, 1, |_| 0);
+    let t = Transfer {
+        src: phys(&src).as_u64(),
+        dst: phys(&dst).as_u64(),
+        len: 4096,
+    };
+    assert_eq!(ch.transfer(&t), Ok(Completion { bytes: 4096 }));
+    assert_eq!(contents(&dst, 4096), contents(&src, 4096));
+    assert_eq!(soc.lock().gdma[0].stats().invalid_accesses, 0);
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(24))]
 

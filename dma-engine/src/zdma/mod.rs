@@ -9,8 +9,9 @@
 //! `zynqmp_dma_start`):
 //!
 //! 1. [`ZdmaChannel::init`]: mask every interrupt (IDS), clear ISR by writing back the bits
-//!    read, CTRL0 = simple mode (POINT_TYPE = 0) read/write (MODE = 0), clear the
-//!    IRQ_*_ACCT counters by reading them.
+//!    read, CTRL0 = simple mode (POINT_TYPE = 0) read/write (MODE = 0), the AXI cache
+//!    attributes in DATA_ATTR and DSCR_ATTR (coherent or not, [`ZdmaConfig::coherent`]), clear
+//!    the IRQ_*_ACCT counters by reading them.
 //! 2. [`ZdmaChannel::start`]: SRC_DSCR_WORD0..3 (address low, high, size, control), DST_DSCR_WORD0..3
 //!    (with INTR so DST_DSCR_DONE is raised), a store barrier so the buffer contents and
 //!    descriptor words are visible, then CTRL2.EN.
@@ -26,10 +27,10 @@ pub mod regs;
 use hal::barrier::Barrier;
 use hal::delay::DelayNs;
 use hal::regs::RegisterBus;
-use tock_registers::interfaces::{Readable, Writeable};
+use tock_registers::interfaces::{ReadWriteable, Readable, Writeable};
 
 use crate::{DmaError, Result};
-use regs::{CTRL0, CTRL2, DSCR_CTRL, DSCR_SIZE, INT, STATUS, ZdmaRegs};
+use regs::{CTRL0, CTRL2, DATA_ATTR, DSCR_ATTR, DSCR_CTRL, DSCR_SIZE, INT, STATUS, ZdmaRegs};
 
 /// Largest simple-mode transfer: the 30-bit SIZE field (Linux limits descriptors to 1 GiB).
 pub const MAX_TRANSFER: u32 = (1 << 30) - 1;
@@ -43,12 +44,22 @@ const ERROR_BITS: u32 = INT::AXI_RD_DATA::SET.value
     | INT::INV_APB::SET.value;
 /// Every interrupt bit (Linux `ZYNQMP_DMA_IDS_DEFAULT_MASK` is 0xFFF).
 const ALL_INTERRUPTS: u32 = 0xfff;
+/// AxCACHE of coherent traffic: write-back, read- and write-allocate (Linux
+/// `ZYNQMP_DMA_AXCACHE_VAL`, written when the channel is `dma-coherent`).
+pub const AXCACHE_COHERENT: u32 = 0b1111;
+/// AxCACHE of non-coherent data traffic: normal non-cacheable, the UG1087 reset value of
+/// DATA_ATTR.ARCACHE/AWCACHE (0x0483_D20F).
+pub const AXCACHE_NON_COHERENT: u32 = 0b0010;
 
 /// Channel settings.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ZdmaConfig {
-    /// Mark data transactions coherent (DSCR WORD3.COHRNT): only with a coherent
-    /// interconnect path (CCI snooping) set up.
+    /// Coherent (snooping) AXI traffic, as Linux does for a `dma-coherent` channel: only with
+    /// a coherent interconnect path (CCI snooping) set up. [`ZdmaChannel::init`] programs
+    /// DATA_ATTR.ARCACHE/AWCACHE = [`AXCACHE_COHERENT`] and DSCR_ATTR = AXCOHRNT |
+    /// AXCACHE [`AXCACHE_COHERENT`]; `start` sets WORD3.COHRNT in both descriptors. Without
+    /// it `init` writes the non-coherent reset attributes ([`AXCACHE_NON_COHERENT`],
+    /// DSCR_ATTR = 0), whatever an earlier owner left there.
     pub coherent: bool,
     /// How long [`ZdmaChannel::wait`] waits, in microseconds.
     pub timeout_us: u64,
@@ -166,6 +177,26 @@ impl<B: RegisterBus, D: DelayNs> ZdmaChannel<B, D> {
         regs.isr().set(isr);
         regs.ctrl0()
             .write(CTRL0::POINT_TYPE::Simple + CTRL0::MODE::ReadWrite);
+        // AXI cache attributes of data and descriptor traffic (UG1087 ZDMA_CH_DATA_ATTR,
+        // ZDMA_CH_DSCR_ATTR; Linux `zynqmp_dma_init`). DATA_ATTR is a plain control register
+        // (burst type and length, QoS kept: a read-modify-write); QoS stays as it is, 0 for
+        // descriptors, as in Linux.
+        let (data_cache, descriptors) = if self.config.coherent {
+            (
+                AXCACHE_COHERENT,
+                DSCR_ATTR::AXCOHRNT::SET + DSCR_ATTR::AXCACHE.val(AXCACHE_COHERENT),
+            )
+        } else {
+            // The reset value: not coherent, AxCACHE 0.
+            (
+                AXCACHE_NON_COHERENT,
+                DSCR_ATTR::AXCOHRNT::CLEAR + DSCR_ATTR::AXCACHE.val(0),
+            )
+        };
+        regs.data_attr()
+            .modify(DATA_ATTR::ARCACHE.val(data_cache) + DATA_ATTR::AWCACHE.val(data_cache));
+        regs.dscr_attr()
+            .write(descriptors + DSCR_ATTR::AXQOS.val(0));
         regs.ctrl2().write(CTRL2::EN::CLEAR);
         // Clear-on-read counters.
         let _ = regs.irq_src_acct().get();

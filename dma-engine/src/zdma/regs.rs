@@ -108,6 +108,36 @@ pub mod fields {
             /// Command after the descriptor (source only, scatter-gather): 1 halt, 2 stop.
             CMD OFFSET(3) NUMBITS(2) []
         ],
+        /// DATA_ATTR (`ZDMA_CH_DATA_ATTR` 0x120, reset 0x0483_D20F): AXI attributes of the
+        /// data reads (AR*) and writes (AW*). Linux `ZYNQMP_DMA_AR*`/`AW*`.
+        pub DATA_ATTR [
+            /// Write burst length - 1, beats (reset 0xF).
+            AWLEN OFFSET(0) NUMBITS(4) [],
+            /// Write QoS.
+            AWQOS OFFSET(4) NUMBITS(4) [],
+            /// Write AxCACHE (reset 0b0010: normal non-cacheable, no snoop).
+            AWCACHE OFFSET(8) NUMBITS(4) [],
+            /// Write burst type (reset 1, INCR).
+            AWBURST OFFSET(12) NUMBITS(2) [],
+            /// Read burst length - 1, beats (reset 0xF).
+            ARLEN OFFSET(14) NUMBITS(4) [],
+            /// Read QoS.
+            ARQOS OFFSET(18) NUMBITS(4) [],
+            /// Read AxCACHE (reset 0b0010).
+            ARCACHE OFFSET(22) NUMBITS(4) [],
+            /// Read burst type (reset 1, INCR).
+            ARBURST OFFSET(26) NUMBITS(2) []
+        ],
+        /// DSCR_ATTR (`ZDMA_CH_DSCR_ATTR` 0x124, reset 0): AXI attributes of descriptor
+        /// fetches. Linux `ZYNQMP_DMA_AXQOS`, `AXCACHE`, `AXCOHRNT`.
+        pub DSCR_ATTR [
+            /// Descriptor QoS.
+            AXQOS OFFSET(0) NUMBITS(4) [],
+            /// Descriptor AxCACHE.
+            AXCACHE OFFSET(4) NUMBITS(4) [],
+            /// Coherent descriptor fetches.
+            AXCOHRNT OFFSET(8) NUMBITS(1) []
+        ],
         /// CTRL2 (`ZDMA_CH_CTRL2` 0x200).
         pub CTRL2 [
             /// Start the channel.
@@ -136,9 +166,9 @@ hal::register_block! {
         /// STATUS (`ZDMA_CH_STATUS`).
         (0x11c => pub status: Ro u32, STATUS::Register),
         /// DATA_ATTR: AXI burst, cache and QoS attributes (`ZDMA_CH_DATA_ATTR`).
-        (0x120 => pub data_attr: Rw u32),
-        /// DSCR_ATTR (`ZDMA_CH_DSCR_ATTR`).
-        (0x124 => pub dscr_attr: Rw u32),
+        (0x120 => pub data_attr: Rw u32, DATA_ATTR::Register),
+        /// DSCR_ATTR: descriptor fetch attributes (`ZDMA_CH_DSCR_ATTR`).
+        (0x124 => pub dscr_attr: Rw u32, DSCR_ATTR::Register),
         /// SRC_DSCR_WORD0: source address bits 31:0.
         (0x128 => pub src_word0: Rw u32),
         /// SRC_DSCR_WORD1: source address bits 48:32 (17 bits).

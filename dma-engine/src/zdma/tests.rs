@@ -193,6 +193,49 @@ fn init_masks_interrupts_and_selects_simple_mode() {
 }
 
 #[test]
+fn init_writes_the_axi_cache_attributes_of_the_coherency_asked_for() {
+    // DATA_ATTR starts at its UG1087 reset value 0x0483_D20F: ARBURST 1 [27:26], ARCACHE
+    // 0b0010 [25:22], ARQOS 0 [21:18], ARLEN 0xF [17:14], AWBURST 1 [13:12], AWCACHE 0b0010
+    // [11:8], AWQOS 0 [7:4], AWLEN 0xF [3:0].
+    const RESET: u32 = 0x0483_d20f;
+    let writes = |coherent: bool, before: (u32, u32)| {
+        let (_mem, model) = setup(Behaviour::Copy);
+        model.lock().words.insert(0x120, before.0);
+        model.lock().words.insert(0x124, before.1);
+        let bus = RecordingBus::new("zdma", &model);
+        let config = ZdmaConfig {
+            coherent,
+            ..ZdmaConfig::DEFAULT
+        };
+        let mut ch = ZdmaChannel::new(&bus, NoDelay::default(), config).unwrap();
+        journal::start();
+        ch.init().unwrap();
+        let written: Vec<(usize, u64)> = journal::stop()
+            .into_iter()
+            .filter_map(|e| match e {
+                Event::Write { offset, value, .. } if offset == 0x120 || offset == 0x124 => {
+                    Some((offset, value))
+                }
+                _ => None,
+            })
+            .collect();
+        written
+    };
+    // Coherent (Linux `zynqmp_dma_init` with `dma-coherent`): ARCACHE = AWCACHE = 0xF, burst
+    // and QoS fields kept -> 0x07C3_DF0F; DSCR_ATTR = AXCOHRNT [8] | AXCACHE 0xF [7:4] = 0x1F0.
+    assert_eq!(
+        writes(true, (RESET, 0)),
+        vec![(0x120, 0x07c3_df0f), (0x124, 0x1f0)]
+    );
+    // Not coherent, after an owner that left the channel coherent: back to the reset
+    // attributes (AxCACHE 0b0010, descriptors 0), ARLEN/AWLEN and the rest kept.
+    assert_eq!(
+        writes(false, (0x07c3_df0f, 0x1f0)),
+        vec![(0x120, u64::from(RESET)), (0x124, 0)]
+    );
+}
+
+#[test]
 fn axi_errors_become_retransmittable_errors_with_the_bytes_done() {
     for (bit, expected) in [
         (1 << 8, DmaError::AxiRead { bytes: 256 }),
