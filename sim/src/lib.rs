@@ -12,6 +12,8 @@
 //! - [`memory`]: the simulated DRAM ([`hal::dma::HostDma`]), accessed by physical address.
 //! - [`mmu500`]: the Arm CoreLink MMU-500 (SMMUv2) with the ZynqMP configuration.
 //! - [`zdma`]: a ZynqMP zDMA channel (simple mode).
+//! - [`mistakes`]: a register-bus wrapper that makes known driver mistakes on the bus, so
+//!   tests show the models catch them without test switches inside the driver.
 //! - [`soc`]: a ZynqMP: DRAM, the MMU-500, GDMA and ADMA channels whose memory traffic goes
 //!   through the MMU-500 with their stream IDs, and register windows for drivers.
 //!
@@ -30,6 +32,7 @@
 pub mod bus;
 mod error;
 pub mod memory;
+pub mod mistakes;
 pub mod mmu500;
 pub mod soc;
 pub mod zdma;

@@ -6,13 +6,14 @@ use common::*;
 use dma_engine::DmaError;
 use dma_engine::zdma::{Completion, Transfer};
 use hal::{Iova, PageSize};
+use sim::mistakes::{Mistake, MistakeSwitch};
 use sim::soc::Soc;
 use smmu_driver::SmmuError;
 use smmu_driver::fault::{
     AccessKind, FaultCost, FaultDecision, FaultHandler, FaultKind, StallTag, StandardPolicy,
     StreamId,
 };
-use smmu_driver::v2::{DriverConfig, FaultModel, InjectedBug, ResumeAction, UnmatchedStreams};
+use smmu_driver::v2::{DriverConfig, FaultModel, ResumeAction, UnmatchedStreams};
 
 fn copy(src: u64, dst: u64, len: u32) -> Transfer {
     Transfer { src, dst, len }
@@ -89,8 +90,9 @@ fn a_stall_asserts_the_interrupt_until_cfie_is_masked_and_resume_completes_the_c
 fn resume_before_fsr_clear_hangs_the_master_until_a_correct_resume() {
     let soc = Soc::zynqmp().unwrap();
     let dram = &**soc.dram();
-    let mut smmu = smmu(&soc, ZYNQMP_SMMU);
-    smmu.inject_bug(InjectedBug::ResumeBeforeFsrClear, true);
+    let switch = MistakeSwitch::default();
+    let mut smmu = mistaken_smmu(&soc, ZYNQMP_SMMU, &switch);
+    switch.set(Mistake::ResumeBeforeFsrClear, true);
     let mut table = table(dram);
     let src = page_with(dram, 1, |i| (i * 7) as u8);
     let dst = page_with(dram, 1, |_| 0xee);
@@ -125,7 +127,8 @@ fn resume_before_fsr_clear_hangs_the_master_until_a_correct_resume() {
     // STATUS still says busy (silicon's code 2), so the channel cannot be reprogrammed.
     assert_eq!(ch.init(), Err(DmaError::Busy));
 
-    smmu.inject_bug(InjectedBug::ResumeBeforeFsrClear, false);
+    assert_eq!(switch.reordered_fsr(), 1);
+    switch.set(Mistake::ResumeBeforeFsrClear, false);
     smmu.resume(cb, ResumeAction::Retry).unwrap();
     assert_eq!(ch.wait(), Ok(Completion { bytes: 4096 }));
     assert_eq!(contents(&dst, 4096), contents(&src, 4096));

@@ -5,6 +5,7 @@ use dma_engine::zdma::{ZdmaChannel, ZdmaConfig};
 use hal::delay::NoDelay;
 use hal::dma::{DmaDirection, DmaMemory, DmaRegion, HostDma};
 use hal::{Iova, PageSize, PhysAddr};
+use sim::mistakes::{MistakeSwitch, MistakenBus};
 use sim::soc::{Soc, Window};
 use smmu_driver::fault::StreamFaultConfig;
 use smmu_driver::pagetable::{
@@ -45,6 +46,22 @@ pub fn smmu(soc: &Soc, config: DriverConfig) -> Smmu {
     smmu
 }
 
+/// An MMU-500 window that makes the mistakes `switch` turns on (ZynqMP bank layout).
+pub fn mistaken_window(soc: &Soc, switch: &MistakeSwitch) -> MistakenBus<Window> {
+    MistakenBus::new(soc.smmu_window().unwrap(), 0x1_0000, 0x1000, switch.clone())
+}
+
+/// A driver, probed and reset, whose register traffic goes through [`mistaken_window`].
+pub fn mistaken_smmu(
+    soc: &Soc,
+    config: DriverConfig,
+    switch: &MistakeSwitch,
+) -> SmmuV2<MistakenBus<Window>, NoDelay> {
+    let mut smmu = SmmuV2::probe(mistaken_window(soc, switch), NoDelay::default(), config).unwrap();
+    smmu.reset().unwrap();
+    smmu
+}
+
 pub fn channel(soc: &Soc, n: usize) -> Channel {
     let config = ZdmaConfig {
         timeout_us: 1_000,
@@ -79,8 +96,8 @@ pub fn map(table: &mut PageTable<&HostDma>, iova: u64, region: &DmaRegion, pages
 }
 
 /// A context bank over `table` with `model`, and GDMA channel 0 (and 1) attached.
-pub fn context(
-    smmu: &mut Smmu,
+pub fn context<B: hal::regs::RegisterBus>(
+    smmu: &mut SmmuV2<B, NoDelay>,
     table: &PageTable<&HostDma>,
     model: FaultModel,
     hit_under_fault: bool,

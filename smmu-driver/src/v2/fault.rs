@@ -31,7 +31,7 @@ use tock_registers::interfaces::{Readable, Writeable};
 
 use super::regs::{FSR, FSYNR0, RESUME, SGFSR};
 use super::tlb::ContextTlb;
-use super::{ContextBank, InjectedBug, SmmuV2};
+use super::{ContextBank, SmmuV2};
 use crate::fault::{
     AccessKind, FaultDecision, FaultEstimate, FaultHandler, FaultKind, FaultPolicy, FaultRecord,
     FaultResolver, RawSyndrome, ResolvedPage, SmmuId, StallTag, StreamId,
@@ -266,10 +266,7 @@ impl<B: RegisterBus, D: DelayNs> SmmuV2<B, D> {
         if stalled {
             self.write_sctlr(cb, state.sctlr & !Self::cfie_mask())?;
         }
-        let defer = stalled && self.bug(InjectedBug::ResumeBeforeFsrClear);
-        if !defer {
-            self.write_fsr_exact(cb, fsr)?;
-        }
+        self.write_fsr_exact(cb, fsr)?;
         let record = decode_context_fault(
             self.smmu_id(),
             cb.index(),
@@ -285,9 +282,6 @@ impl<B: RegisterBus, D: DelayNs> SmmuV2<B, D> {
             // Also without a record (FSR = SS | MULTI): CFIE is masked above, and only a
             // RESUME can release the transaction and restore it.
             context.stall_pending = true;
-        }
-        if defer {
-            context.deferred_fsr = fsr;
         }
         if record.is_some() {
             self.stats.context_faults += 1;
@@ -348,19 +342,12 @@ impl<B: RegisterBus, D: DelayNs> SmmuV2<B, D> {
         let offset = self.caps.context_bank_offset(usize::from(cb.index()));
         let regs = super::regs::ContextBankRegs::new(&self.bus, offset)?;
         let mut written = false;
-        if state.deferred_fsr != 0 {
-            // The injected mistake: RESUME first, FSR afterwards.
-            regs.resume().write(tnr);
-            regs.fsr().set(state.deferred_fsr);
-            written = true;
-        } else {
-            let fsr = regs.fsr().get();
-            if fsr & FSR_SS != 0 && fsr & FSR_FAULT_BITS != 0 {
-                return Err(SmmuError::ResumeIgnored {
-                    context: cb.index(),
-                    fsr,
-                });
-            }
+        let fsr = regs.fsr().get();
+        if fsr & FSR_SS != 0 && fsr & FSR_FAULT_BITS != 0 {
+            return Err(SmmuError::ResumeIgnored {
+                context: cb.index(),
+                fsr,
+            });
         }
         let mut multi = 0u64;
         let released = hal::delay::poll_until(
@@ -399,7 +386,6 @@ impl<B: RegisterBus, D: DelayNs> SmmuV2<B, D> {
         }
         {
             let context = self.context_mut(cb)?;
-            context.deferred_fsr = 0;
             if released.is_err() {
                 return Err(SmmuError::StallNotReleased {
                     context: cb.index(),

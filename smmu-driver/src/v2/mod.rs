@@ -284,27 +284,6 @@ pub struct V2Stats {
     pub tlb_syncs: u64,
 }
 
-/// Deliberate driver mistakes, switched on only by tests through
-/// `SmmuV2::inject_bug` (feature `inject-bugs`), so a test can show that the simulator
-/// catches them the way silicon would. Not part of the API.
-#[doc(hidden)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum InjectedBug {
-    /// `ContextTlb::invalidate_now` returns without writing TLBIVA/TLBSYNC.
-    SkipTlbInvalidation,
-    /// The fault path writes RESUME before clearing FSR (MMU-500 then ignores the RESUME).
-    ResumeBeforeFsrClear,
-}
-
-impl InjectedBug {
-    const fn bit(self) -> u8 {
-        match self {
-            InjectedBug::SkipTlbInvalidation => 1,
-            InjectedBug::ResumeBeforeFsrClear => 2,
-        }
-    }
-}
-
 #[derive(Clone, Copy, Debug)]
 struct ContextState {
     in_use: bool,
@@ -313,8 +292,6 @@ struct ContextState {
     fault_model: FaultModel,
     stall_pending: bool,
     streams: u16,
-    /// FSR bits read but (because of an injected bug) not yet written back.
-    deferred_fsr: u32,
 }
 
 impl ContextState {
@@ -325,7 +302,6 @@ impl ContextState {
         fault_model: FaultModel::Terminate,
         stall_pending: false,
         streams: 0,
-        deferred_fsr: 0,
     };
 }
 
@@ -356,7 +332,6 @@ pub struct SmmuV2<B, D> {
     contexts: [ContextState; MAX_CONTEXT_BANKS],
     streams: [StreamState; MAX_STREAM_MATCH_GROUPS],
     stats: V2Stats,
-    bugs: u8,
 }
 
 impl<B, D> core::fmt::Debug for SmmuV2<B, D> {
@@ -388,7 +363,6 @@ impl<B: RegisterBus, D: DelayNs> SmmuV2<B, D> {
             contexts: [ContextState::FREE; MAX_CONTEXT_BANKS],
             streams: [StreamState::FREE; MAX_STREAM_MATCH_GROUPS],
             stats: V2Stats::default(),
-            bugs: 0,
         })
     }
 
@@ -423,21 +397,6 @@ impl<B: RegisterBus, D: DelayNs> SmmuV2<B, D> {
             flavour: SmmuFlavour::V2,
             instance: self.config.instance,
         }
-    }
-
-    /// Switches a deliberate mistake on or off (tests only).
-    #[cfg(feature = "inject-bugs")]
-    #[doc(hidden)]
-    pub fn inject_bug(&mut self, bug: InjectedBug, on: bool) {
-        if on {
-            self.bugs |= bug.bit();
-        } else {
-            self.bugs &= !bug.bit();
-        }
-    }
-
-    fn bug(&self, bug: InjectedBug) -> bool {
-        self.bugs & bug.bit() != 0
     }
 
     fn gr0(&self) -> Result<Gr0<'_, B>> {
@@ -703,7 +662,6 @@ impl<B: RegisterBus, D: DelayNs> SmmuV2<B, D> {
             fault_model: config.fault_model,
             stall_pending: false,
             streams: 0,
-            deferred_fsr: 0,
         };
         Ok(ContextBank(index))
     }

@@ -6,7 +6,7 @@ use hal::delay::DelayNs;
 use hal::regs::RegisterBus;
 use tock_registers::interfaces::Writeable;
 
-use super::{ContextBank, InjectedBug, SmmuV2};
+use super::{ContextBank, SmmuV2};
 use crate::Result;
 use crate::pagetable::{Invalidations, TlbMaintenance};
 
@@ -40,7 +40,7 @@ impl<'a, B: RegisterBus, D: DelayNs> ContextTlb<'a, B, D> {
 
 impl<B: RegisterBus, D: DelayNs> TlbMaintenance for ContextTlb<'_, B, D> {
     fn invalidate_now(&mut self, invalidations: &Invalidations) -> Result<()> {
-        if invalidations.is_empty() || self.smmu.bug(InjectedBug::SkipTlbInvalidation) {
+        if invalidations.is_empty() {
             return Ok(());
         }
         let asid = self.smmu.context(self.context)?.asid;

@@ -466,8 +466,8 @@ struct Space<'m, M: DmaMemory> {
     transfers: u32,
 }
 
-/// The scenario's drivers, kept between phases. Tests use it to reach the SMMU driver (e.g.
-/// to switch on an injected bug) between [`Rig::new`] and [`Rig::run_phase`].
+/// The scenario's drivers, kept between phases. Tests use it to run single phases and to
+/// reach the SMMU driver between [`Rig::new`] and [`Rig::run_phase`].
 pub struct Rig<'m, S, Z, M, D> {
     smmu: SmmuV2<S, D>,
     channels: [ZdmaChannel<Z, D>; 2],
@@ -540,7 +540,7 @@ where
         &self.smmu
     }
 
-    /// The SMMU driver, mutable (tests switch injected bugs on through it).
+    /// The SMMU driver, mutable.
     pub fn smmu_mut(&mut self) -> &mut SmmuV2<S, D> {
         &mut self.smmu
     }
