@@ -54,9 +54,9 @@ use hal::regs::RegisterBus;
 use hal::{HalError, Iova, PageSize, PhysAddr};
 use smmu_driver::SmmuError;
 use smmu_driver::fault::{
-    AccessKind, FaultCost, FaultDecision, FaultHandler, FaultKind, FaultRecord, FaultResolver,
-    RawSyndrome, RegionSet, RegisteredRegion, ResolveError, ResolveEstimate, ResolvedPage,
-    SmmuFlavour, SmmuId, StandardPolicy, StreamFaultConfig, StreamId,
+    AccessKind, FaultCost, FaultDecision, FaultHandler, FaultRecord, FaultResolver, InFlightAccess,
+    RegionSet, RegisteredRegion, ResolveError, ResolveEstimate, ResolvedPage, StandardPolicy,
+    StreamId,
 };
 use smmu_driver::pagetable::{Attributes, PageTable, PageTableConfig, Permissions, TlbMaintenance};
 use smmu_driver::v3::{ContextConfig, Event, Smmuv3, Smmuv3Config};
@@ -773,23 +773,6 @@ struct PageFault {
 
 type PageFaults = heapless::Vec<PageFault, 8>;
 
-/// A synthesized fault record, for re-validating a page whose records may have been lost.
-fn synthesized(stream: StreamId, page: usize, access: AccessKind) -> FaultRecord {
-    FaultRecord {
-        smmu: SmmuId {
-            flavour: SmmuFlavour::V3,
-            instance: 0,
-        },
-        stream,
-        iova: Iova::new(iova_of(page)),
-        access,
-        kind: FaultKind::Translation,
-        level: None,
-        stall: None,
-        syndrome: RawSyndrome::default(),
-    }
-}
-
 fn pages(iova: u64, len: usize) -> core::ops::Range<usize> {
     let first = page_of(iova).unwrap_or(0);
     let last = page_of(iova + len as u64 - 1).unwrap_or(first);
@@ -978,7 +961,6 @@ where
                 &mut self.handler,
                 &mut self.pager,
                 &mut self.table,
-                &StreamFaultConfig::NEVER_STALL,
             )?;
             match outcome.decision {
                 FaultDecision::TerminateAndRetransmit | FaultDecision::Resume => {
@@ -992,23 +974,52 @@ where
         Ok(mapped)
     }
 
-    /// Pages of the two transfers that are not present, as synthesized faults.
-    fn missing_pages(&self, a: u64, b: u64, len: usize) -> PageFaults {
-        let mut set = PageFaults::new();
-        for (range, access) in [
-            (pages(a, len), AccessKind::Read),
-            (pages(b, len), AccessKind::Write),
-        ] {
-            for page in range {
-                if self.pager.frame_of(page).is_none() && !set.iter().any(|f| f.page == page) {
-                    let _ = set.push(PageFault {
-                        page,
-                        record: synthesized(self.stream, page, access),
-                    });
-                }
-            }
+    /// Makes every page of `ranges` present through the fault path
+    /// ([`FaultHandler::resolve_range`]: each missing page is decided and fixed as a fault
+    /// would be), after evicting enough other pages to have the frames. Returns the pages
+    /// mapped.
+    fn revalidate(
+        &mut self,
+        ranges: &[(u64, usize, AccessKind)],
+        pinned: &[core::ops::Range<usize>],
+    ) -> Result<u64> {
+        let mut missing = 0;
+        for &(iova, len, _) in ranges {
+            missing += pages(iova, len)
+                .filter(|&p| self.pager.frame_of(p).is_none())
+                .count();
         }
-        set
+        self.pager.ensure_free(
+            missing,
+            &mut self.rng,
+            pinned,
+            &mut self.table,
+            &mut self.smmu.tlb(ASID),
+        )?;
+        let smmu = self.smmu.smmu_id();
+        let mut mapped = 0;
+        for &(start, len, access) in ranges {
+            let range = InFlightAccess {
+                stream: self.stream,
+                start: Iova::new(start),
+                len: len as u64,
+            };
+            let config = self.smmu.stream_fault_config(self.stream);
+            let done = self.handler.resolve_range(
+                smmu,
+                &range,
+                access,
+                &config,
+                &mut self.pager,
+                &mut self.table,
+                &mut self.smmu.tlb(ASID),
+            )?;
+            if let Some(e) = done.abort {
+                return Err(e.into());
+            }
+            mapped += u64::from(done.mapped);
+        }
+        Ok(mapped)
     }
 
     /// One copy A -> edu buffer -> B, retransmitting until neither transfer faults.
@@ -1030,8 +1041,8 @@ where
                 // named, re-validate every page of both, retransmit both.
                 self.report.overflow_recoveries += 1;
                 self.report.faults += self.service(&faults, &pinned)?;
-                let missing = self.missing_pages(a, b, len);
-                self.report.revalidated_pages += self.service(&missing, &pinned)?;
+                let both = [(a, len, AccessKind::Read), (b, len, AccessKind::Write)];
+                self.report.revalidated_pages += self.revalidate(&both, &pinned)?;
                 need_read = true;
                 continue;
             }
@@ -1274,12 +1285,7 @@ where
             s.pager.evict(p, &mut s.table, tlb, invalidate)?;
         }
         // 3. Q faults in and gets P's old frame (the free list is a stack).
-        let mut fault = PageFaults::new();
-        let _ = fault.push(PageFault {
-            page: q,
-            record: synthesized(s.stream, q, AccessKind::Write),
-        });
-        s.service(&fault, &[])?;
+        s.revalidate(&[(iova_of(q), PAGE, AccessKind::Write)], &[])?;
         let reused = frame_of_p.is_some() && s.pager.frame_of(q) == frame_of_p;
         // 4. Write P again by DMA.
         let before = s.report.fault_records;

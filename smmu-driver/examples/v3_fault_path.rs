@@ -33,7 +33,7 @@ use hal::model::ModelBus;
 use hal::{Iova, PageSize, PhysAddr};
 use smmu_driver::fault::{
     AccessKind, FaultCost, FaultDecision, FaultHandler, FaultResolver, RegionSet, RegisteredRegion,
-    ResolveError, ResolveEstimate, ResolvedPage, StandardPolicy, StreamFaultConfig, StreamId,
+    ResolveError, ResolveEstimate, ResolvedPage, StandardPolicy, StreamId,
 };
 use smmu_driver::pagetable::{Attributes, PageTable, PageTableConfig, Permissions};
 use smmu_driver::v3::model::Smmuv3Model;
@@ -109,13 +109,7 @@ fn timed_batch(
             pager.free.push(frame);
         }
         let outcome = smmu
-            .service_fault(
-                record,
-                handler,
-                pager,
-                table,
-                &StreamFaultConfig::NEVER_STALL,
-            )
+            .service_fault(record, handler, pager, table)
             .expect("service");
         assert_eq!(outcome.decision, FaultDecision::TerminateAndRetransmit);
         black_box(&outcome);

@@ -34,6 +34,7 @@ pub mod attribution;
 mod handler;
 mod policy;
 mod region;
+mod service;
 
 use hal::{Iova, PageSize, PhysAddr};
 
@@ -44,6 +45,7 @@ pub use policy::{
     abort_reason,
 };
 pub use region::{RegionSet, RegisteredRegion};
+pub use service::FaultControl;
 
 use crate::pagetable::Attributes;
 

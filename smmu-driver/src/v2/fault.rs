@@ -33,10 +33,10 @@ use super::regs::{FSR, FSYNR0, RESUME, SGFSR};
 use super::tlb::ContextTlb;
 use super::{ContextBank, SmmuV2};
 use crate::fault::{
-    AccessKind, FaultDecision, FaultEstimate, FaultHandler, FaultKind, FaultPolicy, FaultRecord,
-    FaultResolver, RawSyndrome, ResolvedPage, SmmuId, StallTag, StreamId,
+    AccessKind, FaultControl, FaultDecision, FaultEstimate, FaultHandler, FaultKind, FaultPolicy,
+    FaultRecord, FaultResolver, RawSyndrome, ResolvedPage, SmmuId, StallTag, StreamId,
 };
-use crate::pagetable::{PageTable, TlbMaintenance};
+use crate::pagetable::PageTable;
 use crate::{Result, SmmuError};
 
 /// FSR fault bits 8:1 (TF, AFF, PF, EF, TLBMCF, TLBLKF, ASF, UUT).
@@ -396,17 +396,19 @@ impl<B: RegisterBus, D: DelayNs> SmmuV2<B, D> {
         self.write_sctlr(cb, state.sctlr)
     }
 
-    /// Services one context fault of `cb` end to end with the shared fault path:
-    /// [`take_context_fault`](Self::take_context_fault), [`FaultHandler::decide`] with the
-    /// stream's declared [`crate::fault::StreamFaultConfig`], terminate at once unless the
-    /// decision is `Resume`, [`FaultHandler::fix`] with this bank's TLB maintenance, the
-    /// fix's invalidations (TLBIVA + TLBSYNC), then RESUME retry for `Resume`.
+    /// Services one context fault of `cb` end to end:
+    /// [`take_context_fault`](Self::take_context_fault), then the shared fault service
+    /// ([`FaultHandler::service`]: decide with the stream's declared
+    /// [`crate::fault::StreamFaultConfig`], terminate at once unless the decision is `Resume`,
+    /// fix with this bank's TLB maintenance, TLBIVA + TLBSYNC, RESUME retry for `Resume`).
     ///
     /// For `TerminateAndRetransmit` the caller tells the DMA master to retransmit; for
     /// `Abort` it fails the transfer. A stalled transaction is never left stalled on an error
-    /// path: it is terminated first, unless the error is [`SmmuError::ResumeIgnored`] (a new
-    /// record must be taken before any RESUME counts; calling this again takes it). `None`
-    /// when the bank has no fault.
+    /// path: it is terminated first. `None` when the bank has no fault.
+    ///
+    /// A caller with transfers in flight should attribute the record first
+    /// ([`crate::fault::attribute`]) and service only an attributed one; this method services
+    /// whatever the bank recorded.
     pub fn service_context<P, R, M>(
         &mut self,
         cb: ContextBank,
@@ -430,59 +432,54 @@ impl<B: RegisterBus, D: DelayNs> SmmuV2<B, D> {
                 mapped: None,
             }));
         };
-        let stalled = record.is_stalled();
-        let stream = self.stream_fault_config(record.stream);
-        let plan = match handler.decide(&record, &stream, resolver, table) {
-            Ok(plan) => plan,
-            Err(error) => {
-                if stalled {
-                    let _ = self.resume(cb, ResumeAction::Terminate);
-                }
-                return Err(error);
-            }
-        };
-        let mut decision = plan.decision;
-        let resume_later = stalled && decision == FaultDecision::Resume;
-        if stalled && !resume_later {
-            self.resume(cb, ResumeAction::Terminate)?;
-        }
-        let mut mapped = None;
-        if !matches!(decision, FaultDecision::Abort(_)) {
-            let fixed = {
-                let mut tlb = ContextTlb::new(self, cb);
-                handler.fix(&plan, resolver, table, &mut tlb)
-            };
-            match fixed {
-                Ok(fix) => {
-                    mapped = fix.mapped;
-                    if !fix.invalidations.is_empty()
-                        && let Err(error) =
-                            ContextTlb::new(self, cb).invalidate_now(&fix.invalidations)
-                    {
-                        if resume_later {
-                            let _ = self.resume(cb, ResumeAction::Terminate);
-                        }
-                        return Err(error);
-                    }
-                }
-                Err(error) => {
-                    decision = FaultDecision::Abort(error);
-                }
-            }
-        }
-        if resume_later {
-            let action = if decision == FaultDecision::Resume {
-                ResumeAction::Retry
-            } else {
-                ResumeAction::Terminate
-            };
-            self.resume(cb, action)?;
-        }
+        let outcome = handler.service(self, &record, resolver, table)?;
         Ok(Some(ServicedFault {
             fault,
-            decision: Some(decision),
-            estimate: Some(plan.estimate),
-            mapped,
+            decision: Some(outcome.decision),
+            estimate: Some(outcome.estimate),
+            mapped: outcome.mapped,
         }))
+    }
+
+    /// The context bank `record` was recorded in: its stall tag, or the bank its stream is
+    /// routed to.
+    fn record_context(&self, record: &FaultRecord) -> Result<ContextBank> {
+        if let Some(tag) = record.stall {
+            let index = u16::try_from(tag.0)
+                .map_err(|_| SmmuError::UnknownContextBank { index: u16::MAX })?;
+            let cb = ContextBank(index);
+            self.context(cb)?;
+            return Ok(cb);
+        }
+        self.stream_context(record.stream)
+            .ok_or(SmmuError::StreamNotAttached {
+                stream: record.stream.0,
+            })
+    }
+}
+
+impl<B: RegisterBus, D: DelayNs> FaultControl for SmmuV2<B, D> {
+    type Tlb<'s>
+        = ContextTlb<'s, B, D>
+    where
+        Self: 's;
+
+    fn answer_stall(&mut self, record: &FaultRecord, retry: bool) -> Result<()> {
+        let cb = self.record_context(record)?;
+        let action = if retry {
+            ResumeAction::Retry
+        } else {
+            ResumeAction::Terminate
+        };
+        self.resume(cb, action)
+    }
+
+    fn stream_config(&self, stream: StreamId) -> crate::fault::StreamFaultConfig {
+        self.stream_fault_config(stream)
+    }
+
+    fn context_tlb(&mut self, record: &FaultRecord) -> Result<ContextTlb<'_, B, D>> {
+        let cb = self.record_context(record)?;
+        Ok(ContextTlb::new(self, cb))
     }
 }

@@ -836,6 +836,18 @@ impl<B: RegisterBus, D: DelayNs> SmmuV2<B, D> {
         Ok(())
     }
 
+    /// The context bank `stream` is translated in, if an attached stream-match entry routes
+    /// it to one.
+    pub fn stream_context(&self, stream: StreamId) -> Option<ContextBank> {
+        self.streams
+            .iter()
+            .find(|s| s.in_use && s.matcher.matches(stream.0))
+            .and_then(|s| match s.route {
+                StreamRoute::Translate(cb) => Some(cb),
+                _ => None,
+            })
+    }
+
     /// The fault tolerance declared for `stream` when it was attached
     /// ([`StreamFaultConfig::NEVER_STALL`] for unknown streams).
     pub fn stream_fault_config(&self, stream: StreamId) -> StreamFaultConfig {

@@ -75,8 +75,8 @@ pub use ste::{
 };
 
 use crate::fault::{
-    FaultDecision, FaultHandler, FaultOutcome, FaultPolicy, FaultRecord, FaultResolver, StallTag,
-    StreamFaultConfig, StreamId,
+    FaultControl, FaultHandler, FaultOutcome, FaultPolicy, FaultRecord, FaultResolver, SmmuFlavour,
+    SmmuId, StallTag, StreamFaultConfig, StreamId,
 };
 use crate::pagetable::{Invalidations, PageTable, STANDARD_MAIR, TlbMaintenance};
 use crate::{Result, SmmuError};
@@ -146,9 +146,21 @@ pub struct ContextConfig {
     /// The master tolerates stalls. PCIe never does (IHI0070 §3.12.1): then STE.S1STALLD is
     /// set where the SMMU would otherwise let a CD stall.
     pub stall_tolerant: bool,
+    /// How long a stall of this stream may last (ns): the fault policy resumes only faults
+    /// expected to resolve within it. Ignored unless `stall_tolerant`.
+    pub stall_budget_ns: u64,
 }
 
 impl ContextConfig {
+    /// The fault configuration the stream declares with this context.
+    pub fn fault_config(&self) -> StreamFaultConfig {
+        if self.stall_tolerant {
+            StreamFaultConfig::stall_tolerant(self.stall_budget_ns)
+        } else {
+            StreamFaultConfig::NEVER_STALL
+        }
+    }
+
     /// A terminate-model context for `table` with [`STANDARD_MAIR`], for a stream that must
     /// not stall (PCIe).
     pub fn for_table<T: Deref<Target: DmaMemory>>(asid: u16, table: &PageTable<T>) -> Self {
@@ -161,6 +173,7 @@ impl ContextConfig {
             mair: STANDARD_MAIR,
             stall_on_fault: false,
             stall_tolerant: false,
+            stall_budget_ns: 0,
         }
     }
 }
@@ -228,6 +241,8 @@ struct Attached {
     cd: AlignedDma,
     /// Its CD asks to stall faulting transactions (CD.S).
     stalls: bool,
+    /// What the stream declared about faults.
+    fault: StreamFaultConfig,
 }
 
 /// An SMMUv3 with its stream table and queues.
@@ -377,6 +392,24 @@ impl<'a, B: RegisterBus + ?Sized, M: Deref<Target: DmaMemory>, D: DelayNs> Smmuv
     /// Bus address of the stream table.
     pub fn stream_table(&self) -> PhysAddr {
         self.strtab.bus()
+    }
+
+    /// The identity this driver puts in its fault records.
+    pub fn smmu_id(&self) -> SmmuId {
+        SmmuId {
+            flavour: SmmuFlavour::V3,
+            instance: self.config.instance,
+        }
+    }
+
+    /// What `stream` declared about faults when it was attached
+    /// ([`StreamFaultConfig::NEVER_STALL`] for a stream that is not attached).
+    pub fn stream_fault_config(&self, stream: StreamId) -> StreamFaultConfig {
+        self.streams
+            .iter()
+            .flatten()
+            .find(|a| a.stream == stream)
+            .map_or(StreamFaultConfig::NEVER_STALL, |a| a.fault)
     }
 
     /// The ASID `stream` was attached with.
@@ -854,6 +887,7 @@ impl<'a, B: RegisterBus + ?Sized, M: Deref<Target: DmaMemory>, D: DelayNs> Smmuv
                     translation,
                     cd,
                     stalls: context.stall_on_fault,
+                    fault: context.fault_config(),
                 });
             }
             return Err(e);
@@ -865,6 +899,7 @@ impl<'a, B: RegisterBus + ?Sized, M: Deref<Target: DmaMemory>, D: DelayNs> Smmuv
                 translation,
                 cd,
                 stalls: context.stall_on_fault,
+                fault: context.fault_config(),
             });
         }
         Ok(())
@@ -1050,83 +1085,56 @@ impl<'a, B: RegisterBus + ?Sized, M: Deref<Target: DmaMemory>, D: DelayNs> Smmuv
         }
     }
 
-    /// Services one fault record with the shared fault path: decide; terminate a stalled
-    /// transaction that will not be resumed; make the page present (resolver + table); issue
-    /// and sync its invalidations; resume a stalled transaction the policy resumes. The
-    /// returned decision says what the master must do: `TerminateAndRetransmit` means "issue
-    /// the transfer again", `Abort` means "fail it" (the error says why).
+    /// Services one fault record with the shared fault service ([`FaultHandler::service`]):
+    /// decide with the stream's declared configuration ([`ContextConfig::fault_config`]);
+    /// terminate a stalled transaction that will not be resumed; make the page present
+    /// (resolver + table); issue and sync its invalidations; resume a stalled transaction the
+    /// policy resumes. The returned decision says what the master must do:
+    /// `TerminateAndRetransmit` means "issue the transfer again", `Abort` means "fail it"
+    /// (the error says why).
     pub fn service_fault<P, R, T>(
         &mut self,
         record: &FaultRecord,
         handler: &mut FaultHandler<P>,
         resolver: &mut R,
         table: &mut PageTable<T>,
-        stream: &StreamFaultConfig,
     ) -> Result<FaultOutcome>
     where
         P: FaultPolicy,
         R: FaultResolver + ?Sized,
         T: Deref<Target: DmaMemory>,
     {
-        let stalled = record.stall;
-        let decided = self
-            .asid_of(record.stream)
-            .and_then(|asid| Ok((asid, handler.decide(record, stream, resolver, table)?)));
-        let (asid, plan) = match decided {
-            Ok(d) => d,
-            Err(e) => {
-                // A stall must always be answered (§4.7.1), even when nothing else works.
-                if let Some(stag) = stalled {
-                    let _ = self.resume(record.stream, stag, ResumeAction::Abort);
-                }
-                return Err(e);
-            }
+        handler.service(self, record, resolver, table)
+    }
+}
+
+impl<'a, B: RegisterBus + ?Sized, M: Deref<Target: DmaMemory>, D: DelayNs> FaultControl
+    for Smmuv3<'a, B, M, D>
+{
+    type Tlb<'s>
+        = AsidTlb<'s, 'a, B, M, D>
+    where
+        Self: 's;
+
+    fn answer_stall(&mut self, record: &FaultRecord, retry: bool) -> Result<()> {
+        let stag = record.stall.ok_or(SmmuError::InvalidConfig {
+            what: "a stall answer for a record without a stall tag",
+        })?;
+        let action = if retry {
+            ResumeAction::Retry
+        } else {
+            ResumeAction::Abort
         };
-        if let Some(stag) = stalled
-            && plan.decision != FaultDecision::Resume
-        {
-            self.resume(record.stream, stag, ResumeAction::Abort)?;
-        }
-        if let FaultDecision::Abort(_) = plan.decision {
-            return Ok(FaultOutcome {
-                decision: plan.decision,
-                estimate: plan.estimate,
-                mapped: None,
-                invalidations: Invalidations::new(),
-            });
-        }
-        let fixed = handler.fix(&plan, resolver, table, &mut self.tlb(asid));
-        let fix = match fixed {
-            Ok(fix) => fix,
-            Err(e) => {
-                if let (Some(stag), FaultDecision::Resume) = (stalled, plan.decision) {
-                    self.resume(record.stream, stag, ResumeAction::Abort)?;
-                }
-                return Ok(FaultOutcome {
-                    decision: FaultDecision::Abort(e),
-                    estimate: plan.estimate,
-                    mapped: None,
-                    invalidations: Invalidations::new(),
-                });
-            }
-        };
-        let invalidated = self.invalidate(asid, &fix.invalidations);
-        if let (Some(stag), FaultDecision::Resume) = (stalled, plan.decision) {
-            // Retry only once the new mapping is certainly visible; otherwise terminate.
-            let action = if invalidated.is_ok() {
-                ResumeAction::Retry
-            } else {
-                ResumeAction::Abort
-            };
-            self.resume(record.stream, stag, action)?;
-        }
-        invalidated?;
-        Ok(FaultOutcome {
-            decision: plan.decision,
-            estimate: plan.estimate,
-            mapped: fix.mapped,
-            invalidations: fix.invalidations,
-        })
+        self.resume(record.stream, stag, action)
+    }
+
+    fn stream_config(&self, stream: StreamId) -> StreamFaultConfig {
+        self.stream_fault_config(stream)
+    }
+
+    fn context_tlb(&mut self, record: &FaultRecord) -> Result<AsidTlb<'_, 'a, B, M, D>> {
+        let asid = self.asid_of(record.stream)?;
+        Ok(self.tlb(asid))
     }
 }
 

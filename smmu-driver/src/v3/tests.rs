@@ -13,8 +13,8 @@ use proptest::prelude::*;
 use super::model::{OverflowSignal, Smmuv3Model};
 use super::*;
 use crate::fault::{
-    AccessKind, FaultCost, FaultKind, RegionSet, RegisteredRegion, ResolveError, ResolveEstimate,
-    ResolvedPage, StandardPolicy,
+    AccessKind, FaultCost, FaultDecision, FaultKind, RegionSet, RegisteredRegion, ResolveError,
+    ResolveEstimate, ResolvedPage, StandardPolicy,
 };
 use crate::pagetable::{Attributes, PageTableConfig, Permissions};
 
@@ -307,13 +307,7 @@ fn service_fault_maps_the_page_and_the_retransmission_succeeds() {
     let mut pages = Vec::new();
     for r in faults(&events) {
         let outcome = smmu
-            .service_fault(
-                &r,
-                &mut handler,
-                &mut frames,
-                &mut pt,
-                &StreamFaultConfig::NEVER_STALL,
-            )
+            .service_fault(&r, &mut handler, &mut frames, &mut pt)
             .unwrap();
         assert_eq!(outcome.decision, FaultDecision::TerminateAndRetransmit);
         if outcome.mapped.is_some() {
@@ -342,13 +336,7 @@ fn service_fault_maps_the_page_and_the_retransmission_succeeds() {
     let (events, _) = drain(&mut smmu);
     let r = faults(&events)[0];
     let outcome = smmu
-        .service_fault(
-            &r,
-            &mut handler,
-            &mut frames,
-            &mut pt,
-            &StreamFaultConfig::NEVER_STALL,
-        )
+        .service_fault(&r, &mut handler, &mut frames, &mut pt)
         .unwrap();
     assert!(matches!(
         outcome.decision,
@@ -690,6 +678,7 @@ fn stalled_faults_are_resumed_or_terminated_with_cmd_resume() {
     let ctx = ContextConfig {
         stall_on_fault: true,
         stall_tolerant: true,
+        stall_budget_ns: 10_000,
         ..ContextConfig::for_table(2, &pt)
     };
     smmu.attach(SID, &ctx).unwrap();
@@ -703,7 +692,6 @@ fn stalled_faults_are_resumed_or_terminated_with_cmd_resume() {
     assert_ne!(cd0 & (1 << 44), 0);
     let mut frames = Frames::new(&mem);
     let mut handler = FaultHandler::new(StandardPolicy::Hybrid);
-    let cfg = StreamFaultConfig::stall_tolerant(10_000);
     let stalled = |iova: u64, stag: u32| FaultRecord {
         smmu: crate::fault::SmmuId {
             flavour: crate::fault::SmmuFlavour::V3,
@@ -721,13 +709,7 @@ fn stalled_faults_are_resumed_or_terminated_with_cmd_resume() {
     // Minor within budget: map, then CMD_RESUME retry (Ac = 1: bits [13:12] = 0b01).
     frames.minor = true;
     let out = smmu
-        .service_fault(
-            &stalled(WINDOW, 0x77),
-            &mut handler,
-            &mut frames,
-            &mut pt,
-            &cfg,
-        )
+        .service_fault(&stalled(WINDOW, 0x77), &mut handler, &mut frames, &mut pt)
         .unwrap();
     assert_eq!(out.decision, FaultDecision::Resume);
     assert!(out.mapped.is_some());
@@ -741,7 +723,6 @@ fn stalled_faults_are_resumed_or_terminated_with_cmd_resume() {
             &mut handler,
             &mut frames,
             &mut pt,
-            &cfg,
         )
         .unwrap();
     assert_eq!(out.decision, FaultDecision::TerminateAndRetransmit);
@@ -755,18 +736,24 @@ fn stalled_faults_are_resumed_or_terminated_with_cmd_resume() {
             &mut handler,
             &mut frames,
             &mut pt,
-            &cfg,
         )
         .unwrap();
     assert!(matches!(out.decision, FaultDecision::Abort(_)));
     assert_eq!(bus.lock().stats.last_resume, Some((0x10, 0x79, 0b10)));
-    // An unknown stream: an error, and the stall still answered.
+    // An unknown stream has no region: aborted, nothing mapped, and the stall answered.
     let mut other = stalled(WINDOW, 0x7a);
     other.stream = StreamId(0x11);
+    let out = smmu
+        .service_fault(&other, &mut handler, &mut frames, &mut pt)
+        .unwrap();
     assert_eq!(
-        smmu.service_fault(&other, &mut handler, &mut frames, &mut pt, &cfg),
-        Err(SmmuError::StreamNotAttached { stream: 0x11 })
+        out.decision,
+        FaultDecision::Abort(SmmuError::OutsideRegisteredRegion {
+            stream: 0x11,
+            iova: Iova::new(WINDOW),
+        })
     );
+    assert!(out.mapped.is_none());
     assert_eq!(bus.lock().stats.last_resume, Some((0x11, 0x7a, 0b10)));
     // Detaching a stalling stream ends whatever is still stalled (CMD_STALL_TERM) before
     // its CD is freed.

@@ -45,7 +45,7 @@ use hal::dma::DmaMemory;
 use hal::regs::RegisterBus;
 use smmu_driver::SmmuError;
 use smmu_driver::fault::{
-    AccessKind, Attribution, FaultCost, FaultDecision, FaultHandler, InFlightAccess,
+    AccessKind, Attribution, FaultControl, FaultCost, FaultDecision, FaultHandler, InFlightAccess,
     StandardPolicy, StreamFaultConfig, StreamId, attribute,
 };
 use smmu_driver::pagetable::{PageTable, PageTableConfig};
@@ -1096,6 +1096,11 @@ where
     }
 
     /// Services every pending fault of the phase's context; returns whether there was one.
+    ///
+    /// Each record is attributed first (docs/mmu500.md §2.3). Only an attributed record goes
+    /// through the fault service ([`FaultHandler::service`]); an unattributed one makes every
+    /// transfer in flight suspect, and its stalled transaction (if any) is terminated without
+    /// deciding anything on its stream or address.
     fn service(
         &mut self,
         space: &mut Space<'m, M>,
@@ -1111,13 +1116,7 @@ where
         }
         let mut any = false;
         for _ in 0..MAX_SERVICE_PER_CALL {
-            let Some(serviced) = self.smmu.service_context(
-                space.cb,
-                &mut self.handler,
-                &mut space.pager,
-                &mut space.table,
-            )?
-            else {
+            let Some(fault) = self.smmu.take_context_fault(space.cb)? else {
                 break;
             };
             any = true;
@@ -1140,7 +1139,7 @@ where
                     let _ = transfer_of.push(i);
                 }
             }
-            let owner = match attribute(serviced.fault.record.as_ref(), &ranges) {
+            let owner = match attribute(fault.record.as_ref(), &ranges) {
                 Attribution::Access(k) => transfer_of.get(k).copied(),
                 Attribution::Bank(_) => None,
             };
@@ -1153,27 +1152,24 @@ where
                     r.log.foreign_fault |= owner.is_some_and(|o| o != i);
                 }
             }
-            if serviced.fault.multi() {
+            if fault.multi() {
                 space.counters.multi += 1;
             }
-            if owner.is_none() || serviced.fault.multi() {
+            if owner.is_none() || fault.multi() {
                 // Some fault's stream or address is unknown: every transfer in flight on the
-                // bank is suspect (docs/mmu500.md, "Fault attribution").
+                // bank is suspect (docs/mmu500.md §2.3).
                 for r in running[..n].iter_mut().filter(|r| r.outcome.is_none()) {
                     r.log.suspect = true;
                 }
             }
-            if serviced.fault.record.is_none() {
+            // A stalled transaction without a record (FSR.MULTI with SS) waits for the RESUME
+            // of the record taken before it, which the fault service writes.
+            let Some(record) = fault.record else {
                 continue;
-            }
+            };
             space.counters.faults += 1;
-            if serviced.fault.stalled() {
+            if fault.stalled() {
                 space.counters.stalls += 1;
-            }
-            match serviced.mapped.map(|p| p.cost) {
-                Some(FaultCost::Minor) => space.counters.minor += 1,
-                Some(FaultCost::Major) => space.counters.major += 1,
-                None => {}
             }
             // A fault no running transfer explains counts against all of them, towards a
             // fault storm; an attempt already doomed (aborted, terminated or suspect) is not
@@ -1185,20 +1181,33 @@ where
                     r.log.faults += 1;
                 }
             }
-            match (serviced.decision, owner) {
-                (Some(FaultDecision::Resume), _) => {
+            let Some(owner) = owner else {
+                // Nobody's fault: nothing is decided on its stream or address.
+                if record.is_stalled() {
+                    self.smmu.answer_stall(&record, false)?;
+                }
+                continue;
+            };
+            let outcome = self.handler.service(
+                &mut self.smmu,
+                &record,
+                &mut space.pager,
+                &mut space.table,
+            )?;
+            match outcome.mapped.map(|p| p.cost) {
+                Some(FaultCost::Minor) => space.counters.minor += 1,
+                Some(FaultCost::Major) => space.counters.major += 1,
+                None => {}
+            }
+            match outcome.decision {
+                FaultDecision::Resume => {
                     space.counters.resumes += 1;
-                    if serviced.mapped.is_some_and(|p| p.cost == FaultCost::Major) {
+                    if outcome.mapped.is_some_and(|p| p.cost == FaultCost::Major) {
                         space.counters.resumed_major += 1;
                     }
                 }
-                (Some(FaultDecision::TerminateAndRetransmit), Some(i)) => {
-                    running[i].log.terminated = true
-                }
-                (Some(FaultDecision::Abort(error)), Some(i)) => running[i].log.abort = Some(error),
-                // An unattributed record's decision says nothing about any transfer: they
-                // are all suspect already.
-                _ => {}
+                FaultDecision::TerminateAndRetransmit => running[owner].log.terminated = true,
+                FaultDecision::Abort(error) => running[owner].log.abort = Some(error),
             }
         }
         Ok(any)
