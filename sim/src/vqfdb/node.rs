@@ -14,7 +14,7 @@ use smmu_driver::fault::{
 };
 use smmu_driver::pagetable::{Attributes, PageTable, Permissions, TlbMaintenance};
 
-use super::smmu::NodeSmmu;
+use super::smmu::{FaultPort, NodeSmmu};
 use super::{CostModel, SimError, VqResult};
 use crate::des::ModelTime;
 use crate::node_memory::{NodeMemory, PAGE, Victim};
@@ -265,6 +265,14 @@ impl FaultService {
         }
     }
 
+    /// The engine's two streams with what each declared about faults.
+    pub fn streams(&self, mm: &Mm) -> [(StreamId, StreamFaultConfig); 2] {
+        [
+            (mm.read_stream, self.read_cfg),
+            (mm.write_stream, self.write_cfg),
+        ]
+    }
+
     /// Decides on `record` at `now`; returns what to schedule (up to two actions).
     pub fn on_record(
         &mut self,
@@ -277,12 +285,16 @@ impl FaultService {
         let token = record.stall;
         let start = now.max(self.cpu_free_at);
         let decided = start.after(costs.fault_decide);
-        let cfg = if record.is_write() {
-            self.write_cfg
-        } else {
-            self.read_cfg
+        let streams = self.streams(mm);
+        let Mm {
+            mem, table, smmu, ..
+        } = mm;
+        let mut port = FaultPort {
+            smmu,
+            now: decided,
+            streams,
         };
-        let plan = self.handler.decide(record, &cfg, &mm.mem, &mm.table)?;
+        let plan = self.handler.decide_for(&mut port, record, mem, table)?;
         if let Some(inflight) = self.inflight.get_mut(&page) {
             // Already being resolved: this record only needs its own stall answered.
             self.cpu_free_at = decided;

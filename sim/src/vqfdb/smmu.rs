@@ -16,7 +16,9 @@ use hal::PhysAddr;
 use hal::delay::NoDelay;
 use hal::model::ModelBus;
 use smmu_driver::SmmuError;
-use smmu_driver::fault::{AccessKind, FaultRecord, StallTag, StreamFaultConfig, StreamId};
+use smmu_driver::fault::{
+    AccessKind, FaultControl, FaultRecord, StallTag, StreamFaultConfig, StreamId,
+};
 use smmu_driver::pagetable::{Invalidations, TlbMaintenance};
 use smmu_driver::v2::{
     ContextBank, ContextConfig, DriverConfig, FaultModel, ResumeAction, SmmuV2, StreamMatch,
@@ -130,6 +132,11 @@ impl NodeSmmu {
 
     /// Answers a stalled transaction: retry or terminate.
     pub fn resume(&mut self, tag: StallTag, now: ModelTime, retry: bool) -> VqResult<()> {
+        Ok(self.answer(tag, now, retry)?)
+    }
+
+    /// [`resume`](Self::resume) with the driver's error type (the fault service's).
+    fn answer(&mut self, tag: StallTag, now: ModelTime, retry: bool) -> smmu_driver::Result<()> {
         match self {
             NodeSmmu::Walker(w) => {
                 w.resume(StallToken(u64::from(tag.0)), now, retry);
@@ -246,6 +253,49 @@ impl TlbMaintenance for NodeSmmu {
                 Ok(())
             }
         }
+    }
+}
+
+/// The node's SMMU as the shared fault service sees it ([`FaultControl`]) at one model time:
+/// a stall is answered at `now`, and each of the engine's two streams has its declared
+/// configuration.
+pub(crate) struct FaultPort<'a> {
+    pub smmu: &'a mut NodeSmmu,
+    pub now: ModelTime,
+    pub streams: [(StreamId, StreamFaultConfig); 2],
+}
+
+/// The TLB maintenance of a node's SMMU (both banks share the tables).
+pub(crate) struct NodeTlb<'a>(&'a mut NodeSmmu);
+
+impl TlbMaintenance for NodeTlb<'_> {
+    fn invalidate_now(&mut self, invalidations: &Invalidations) -> smmu_driver::Result<()> {
+        self.0.invalidate_now(invalidations)
+    }
+}
+
+impl FaultControl for FaultPort<'_> {
+    type Tlb<'s>
+        = NodeTlb<'s>
+    where
+        Self: 's;
+
+    fn answer_stall(&mut self, record: &FaultRecord, retry: bool) -> smmu_driver::Result<()> {
+        let tag = record.stall.ok_or(SmmuError::InvalidConfig {
+            what: "a stall answer for a record without a stall tag",
+        })?;
+        self.smmu.answer(tag, self.now, retry)
+    }
+
+    fn stream_config(&self, stream: StreamId) -> StreamFaultConfig {
+        self.streams
+            .iter()
+            .find(|(s, _)| *s == stream)
+            .map_or(StreamFaultConfig::NEVER_STALL, |&(_, c)| c)
+    }
+
+    fn context_tlb(&mut self, _record: &FaultRecord) -> smmu_driver::Result<NodeTlb<'_>> {
+        Ok(NodeTlb(self.smmu))
     }
 }
 

@@ -24,8 +24,8 @@ use smmu_driver::SmmuError;
 use smmu_driver::fault::{FaultCost, StandardPolicy};
 use smmu_driver::pagetable::{PageTable, PageTableConfig};
 
-use super::node::{CH, Driver, FaultAction, FaultService, HostView, Mm};
-use super::smmu::{NodeSmmu, SmmuModel};
+use super::node::{CH, Driver, FaultAction, FaultService, HostView, Inflight, Mm};
+use super::smmu::{FaultPort, NodeSmmu, SmmuModel};
 use super::{MemoryLimit, Percentiles, RunReport, SimConfig, SimError, Strategy, VqResult};
 use crate::axi::{ContextConfig, WalkerSmmu};
 use crate::des::{EventQueue, ModelTime, SplitMix64};

@@ -78,12 +78,40 @@ impl<'p> World<'p> {
         if node.mm.mem.needs_frame(page) {
             node.mm.ensure_free_frame(now)?;
         }
+        // The second half of the shared fault service for the record the page was decided
+        // on: fix, invalidate, then answer its own stall. Stalls of later records of the same
+        // page are answered the same way after it.
+        let Inflight { plan, resume } = inflight;
+        let own = plan
+            .record
+            .stall
+            .filter(|_| plan.decision == smmu_driver::fault::FaultDecision::Resume);
+        let mut others = resume;
+        if let Some(i) = own.and_then(|t| others.iter().position(|&o| o == t)) {
+            others.remove(i);
+        }
+        let streams = node.faults.streams(&node.mm);
         let Mm {
             mem, table, smmu, ..
         } = &mut node.mm;
-        let fixed = node.faults.handler.fix(&inflight.plan, mem, table, smmu);
-        match fixed {
-            Ok(outcome) => {
+        let mut port = FaultPort { smmu, now, streams };
+        let outcome = node
+            .faults
+            .handler
+            .second_half(&mut port, &plan, mem, table)?;
+        match outcome.decision {
+            smmu_driver::fault::FaultDecision::Abort(
+                SmmuError::ResolveFailed { .. } | SmmuError::OutsideRegisteredRegion { .. },
+            ) => {
+                for token in others {
+                    node.mm.smmu.resume(token, now, false)?;
+                }
+                node.driver
+                    .page_unresolvable(PDID, page, FaultReason::OutOfRegion)?;
+                node.mm.mem.release_hold(page)?;
+            }
+            smmu_driver::fault::FaultDecision::Abort(e) => return Err(e.into()),
+            _ => {
                 let generation = match outcome.mapped {
                     Some(mapped) => node.mm.pstate.mark_present(
                         VirtAddr::new(page),
@@ -93,26 +121,12 @@ impl<'p> World<'p> {
                     )?,
                     None => node.mm.pstate.generation(),
                 };
-                if !outcome.invalidations.is_empty() {
-                    use smmu_driver::pagetable::TlbMaintenance;
-                    node.mm.smmu.invalidate_now(&outcome.invalidations)?;
-                }
                 node.mm.mem.reference(page);
-                for token in inflight.resume {
+                for token in others {
                     node.mm.smmu.resume(token, now, true)?;
                 }
                 node.driver.page_resolved(PDID, page, generation)?;
             }
-            Err(SmmuError::ResolveFailed { .. })
-            | Err(SmmuError::OutsideRegisteredRegion { .. }) => {
-                for token in inflight.resume {
-                    node.mm.smmu.resume(token, now, false)?;
-                }
-                node.driver
-                    .page_unresolvable(PDID, page, FaultReason::OutOfRegion)?;
-                node.mm.mem.release_hold(page)?;
-            }
-            Err(e) => return Err(e.into()),
         }
         self.engine_step(n, now)?;
         self.request_driver(n, now);
