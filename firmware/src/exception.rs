@@ -255,6 +255,42 @@ impl fmt::Display for Syndrome {
     }
 }
 
+/// Why a survivable read (`rt::probe_read32`) returned no data.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ProbeFault {
+    /// The load took a synchronous data abort (an external abort from a bus error response,
+    /// a translation or alignment fault).
+    Abort {
+        /// ESR of the abort.
+        esr: u64,
+        /// FAR of the abort (valid unless the syndrome says otherwise).
+        far: u64,
+    },
+    /// The load returned, but an SError interrupt (an asynchronous external abort) was
+    /// pending right after it (ISR_EL1.A).
+    SErrorPending,
+}
+
+impl fmt::Display for ProbeFault {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            ProbeFault::Abort { esr, far } => {
+                let syndrome = Syndrome(esr);
+                match syndrome.fault_status() {
+                    Some(status) => write!(f, "{status}")?,
+                    None => write!(f, "{}", class_name(syndrome.class()))?,
+                }
+                write!(f, ", ESR {esr:#x}")?;
+                if syndrome.far_valid() {
+                    write!(f, ", FAR {far:#x}")?;
+                }
+                Ok(())
+            }
+            ProbeFault::SErrorPending => f.write_str("SError pending after the read"),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -318,6 +354,29 @@ mod tests {
         assert_eq!(
             Syndrome(0x9600_0015).fault_status(),
             Some(FaultStatus::ExternalAbortOnWalk(1))
+        );
+    }
+
+    #[test]
+    fn probe_faults_name_the_fault_and_the_address() {
+        // Synchronous external abort (DFSC 0x10) on a read of 0xfd800000.
+        let f = ProbeFault::Abort {
+            esr: 0x9600_0010,
+            far: 0xfd80_0000,
+        };
+        assert_eq!(
+            f.to_string(),
+            "synchronous external abort, ESR 0x96000010, FAR 0xfd800000"
+        );
+        // FnV set: the FAR is not shown.
+        let f = ProbeFault::Abort {
+            esr: 0x9600_0410,
+            far: 0,
+        };
+        assert_eq!(f.to_string(), "synchronous external abort, ESR 0x96000410");
+        assert_eq!(
+            ProbeFault::SErrorPending.to_string(),
+            "SError pending after the read"
         );
     }
 

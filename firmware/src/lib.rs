@@ -57,9 +57,12 @@
 //!    then powers off.
 //!
 //! Every exception (any of the 16 vectors) prints the vector, the decoded exception class,
-//! ESR, ELR, FAR, SPSR and x0-x30, then a FAIL verdict, then powers off. The runtime assumes
-//! it is entered with the MMU and data cache off (as QEMU and a Xilinx-style boot do) and
-//! with the image cleaned to memory (all Linux's booting.rst asks of a loader). It writes
+//! ESR, ELR, FAR, SPSR and x0-x30, then a FAIL verdict, then powers off; the one exception
+//! is a data abort on the load of `rt::probe_read32`, a read that finds out whether a
+//! device answers at all: the handler returns its syndrome to the caller instead. The
+//! runtime assumes it is entered with the MMU and data cache off (as QEMU and a
+//! Xilinx-style boot do) and with the image cleaned to memory (all Linux's booting.rst asks
+//! of a loader). It writes
 //! `.bss`, its statics and its first stack frames with the cache off, then invalidates the
 //! whole image's data cache lines (including the translation tables) and the non-cacheable
 //! pool before turning the cache on, so clean lines a loader left behind cannot shadow

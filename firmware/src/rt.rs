@@ -6,13 +6,13 @@ use core::arch::{asm, global_asm};
 use core::fmt::{self, Write as _};
 use core::panic::PanicInfo;
 use core::ptr::{self, NonNull};
-use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU8, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU8, AtomicU64, Ordering};
 
 use hal::regs::MmioBus;
 
 use crate::cadence_uart::{CadenceUart, CadenceUartRegs};
 use crate::error::{FirmwareError, Result};
-use crate::exception::{Syndrome, Vector};
+use crate::exception::{ProbeFault, Syndrome, Vector};
 use crate::fdt::{self, Fdt};
 use crate::mmu::{self, MapSummary, Regime, Table};
 use crate::pl011::Pl011;
@@ -123,8 +123,51 @@ __firmware_vector_common:
     str     x30, [sp, #240]
     mov     x1, sp
     bl      __firmware_exception
-7:  wfe
-    b       7b
+    // Only a probe read's fault returns here (`__firmware_exception` diverges otherwise),
+    // with ELR moved to the probe's fix-up: restore the registers and return to it.
+    ldp     x2, x3, [sp, #16]
+    ldp     x4, x5, [sp, #32]
+    ldp     x6, x7, [sp, #48]
+    ldp     x8, x9, [sp, #64]
+    ldp     x10, x11, [sp, #80]
+    ldp     x12, x13, [sp, #96]
+    ldp     x14, x15, [sp, #112]
+    ldp     x16, x17, [sp, #128]
+    ldp     x18, x19, [sp, #144]
+    ldp     x20, x21, [sp, #160]
+    ldp     x22, x23, [sp, #176]
+    ldp     x24, x25, [sp, #192]
+    ldp     x26, x27, [sp, #208]
+    ldp     x28, x29, [sp, #224]
+    ldr     x30, [sp, #240]
+    ldp     x0, x1, [sp]
+    add     sp, sp, #256
+    eret
+"#
+);
+
+// A 32-bit read that survives a synchronous data abort: `__firmware_probe_read32(addr, out)`
+// loads `[addr]` at `__firmware_probe_load`; if that load aborts, the exception handler sees
+// ELR at that label, records the syndrome and returns to `__firmware_probe_fixup` instead,
+// which returns 1. Otherwise the value is stored to `out` and 0 returned. Clobbers only x0
+// and x2 (and memory at `out`).
+global_asm!(
+    r#"
+    .section .text.probe, "ax"
+    .global __firmware_probe_read32
+    .type __firmware_probe_read32, %function
+__firmware_probe_read32:
+    .global __firmware_probe_load
+__firmware_probe_load:
+    ldr     w2, [x0]
+    str     w2, [x1]
+    mov     x0, #0
+    ret
+    .global __firmware_probe_fixup
+__firmware_probe_fixup:
+    mov     x0, #1
+    ret
+    .size __firmware_probe_read32, . - __firmware_probe_read32
 "#
 );
 
@@ -146,6 +189,12 @@ static IN_EXCEPTION: AtomicBool = AtomicBool::new(false);
 /// traps) is reported but must not print a second verdict.
 static VERDICT_PRINTED: AtomicBool = AtomicBool::new(false);
 static IN_PANIC: AtomicBool = AtomicBool::new(false);
+/// Set while [`probe_read32`] runs: only then does a data abort at its load return (to the
+/// fix-up) instead of ending the run.
+static PROBING: AtomicBool = AtomicBool::new(false);
+/// ESR and FAR of the last probe read that aborted.
+static PROBE_ESR: AtomicU64 = AtomicU64::new(0);
+static PROBE_FAR: AtomicU64 = AtomicU64::new(0);
 
 /// Translation tables for the identity map; only `enable_mmu` touches them, once, before the
 /// MMU is on. Table::EMPTY is all zeroes, so this lives in .bss. Up to four for the map, two
@@ -159,6 +208,61 @@ unsafe extern "C" {
     static __exception_stack_guard: u8;
     /// The unmapped page below the program stack (linker scripts).
     static __stack_guard: u8;
+    /// The load instruction of `__firmware_probe_read32` (the assembly above).
+    static __firmware_probe_load: u8;
+    /// Where a faulting probe load resumes (the assembly above).
+    static __firmware_probe_fixup: u8;
+    /// `ldr w2, [addr]; str w2, [out]`; returns 0, or 1 if the load aborted.
+    fn __firmware_probe_read32(addr: u64, out: *mut u32) -> u64;
+}
+
+/// Reads the 32-bit word at physical address `addr` (identity mapped) and survives the read
+/// failing: a synchronous data abort on the load (an external abort from a bus error
+/// response, a translation fault outside the identity map, an alignment fault) comes back as
+/// [`ProbeFault::Abort`] with its ESR and FAR instead of ending the run, and an SError left
+/// pending by the read (ISR_EL1.A, Arm ARM D19.2) as [`ProbeFault::SErrorPending`]. For
+/// finding out whether a device answers at all before a driver touches it.
+///
+/// The read is one `ldr` of 32 bits; it has whatever side effects reading the register has.
+pub fn probe_read32(addr: u64) -> core::result::Result<u32, ProbeFault> {
+    let mut value = 0u32;
+    PROBING.store(true, Ordering::SeqCst);
+    // SAFETY: the assembly routine loads 32 bits from `addr` and stores them to `value`, a
+    // live local; a load that aborts is redirected by `__firmware_exception` to the fix-up,
+    // which returns 1 without storing. It follows the C calling convention (clobbers x0, x2).
+    // No Rust object is read through `addr`: it is only an address for the `ldr`.
+    let faulted = unsafe { __firmware_probe_read32(addr, &mut value) } != 0;
+    PROBING.store(false, Ordering::SeqCst);
+    if faulted {
+        return Err(ProbeFault::Abort {
+            esr: PROBE_ESR.load(Ordering::SeqCst),
+            far: PROBE_FAR.load(Ordering::SeqCst),
+        });
+    }
+    let isr: u64;
+    // SAFETY: a barrier, then reading ISR_EL1 (accessible at EL1 and above) has no side
+    // effects. The barrier lets an error response to the load arrive before the check.
+    unsafe {
+        asm!("dsb sy", "isb", "mrs {}, isr_el1", out(reg) isr, options(nostack));
+    }
+    // ISR_EL1.A, bit 8: an SError interrupt is pending.
+    if isr & (1 << 8) != 0 {
+        return Err(ProbeFault::SErrorPending);
+    }
+    Ok(value)
+}
+
+/// Moves the return address of the exception being handled at `el`.
+fn set_elr(el: u8, elr: u64) {
+    // SAFETY: only called for a probe fault, whose handler returns to `elr` (the fix-up in
+    // `__firmware_probe_read32`), a valid instruction of this image.
+    unsafe {
+        match el {
+            3 => asm!("msr elr_el3, {}", in(reg) elr, options(nomem, nostack)),
+            2 => asm!("msr elr_el2, {}", in(reg) elr, options(nomem, nostack)),
+            _ => asm!("msr elr_el1, {}", in(reg) elr, options(nomem, nostack)),
+        }
+    }
 }
 
 /// The platform the running program selected (none before `start` ran).
@@ -646,16 +750,31 @@ fn syndrome_registers(el: u8) -> (u64, u64, u64, u64) {
     (esr, elr, far, spsr)
 }
 
-/// Called by the vector stubs with the vector index and the saved registers.
+/// Called by the vector stubs with the vector index and the saved registers. Returns only
+/// for a data abort of [`probe_read32`]'s load (after pointing ELR at its fix-up; the stub
+/// then restores the registers and returns); every other exception ends the run.
 #[unsafe(no_mangle)]
-extern "C" fn __firmware_exception(index: u64, frame: *const ExceptionFrame) -> ! {
+extern "C" fn __firmware_exception(index: u64, frame: *const ExceptionFrame) {
+    let el = current_el();
+    let (esr, elr, far, spsr) = syndrome_registers(el);
+    // Vector 0: synchronous, current EL on SP_EL0 (where programs run); EC 0x25: a data
+    // abort taken without a change of EL.
+    if index == 0
+        && PROBING.load(Ordering::SeqCst)
+        && elr == ptr::addr_of!(__firmware_probe_load) as u64
+        && Syndrome(esr).class() == 0x25
+    {
+        PROBE_ESR.store(esr, Ordering::SeqCst);
+        PROBE_FAR.store(far, Ordering::SeqCst);
+        PROBING.store(false, Ordering::SeqCst);
+        set_elr(el, ptr::addr_of!(__firmware_probe_fixup) as u64);
+        return;
+    }
     if IN_EXCEPTION.load(Ordering::Relaxed) {
         // An exception while reporting one: printing or powering off is what failed.
         halt();
     }
     IN_EXCEPTION.store(true, Ordering::Relaxed);
-    let el = current_el();
-    let (esr, elr, far, spsr) = syndrome_registers(el);
     let syndrome = Syndrome(esr);
     let Some(vector) = Vector::from_index(index) else {
         fail(format_args!("exception with bad vector index {index}"));
