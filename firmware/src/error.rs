@@ -290,6 +290,39 @@ pub enum FirmwareError {
         /// Its size.
         size: u64,
     },
+
+    /// The zDMA driver failed (`zynqmp-smmu-faults` without an SMMU).
+    #[error("zDMA: {0}")]
+    Dma(#[from] dma_engine::DmaError),
+    /// A zDMA copy left a byte that is not its source's (offset from the first destination
+    /// byte; negative or past the length: a guard byte the copy must not touch).
+    #[error(
+        "zDMA channel {channel} copy {copy}: byte {offset} is {found:#04x}, expected {expected:#04x}"
+    )]
+    ZdmaMismatch {
+        /// Channel index.
+        channel: u8,
+        /// Copy number.
+        copy: u32,
+        /// Offset from the first destination byte.
+        offset: i64,
+        /// The byte that should be there.
+        expected: u8,
+        /// The byte found.
+        found: u8,
+    },
+    /// A zDMA copy finished but TOTAL_BYTE counted another length.
+    #[error("zDMA channel {channel} copy {copy}: {counted} bytes counted, {expected} expected")]
+    ZdmaByteCount {
+        /// Channel index.
+        channel: u8,
+        /// Copy number.
+        copy: u32,
+        /// The copy's length.
+        expected: u32,
+        /// What the channel counted.
+        counted: u32,
+    },
 }
 
 impl FirmwareError {
@@ -334,6 +367,9 @@ impl FirmwareError {
             Self::BadScenario { .. } => 73,
             Self::CounterStopped => 80,
             Self::LinkerRegionMismatch { .. } => 81,
+            Self::Dma(_) => 90,
+            Self::ZdmaMismatch { .. } => 91,
+            Self::ZdmaByteCount { .. } => 92,
         }
     }
 }

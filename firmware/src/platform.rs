@@ -6,7 +6,8 @@
 //! Adding a board means adding a constant here, a linker script, and (for a new UART) a
 //! [`ConsoleKind`] variant with its driver.
 //!
-//! Boards: [`virt`] (QEMU, runs in CI) and [`zynqmp`] (Zynq UltraScale+ at EL3, built only).
+//! Boards: [`virt`] (QEMU, runs in CI) and [`zynqmp`] (Zynq UltraScale+ at EL3; in CI on
+//! QEMU `xlnx-zcu102`).
 
 /// A range of physical addresses.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -278,6 +278,18 @@ pub const DDR_LOW: Region = Region {
 /// The high DDR window starts at 32 GiB (0x8_0000_0000) **\[I\]**.
 pub const DDR_HIGH_BASE: u64 = 0x8_0000_0000;
 
+/// A hole in the PS address map that nothing decodes: 128 MiB at 0xF000_0000. U-Boot's
+/// `zynqmp_mem_map` (`arch/arm/mach-zynqmp/cpu.c`) maps the low 4 GiB above DDR as Device
+/// memory in two ranges, 0x8000_0000..0xF000_0000 and 0xF800_0000..0xFFE0_0000, and leaves
+/// exactly this one out **\[C\]**; UG1085's system address map lists it as reserved
+/// **\[I\]** (as we read the table). QEMU's `xlnx-zcu102` maps nothing there either
+/// (`hw/arm/xlnx-zynqmp.c`). A DMA master sent there should get a decode error response on
+/// silicon **\[I\]**.
+pub const RESERVED_HOLE: Region = Region {
+    base: 0xf000_0000,
+    size: 0x0800_0000,
+};
+
 /// A board built around one ZynqMP.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Board {

@@ -12,8 +12,18 @@
 //! invariants, faults > 0, data exact) or `FAIL ...` (with `BoardError::code()` when the
 //! scenario failed). The CPU then waits for interrupts forever.
 //!
+//! Before any of that it reads the SMMU's ID registers with reads that survive an abort
+//! (`rt::probe_read32`, after checking that a read outside the identity map faults and is
+//! survived). If they do not look like an SMMU's (`firmware::zynqmp_zdma::decide`), it says
+//! `SMMU absent` and runs the zDMA part instead: checked copies between physical buffers on
+//! GDMA channels 0 and 1 (sizes 1 byte to 1 MiB, unaligned starts), a read from and a write to
+//! an address nothing decodes (`boards::zynqmp::RESERVED_HOLE`), and a checked copy on each
+//! channel after them. Its PASS line says what was covered and whether the engine reported
+//! the bus errors. That is what runs under QEMU's `xlnx-zcu102`, which models the zDMA but
+//! not the MMU-500.
+//!
 //! Build it with `cargo xtask firmware zynqmp-smmu-faults`; docs/mmu500.md says how to boot
-//! it on a board. It does not run under QEMU: QEMU has no MMU-500 model.
+//! it on a board. `cargo xtask qemu zynqmp-smmu-faults` runs it on QEMU `xlnx-zcu102`.
 #![cfg_attr(target_os = "none", no_std, no_main)]
 
 #[cfg(all(target_arch = "aarch64", target_os = "none"))]
@@ -22,9 +32,12 @@ mod target {
     use core::ptr::{self, NonNull};
 
     use boards::zynqmp::scenario::{self, Machine, ScenarioConfig};
-    use boards::zynqmp::{GDMA, SMMU};
+    use boards::zynqmp::{GDMA, RESERVED_HOLE, SMMU};
+    use dma_engine::zdma::{ZdmaChannel, ZdmaConfig};
+    use firmware::exception::ProbeFault;
     use firmware::platform::zynqmp;
-    use firmware::{Boot, FirmwareError, Result, Verdict, println, zynqmp_smmu_faults};
+    use firmware::zynqmp_zdma::{self, Absence, SmmuPresence};
+    use firmware::{Boot, FirmwareError, Result, Verdict, println, rt, zynqmp_smmu_faults};
     use hal::PhysAddr;
     use hal::delay::CounterDelay;
     use hal::dma::{DMA_PAGE, PoolDma};
@@ -67,10 +80,38 @@ mod target {
             );
         }
         check_counter()?;
+        let abort_check = check_survivable_reads(boot);
         let smmu = device_window(boot, SMMU.regs.base, SMMU.regs.size)?;
         let gdma0 = device_window(boot, GDMA[0].regs.base, ZDMA_WINDOW)?;
         let gdma1 = device_window(boot, GDMA[1].regs.base, ZDMA_WINDOW)?;
         let pool = dma_pool(boot)?;
+        match zynqmp_zdma::probe_smmu(SMMU.regs.base, SMMU.regs.size, rt::probe_read32) {
+            SmmuPresence::Absent(why) => {
+                println!(
+                    "SMMU absent at {:#x}: {why}; running the zDMA copies without it",
+                    SMMU.regs.base
+                );
+                return Ok(without_smmu(gdma0, gdma1, &pool, &why, &abort_check));
+            }
+            SmmuPresence::Present {
+                ids,
+                matches_zynqmp,
+            } => println!(
+                "SMMU at {:#x}: IDR0 {:#x}, IDR1 {:#x}{}, IDR2 {:#x}, IDR7 {:#x} (r{}p{})",
+                SMMU.regs.base,
+                ids.idr0,
+                ids.idr1,
+                if matches_zynqmp {
+                    " (the ZynqMP's, UG1087)"
+                } else {
+                    " (not the ZynqMP's 0x30000f10)"
+                },
+                ids.idr2,
+                ids.idr7,
+                (ids.idr7 >> 4) & 0xf,
+                ids.idr7 & 0xf
+            ),
+        }
         println!(
             "MMU-500 at {:#x}, GDMA 0/1 at {:#x}/{:#x} (stream IDs {:#x}/{:#x}), DMA pool \
              {:#x}+{:#x} non-cacheable",
@@ -95,6 +136,47 @@ mod target {
         }
         println!("program stack high-water mark: {used} of {size} bytes");
         Ok(zynqmp_smmu_faults::verdict(&config, &result))
+    }
+
+    /// Reads the first address past the identity map, which must take a translation fault
+    /// that `rt::probe_read32` survives: deciding that the SMMU is absent relies on
+    /// surviving an abort. `Ok` is the fault, `Err` the value a read that did not fault
+    /// returned.
+    fn check_survivable_reads(boot: &Boot) -> core::result::Result<ProbeFault, u32> {
+        let addr = boot.map.mapped_limit;
+        match rt::probe_read32(addr) {
+            Err(fault) => {
+                println!("abort check: reading {addr:#x} faulted and was survived ({fault})");
+                Ok(fault)
+            }
+            Ok(value) => {
+                println!("abort check: reading {addr:#x} returned {value:#x} without faulting");
+                Err(value)
+            }
+        }
+    }
+
+    /// The zDMA part, for a machine without an SMMU (QEMU `xlnx-zcu102`).
+    fn without_smmu(
+        gdma0: MmioBus,
+        gdma1: MmioBus,
+        pool: &PoolDma<POOL_WORDS>,
+        why: &Absence,
+        abort_check: &core::result::Result<ProbeFault, u32>,
+    ) -> Verdict {
+        let channel = |bus| ZdmaChannel::new(bus, CounterDelay::new(), ZdmaConfig::DEFAULT);
+        let result = channel(gdma0)
+            .and_then(|c0| Ok([c0, channel(gdma1)?]))
+            .map_err(FirmwareError::from)
+            .and_then(|mut channels| {
+                zynqmp_zdma::run_copies(
+                    &mut channels,
+                    pool,
+                    RESERVED_HOLE.base,
+                    &mut firmware::console::Console,
+                )
+            });
+        zynqmp_zdma::verdict(why, abort_check, &result)
     }
 
     /// `CounterDelay` spins on CNTPCT_EL0: a stopped system counter (IOU_SCNTRS not enabled
