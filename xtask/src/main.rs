@@ -3,8 +3,9 @@
 //! - `setup`: installs the Debian packages the project needs (idempotent, quiet when done).
 //! - `firmware NAME`: cross-builds a bare-metal program for `aarch64-unknown-none` with
 //!   Debian's rustc-web and `-Zbuild-std`.
-//! - `qemu NAME`: builds it and runs it on QEMU's `virt` machine with an SMMUv3 and the `edu`
-//!   device; the firmware's verdict line becomes the exit status.
+//! - `qemu NAME`: builds it and runs it on QEMU: `virt` with an SMMUv3 and the `edu` device,
+//!   or `xlnx-zcu102` for the ZynqMP program; the firmware's verdict line becomes the exit
+//!   status.
 //! - `rxe-test`: the server path (libnprdma.so) on Soft-RoCE in a Debian guest under
 //!   `qemu-system-x86_64`: unmodified perftest, the stress program, with/without ratios.
 //! - `test`: everything CI checks.
@@ -31,7 +32,8 @@ commands:
   setup                       install the Debian packages the project needs (idempotent)
   firmware <name> [--release] cross-build a bare-metal program for aarch64-unknown-none
   qemu <name> [--release] [--timeout <seconds>]
-                              build a program and run it on qemu-system-aarch64 (virt + SMMUv3 + edu)
+                              build a program and run it on qemu-system-aarch64 (virt + SMMUv3 +
+                              edu; xlnx-zcu102 for the zynqmp-* program)
   rxe-test [--iters <n>] [--cmp-iters <n>] [--stress-ops <n>] [--rounds <n>] [--bw-rounds <n>]
            [--smp <n>] [--compare-only] [--no-pin] [--cmp-flags <perftest flags>]
            [--candidate <libnprdma.so>] [--boots <n>]
