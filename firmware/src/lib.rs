@@ -45,7 +45,8 @@
 //!    the vector table in VBAR_ELx of the current EL, sets SP_ELx to the 16 KiB exception
 //!    stack and SP_EL0 to the 512 KiB program stack (and selects SP_EL0), clears `.bss`
 //!    and calls `__firmware_rust_entry(x0, el)`, which [`program!`] defines.
-//! 2. `rt::start` records the program's [`Platform`], initialises the console, and, if the
+//! 2. `rt::start` sets CPUECTLR_EL1.SMPEN at EL3 on a Cortex-A53/A57 ([`cpu`]), records
+//!    the program's [`Platform`], initialises the console, and, if the
 //!    platform uses one, looks for a device tree: at the address in `x0`, else at the
 //!    platform's fallback (QEMU copies the DTB to the start of RAM for non-Linux ELF images
 //!    and leaves `x0` zero). ZynqMP uses none.
@@ -129,6 +130,7 @@
 
 pub mod cadence_uart;
 pub mod console;
+pub mod cpu;
 pub mod edu;
 pub mod error;
 pub mod exception;

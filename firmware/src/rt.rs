@@ -389,18 +389,22 @@ pub fn fail(args: fmt::Arguments<'_>) -> ! {
 /// The Rust side of the entry: everything between `_start` and the program's run function.
 /// Called by the `__firmware_rust_entry` symbol that [`crate::program!`] defines.
 pub fn start(program: &'static Program, boot_arg: usize, el: u64) -> ! {
+    let el = (el & 3) as u8;
+    // First, before any cache or TLB maintenance and before the caches and the MMU are on
+    // (Cortex-A53 TRM, CPUECTLR_EL1.SMPEN).
+    let smp = crate::cpu::enable_smp(el);
     PLATFORM.store(
         ptr::from_ref(program.platform).cast_mut(),
         Ordering::Relaxed,
     );
     let platform = program.platform;
     init_console(platform);
-    let el = (el & 3) as u8;
     println!();
     println!(
         "nprdma firmware `{}` on {} at EL{el}",
         program.name, platform.name
     );
+    println!("{smp}");
 
     let (dtb, dtb_origin) = if platform.uses_device_tree {
         find_dtb(platform, boot_arg as u64)

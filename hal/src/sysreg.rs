@@ -18,9 +18,38 @@ pub fn counter_frequency() -> u64 {
     imp::counter_frequency()
 }
 
+/// `MIDR_EL1`, which core this is (Arm ARM D19.2: implementer in bits 31:24, part number in
+/// 15:4).
+pub fn midr() -> u64 {
+    imp::midr()
+}
+
+/// `CPUECTLR_EL1`, the CPU extended control register of the Cortex-A53 (TRM DDI 0500,
+/// `CPUECTLR_EL1`) and Cortex-A57 (TRM DDI 0488): implementation defined, at the encoding
+/// `S3_1_C15_C2_1`, which `aarch64-cpu` does not name.
+///
+/// # Safety
+/// The core must implement the register there (check [`midr`]), and the current EL must be
+/// allowed to read it (EL3 always; EL2 and EL1 only as ACTLR_EL3/ACTLR_EL2.CPUECTLR allow
+/// writes, and reads from EL1 and up), or the access is UNDEFINED.
+pub unsafe fn cpuectlr() -> u64 {
+    // SAFETY: the caller's contract.
+    unsafe { imp::cpuectlr() }
+}
+
+/// Writes `CPUECTLR_EL1` (see [`cpuectlr`]); the caller follows it with an ISB.
+///
+/// # Safety
+/// As for [`cpuectlr`], for a write; and the value must be one the core's TRM allows at
+/// this point (SMPEN, for example, is set before the caches and the MMU are enabled).
+pub unsafe fn set_cpuectlr(value: u64) {
+    // SAFETY: the caller's contract.
+    unsafe { imp::set_cpuectlr(value) }
+}
+
 #[cfg(target_arch = "aarch64")]
 mod imp {
-    use aarch64_cpu::registers::{CNTFRQ_EL0, CNTPCT_EL0, CurrentEL, Readable};
+    use aarch64_cpu::registers::{CNTFRQ_EL0, CNTPCT_EL0, CurrentEL, MIDR_EL1, Readable};
 
     pub fn current_el() -> u8 {
         CurrentEL.read(CurrentEL::EL) as u8
@@ -34,11 +63,36 @@ mod imp {
     pub fn counter_frequency() -> u64 {
         CNTFRQ_EL0.get()
     }
+    pub fn midr() -> u64 {
+        MIDR_EL1.get()
+    }
+    pub unsafe fn cpuectlr() -> u64 {
+        let value: u64;
+        // SAFETY: the caller guarantees the register exists and may be read at this EL.
+        unsafe {
+            core::arch::asm!("mrs {}, s3_1_c15_c2_1", out(reg) value, options(nomem, nostack))
+        };
+        value
+    }
+    pub unsafe fn set_cpuectlr(value: u64) {
+        // SAFETY: the caller guarantees the register exists, may be written at this EL and
+        // takes this value now.
+        unsafe {
+            core::arch::asm!("msr s3_1_c15_c2_1, {}", in(reg) value, options(nomem, nostack))
+        };
+    }
 }
 
 #[cfg(not(target_arch = "aarch64"))]
 mod imp {
-    pub use super::fake::{counter, counter_frequency, current_el};
+    pub use super::fake::{counter, counter_frequency, current_el, midr};
+
+    pub unsafe fn cpuectlr() -> u64 {
+        super::fake::cpuectlr()
+    }
+    pub unsafe fn set_cpuectlr(value: u64) {
+        super::fake::set_cpuectlr(value)
+    }
 }
 
 /// The host fake (non-aarch64 builds only).
@@ -51,6 +105,9 @@ pub mod fake {
 
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     static EL: AtomicU8 = AtomicU8::new(1);
+    static MIDR: AtomicU64 = AtomicU64::new(0);
+    static CPUECTLR: AtomicU64 = AtomicU64::new(0);
+    static CPUECTLR_WRITES: AtomicU64 = AtomicU64::new(0);
 
     /// Reads the fake counter; each read advances it by one tick (one microsecond).
     pub fn counter() -> u64 {
@@ -75,5 +132,32 @@ pub mod fake {
     /// Moves the fake counter forward.
     pub fn advance(ticks: u64) {
         COUNTER.fetch_add(ticks, Ordering::Relaxed);
+    }
+
+    /// The fake MIDR_EL1 (0, no known core, unless a test set it).
+    pub fn midr() -> u64 {
+        MIDR.load(Ordering::Relaxed)
+    }
+
+    /// Sets the fake MIDR_EL1.
+    pub fn set_midr(value: u64) {
+        MIDR.store(value, Ordering::Relaxed)
+    }
+
+    /// The fake CPUECTLR_EL1.
+    pub fn cpuectlr() -> u64 {
+        CPUECTLR.load(Ordering::Relaxed)
+    }
+
+    /// Writes the fake CPUECTLR_EL1 (what `set_cpuectlr` does on the host) and counts the
+    /// write.
+    pub fn set_cpuectlr(value: u64) {
+        CPUECTLR.store(value, Ordering::Relaxed);
+        CPUECTLR_WRITES.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Writes to the fake CPUECTLR_EL1 so far.
+    pub fn cpuectlr_writes() -> u64 {
+        CPUECTLR_WRITES.load(Ordering::Relaxed)
     }
 }
