@@ -269,26 +269,94 @@ pub const GICC: Region = Region {
     size: 0x2_0000,
 };
 
-/// The low DDR window of the PS: 2 GiB at 0 **\[I\]** (the ZynqMP address map; ZCU102's
-/// device tree uses it whole).
+/// The low DDR window of the PS: 2 GiB at 0 **\[C\]** (UG1085's system address map as
+/// [`ADDRESS_MAP`] transcribes it; ZCU102's device tree uses it whole).
 pub const DDR_LOW: Region = Region {
     base: 0,
     size: 0x8000_0000,
 };
-/// The high DDR window starts at 32 GiB (0x8_0000_0000) **\[I\]**.
+/// The high DDR window starts at 32 GiB (0x8_0000_0000) and is 32 GiB long **\[C\]**
+/// ([`ADDRESS_MAP`]).
 pub const DDR_HIGH_BASE: u64 = 0x8_0000_0000;
 
-/// A hole in the PS address map that nothing decodes: 128 MiB at 0xF000_0000. U-Boot's
-/// `zynqmp_mem_map` (`arch/arm/mach-zynqmp/cpu.c`) maps the low 4 GiB above DDR as Device
-/// memory in two ranges, 0x8000_0000..0xF000_0000 and 0xF800_0000..0xFFE0_0000, and leaves
-/// exactly this one out **\[C\]**; UG1085's system address map lists it as reserved
-/// **\[I\]** (as we read the table). QEMU's `xlnx-zcu102` maps nothing there either
-/// (`hw/arm/xlnx-zynqmp.c`). A DMA master sent there should get a decode error response on
-/// silicon **\[I\]**.
+/// A hole in the PS address map that nothing decodes: 128 MiB at 0xF000_0000, reserved in
+/// UG1085's system address map **\[C\]** ([`ADDRESS_MAP`]); U-Boot's `zynqmp_mem_map`
+/// (`arch/arm/mach-zynqmp/cpu.c`) leaves it out of its Device ranges too. QEMU's
+/// `xlnx-zcu102` maps nothing there either (`hw/arm/xlnx-zynqmp.c`). A DMA master sent there
+/// should get a decode error response on silicon **\[I\]**.
 pub const RESERVED_HOLE: Region = Region {
     base: 0xf000_0000,
     size: 0x0800_0000,
 };
+
+/// The full-power domain's peripheral window (GDMA, SMMU, SATA, DisplayPort, ...): 16 MiB
+/// at 0xFD00_0000 **\[C\]** ([`ADDRESS_MAP`]).
+pub const FPD_SLAVES: Region = Region {
+    base: 0xfd00_0000,
+    size: 0x0100_0000,
+};
+
+/// The low-power domain's peripheral window (UARTs, ADMA, ...): 28 MiB at 0xFE00_0000
+/// **\[C\]** ([`ADDRESS_MAP`]).
+pub const LPD_SLAVES: Region = Region {
+    base: 0xfe00_0000,
+    size: 0x01c0_0000,
+};
+
+/// What lies in a window of the address map.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AddressWindow {
+    /// DDR (low or high window).
+    Ddr,
+    /// The PL's AXI master ports, QSPI and PCIe.
+    PlQspiPcie,
+    /// CoreSight STM.
+    CoreSight,
+    /// The APU GIC and the RPU's low-latency port.
+    Gic,
+    /// [`FPD_SLAVES`].
+    FpdSlaves,
+    /// [`LPD_SLAVES`].
+    LpdSlaves,
+    /// CSU and PMU.
+    CsuPmu,
+    /// TCM and OCM.
+    TcmOcm,
+    /// Nothing decodes it.
+    Reserved,
+}
+
+/// The ZynqMP's 40-bit system address map, window by window in address order: UG1085's
+/// system address map (chapter "System Addresses") as Xilinx's own standalone BSP for the
+/// A53 transcribes it in its translation table (embeddedsw
+/// `lib/bsp/standalone/src/arm/ARMv8/64bit/platform/ZynqMP/translation_table.S`, the table
+/// in its header and the block entries) **\[C\]**. A test checks the constants of this
+/// module against it.
+pub const ADDRESS_MAP: [(u64, u64, AddressWindow); 15] = [
+    (0x0, 0x8000_0000, AddressWindow::Ddr),
+    (0x8000_0000, 0xf000_0000, AddressWindow::PlQspiPcie),
+    (0xf000_0000, 0xf800_0000, AddressWindow::Reserved),
+    (0xf800_0000, 0xf900_0000, AddressWindow::CoreSight),
+    (0xf900_0000, 0xf920_0000, AddressWindow::Gic),
+    (0xf920_0000, 0xfd00_0000, AddressWindow::Reserved),
+    (0xfd00_0000, 0xfe00_0000, AddressWindow::FpdSlaves),
+    (0xfe00_0000, 0xffc0_0000, AddressWindow::LpdSlaves),
+    (0xffc0_0000, 0xffe0_0000, AddressWindow::CsuPmu),
+    (0xffe0_0000, 0x1_0000_0000, AddressWindow::TcmOcm),
+    (0x1_0000_0000, 0x4_0000_0000, AddressWindow::Reserved),
+    (0x4_0000_0000, 0x8_0000_0000, AddressWindow::PlQspiPcie),
+    (0x8_0000_0000, 0x10_0000_0000, AddressWindow::Ddr),
+    (0x10_0000_0000, 0xc0_0000_0000, AddressWindow::PlQspiPcie),
+    (0xc0_0000_0000, 0x100_0000_0000, AddressWindow::Reserved),
+];
+
+/// The window of [`ADDRESS_MAP`] that holds all of `region`, if one does.
+pub fn window_of(region: Region) -> Option<AddressWindow> {
+    ADDRESS_MAP
+        .iter()
+        .find(|&&(start, end, _)| region.base >= start && region.end() <= end)
+        .map(|&(_, _, w)| w)
+}
 
 /// A board built around one ZynqMP.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -383,5 +451,85 @@ mod tests {
         // GDMA stream IDs sit in TBU5 like HP3 (zynqmp.dtsi SIDs; "Xen and PL Masters").
         assert_eq!(GDMA[0].stream.0 >> 10, 5);
         assert!(ZCU102.ddr[1].contains(DDR_HIGH_BASE) && !DDR_LOW.contains(DDR_LOW.end()));
+    }
+
+    #[test]
+    fn the_constants_sit_in_their_windows_of_the_ug1085_address_map() {
+        // The transcription: contiguous from 0 to the end of the 40-bit space.
+        assert_eq!(ADDRESS_MAP[0].0, 0);
+        for pair in ADDRESS_MAP.windows(2) {
+            assert_eq!(pair[0].1, pair[1].0, "{pair:x?}");
+        }
+        assert_eq!(ADDRESS_MAP[ADDRESS_MAP.len() - 1].1, 1 << 40);
+        assert!(ADDRESS_MAP.iter().all(|w| w.0 < w.1));
+
+        // DDR: the low window exactly, the high one from DDR_HIGH_BASE, 32 GiB.
+        let window = |start: u64| ADDRESS_MAP.iter().find(|w| w.0 == start).unwrap();
+        assert_eq!(
+            *window(DDR_LOW.base),
+            (DDR_LOW.base, DDR_LOW.end(), AddressWindow::Ddr)
+        );
+        assert_eq!(
+            *window(DDR_HIGH_BASE),
+            (
+                DDR_HIGH_BASE,
+                DDR_HIGH_BASE + (32 << 30),
+                AddressWindow::Ddr
+            )
+        );
+        for board in [ZCU102, QFDB_NODE] {
+            for ddr in board.ddr {
+                assert_eq!(window_of(ddr), Some(AddressWindow::Ddr), "{}", board.name);
+            }
+        }
+
+        // The peripheral windows and the reserved hole, exactly.
+        assert_eq!(
+            *window(FPD_SLAVES.base),
+            (FPD_SLAVES.base, FPD_SLAVES.end(), AddressWindow::FpdSlaves)
+        );
+        assert_eq!(
+            *window(LPD_SLAVES.base),
+            (LPD_SLAVES.base, LPD_SLAVES.end(), AddressWindow::LpdSlaves)
+        );
+        assert_eq!(
+            *window(RESERVED_HOLE.base),
+            (
+                RESERVED_HOLE.base,
+                RESERVED_HOLE.end(),
+                AddressWindow::Reserved
+            )
+        );
+
+        // Every device of this module in its domain's window: the SMMU, its wrapper and the
+        // GDMA in the FPD, the ADMA and the UARTs in the LPD, the GIC in its own.
+        assert_eq!(window_of(SMMU.regs), Some(AddressWindow::FpdSlaves));
+        assert_eq!(window_of(SMMU.wrapper), Some(AddressWindow::FpdSlaves));
+        for ch in GDMA {
+            assert_eq!(
+                window_of(ch.regs),
+                Some(AddressWindow::FpdSlaves),
+                "{ch:x?}"
+            );
+        }
+        for ch in ADMA {
+            assert_eq!(
+                window_of(ch.regs),
+                Some(AddressWindow::LpdSlaves),
+                "{ch:x?}"
+            );
+        }
+        for uart in [UART0, UART1] {
+            assert_eq!(window_of(uart), Some(AddressWindow::LpdSlaves));
+        }
+        for gic in [GICD, GICC] {
+            assert_eq!(window_of(gic), Some(AddressWindow::Gic));
+        }
+        // A region across two windows belongs to none.
+        let across = Region {
+            base: 0xfdff_f000,
+            size: 0x2000,
+        };
+        assert_eq!(window_of(across), None);
     }
 }
