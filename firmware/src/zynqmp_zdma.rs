@@ -99,6 +99,26 @@ pub enum Absence {
     },
 }
 
+impl Absence {
+    /// A few words for the verdict line, which has room for 200 bytes; the console line
+    /// before it has the whole story ([`fmt::Display`]).
+    pub fn brief(&self) -> &'static str {
+        match self {
+            Absence::ReadFault {
+                fault: ProbeFault::Abort { .. },
+                ..
+            } => "an ID register read aborted",
+            Absence::ReadFault {
+                fault: ProbeFault::SErrorPending,
+                ..
+            } => "an ID register read left an SError pending",
+            Absence::ReadsZero => "IDR0/1/2/7 read 0",
+            Absence::ReadsOnes => "IDR0/1/2/7 read all ones",
+            Absence::Implausible { .. } => "implausible ID registers",
+        }
+    }
+}
+
 impl fmt::Display for Absence {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -633,15 +653,18 @@ pub fn verdict(
         Ok(report) => report,
         Err(e) => {
             return Verdict::fail(format_args!(
-                "SMMU absent ({absence}); zDMA: code {}: {e}",
+                "SMMU absent ({}); zDMA: code {}: {e}",
+                absence.brief(),
                 e.code()
             ));
         }
     };
     if report.copies.contains(&0) || report.bytes == 0 {
         return Verdict::fail(format_args!(
-            "SMMU absent ({absence}); zDMA: copies per channel {:?}, {} bytes",
-            report.copies, report.bytes
+            "SMMU absent ({}); zDMA: copies per channel {:?}, {} bytes",
+            absence.brief(),
+            report.copies,
+            report.bytes
         ));
     }
     let Some(errors) = report
@@ -651,7 +674,8 @@ pub fn verdict(
         .collect::<Option<heapless::Vec<BusErrorProbe, 2>>>()
     else {
         return Verdict::fail(format_args!(
-            "SMMU absent ({absence}); zDMA: a bus-error transfer did not run"
+            "SMMU absent ({}); zDMA: a bus-error transfer did not run",
+            absence.brief()
         ));
     };
     let reported = errors
@@ -664,8 +688,9 @@ pub fn verdict(
         _ => "one reported",
     };
     Verdict::pass(format_args!(
-        "SMMU absent ({absence}); zDMA: {} transfers, {} bytes verified on GDMA 0 and 1; \
-         bus errors at {:#x}: {bus}",
+        "SMMU absent ({}); zDMA: {} transfers, {} bytes verified on GDMA 0 and 1; bus errors \
+         at {:#x}: {bus}",
+        absence.brief(),
         report.transfers(),
         report.bytes,
         errors[0].addr
@@ -1008,6 +1033,40 @@ mod tests {
             "read from undecoded 0xf0000000: completed, no bus error reported (256 bytes \
              counted), 256 of 256 destination bytes changed"
         );
+    }
+
+    #[test]
+    fn the_verdict_fits_its_line_whatever_the_absence() {
+        let ids = model_ids();
+        for absence in [
+            Absence::ReadsZero,
+            Absence::ReadsOnes,
+            Absence::ReadFault {
+                register: "IDR0",
+                fault: ProbeFault::Abort {
+                    esr: 0x9600_0410,
+                    far: u64::MAX,
+                },
+            },
+            Absence::ReadFault {
+                register: "IDR7",
+                fault: ProbeFault::SErrorPending,
+            },
+            Absence::Implausible {
+                what: "more stage-2 context banks than context banks",
+                ids: SmmuIds {
+                    idr0: u32::MAX,
+                    ..ids
+                },
+            },
+        ] {
+            let mut report = qemu_like_report();
+            report.bytes = u64::MAX;
+            let v = verdict(&absence, &Ok(OUTSIDE_MAP), &Ok(report));
+            assert_eq!(v.outcome, Outcome::Pass);
+            assert!(!v.message.is_truncated(), "{absence:?}: {}", v.message);
+            assert!(v.message.as_str().contains(absence.brief()));
+        }
     }
 
     #[test]
