@@ -15,6 +15,7 @@
 //! failure and 2 for a usage error.
 
 mod firmware;
+mod guest;
 mod layers;
 mod rxe;
 mod setup;

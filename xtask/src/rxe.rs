@@ -16,13 +16,15 @@
 //! The guest prints `NPRDMA-RXE: PASS|FAIL <name> ...` per test and `NPRDMA-METRIC <name>
 //! <value>` per measurement; the host turns them into the exit status and the ratio report.
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::io::Write;
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::util::{XtaskError, require_tool, run_status, section, workspace_root};
+use crate::guest::{
+    self, Cpio, Vm, Wanted, cargo_artifacts, kernel_version, library_closure, module_order, other,
+    pick_accel, read,
+};
+use crate::util::{XtaskError, require_tool, section, workspace_root};
 
 /// Debian packages unpacked into the guest (besides the kernel).
 const GUEST_PACKAGES: &[&str] = &[
@@ -351,60 +353,73 @@ fn cache_dir() -> PathBuf {
     workspace_root().join("target").join("rxe")
 }
 
-fn other(msg: impl Into<String>) -> XtaskError {
-    XtaskError::Other(msg.into())
-}
-
 /// Builds connectx in release mode and returns where cargo put `libnprdma.so` and
 /// `nprdma-verbs-stress`, as its build messages say (so `CARGO_TARGET_DIR` or a configured
 /// target directory is honoured, and a stale copy elsewhere is never booted).
 fn build_connectx() -> Result<(PathBuf, PathBuf), XtaskError> {
-    let what = "cargo build -p connectx --release";
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let out = Command::new(cargo)
-        .current_dir(workspace_root())
-        .args([
-            "build",
-            "--quiet",
-            "--release",
-            "-p",
-            "connectx",
-            "--message-format=json-render-diagnostics",
-        ])
-        .stderr(Stdio::inherit())
-        .output()
-        .map_err(|error| XtaskError::Spawn {
-            what: what.into(),
-            error,
-        })?;
-    if !out.status.success() {
-        return Err(XtaskError::CommandFailed {
-            what: what.into(),
-            status: out.status,
-        });
+    let built = cargo_artifacts(
+        &["--release", "-p", "connectx"],
+        &["libnprdma.so", "nprdma-verbs-stress"],
+    )?;
+    match <[PathBuf; 2]>::try_from(built) {
+        Ok([lib, stress]) => Ok((lib, stress)),
+        Err(_) => Err(other("cargo reported the wrong number of artifacts")),
     }
-    let messages = String::from_utf8_lossy(&out.stdout);
-    let find = |name: &str| {
-        built_artifact(&messages, name)
-            .filter(|p| p.is_file())
-            .ok_or_else(|| other(format!("{what}: cargo reported no {name}")))
-    };
-    Ok((find("libnprdma.so")?, find("nprdma-verbs-stress")?))
 }
 
-/// The path of the artifact named `file_name` among cargo's JSON build messages (a
-/// `compiler-artifact`'s `filenames` or `executable`).
-fn built_artifact(messages: &str, file_name: &str) -> Option<PathBuf> {
-    messages
-        .lines()
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .filter(|m| m["reason"] == "compiler-artifact")
-        .flat_map(|m| {
-            let files = m["filenames"].as_array().cloned().unwrap_or_default();
-            files.into_iter().chain([m["executable"].clone()])
-        })
-        .filter_map(|v| v.as_str().map(PathBuf::from))
-        .find(|p| p.file_name().is_some_and(|n| n == file_name))
+/// Downloads the guest packages and the kernel `linux-image-amd64` depends on (cached in
+/// `cache/debs`).
+fn fetch_packages(cache: &Path) -> Result<Vec<PathBuf>, XtaskError> {
+    let mut wanted: Vec<Wanted> = GUEST_PACKAGES.iter().map(|n| Wanted::any(*n)).collect();
+    wanted.push(Wanted::any(guest::kernel_package()?));
+    guest::fetch_packages(&cache.join("debs"), &wanted)
+}
+
+/// Unpacks the packages once into `stage/` and `kernel/`; returns both.
+fn unpack(cache: &Path, debs: &[PathBuf]) -> Result<(PathBuf, PathBuf), XtaskError> {
+    guest::unpack(cache, debs, &|name| {
+        if name.starts_with("linux-image-") {
+            "kernel"
+        } else {
+            "stage"
+        }
+    })?;
+    Ok((cache.join("stage"), cache.join("kernel")))
+}
+
+/// One boot with the options on the kernel command line.
+fn run_vm(
+    qemu: &Path,
+    vmlinuz: &Path,
+    initrd: &Path,
+    accel: &str,
+    opts: &Options,
+    log: &Path,
+) -> Result<Vec<String>, XtaskError> {
+    guest::run_vm(&Vm {
+        qemu,
+        vmlinuz,
+        initrd,
+        accel,
+        smp: opts.smp,
+        memory_mib: 2048,
+        append: format!(
+            "console=ttyS0 panic=-1 loglevel=3 iters={} cmp_iters={} stress_ops={} suite={} rounds={} bw_rounds={} cmp_flags={} pin={}",
+            opts.iters,
+            opts.cmp_iters,
+            opts.stress_ops,
+            if opts.compare_only { "compare" } else { "all" },
+            opts.rounds,
+            opts.bw_rounds,
+            opts.cmp_flags.replace(' ', ","),
+            u8::from(opts.pin)
+        ),
+        timeout: opts.vm_timeout(),
+        log,
+        show: |line| {
+            line.starts_with("NPRDMA-") || line.starts_with("  ") || line.contains("Kernel panic")
+        },
+    })
 }
 
 /// Runs the whole test; fails if any guest test failed.
@@ -546,396 +561,6 @@ fn print_pooled(boot_ratios: &[[Vec<f64>; 3]]) {
     }
 }
 
-/// Downloads the guest packages (and the kernel `linux-image-amd64` depends on) unless a
-/// `.deb` of each is already in the cache.
-fn fetch_packages(cache: &Path) -> Result<Vec<PathBuf>, XtaskError> {
-    let dir = cache.join("debs");
-    std::fs::create_dir_all(&dir).map_err(|e| other(format!("{}: {e}", dir.display())))?;
-    let kernel = kernel_package()?;
-    let mut names: Vec<String> = GUEST_PACKAGES.iter().map(|s| s.to_string()).collect();
-    names.push(kernel);
-    let have = |name: &str| -> Option<PathBuf> {
-        std::fs::read_dir(&dir)
-            .ok()?
-            .filter_map(|e| e.ok())
-            .find_map(|e| {
-                let f = e.file_name().to_string_lossy().into_owned();
-                (f.starts_with(&format!("{name}_")) && f.ends_with(".deb")).then(|| e.path())
-            })
-    };
-    let missing: Vec<&String> = names.iter().filter(|n| have(n).is_none()).collect();
-    if !missing.is_empty() {
-        println!("xtask: apt-get download {} package(s)", missing.len());
-        let download = || {
-            Command::new("apt-get")
-                .current_dir(&dir)
-                .arg("download")
-                .args(&missing)
-                .output()
-                .map_err(|error| XtaskError::Spawn {
-                    what: "apt-get download".into(),
-                    error,
-                })
-        };
-        let mut out = download()?;
-        if !out.status.success() {
-            apt_update_once();
-            out = download()?;
-        }
-        if !out.status.success() {
-            return Err(other(format!(
-                "apt-get download failed (run `apt-get update` first?): {}",
-                String::from_utf8_lossy(&out.stderr).trim()
-            )));
-        }
-    }
-    names
-        .iter()
-        .map(|n| have(n).ok_or_else(|| other(format!("package {n} was not downloaded"))))
-        .collect()
-}
-
-/// Runs `apt-get update` once per process (package lists may be missing on a machine where
-/// every needed package was already installed).
-fn apt_update_once() {
-    static DONE: std::sync::Once = std::sync::Once::new();
-    DONE.call_once(|| {
-        println!("xtask: apt-get update");
-        let _ = Command::new("apt-get")
-            .args(["-q", "-o", "Dpkg::Use-Pty=0", "update"])
-            .env("DEBIAN_FRONTEND", "noninteractive")
-            .status();
-    });
-}
-
-/// The kernel package `linux-image-amd64` currently depends on.
-fn kernel_package() -> Result<String, XtaskError> {
-    match kernel_package_from_lists() {
-        Ok(k) => Ok(k),
-        Err(_) => {
-            apt_update_once();
-            kernel_package_from_lists()
-        }
-    }
-}
-
-fn kernel_package_from_lists() -> Result<String, XtaskError> {
-    let out = Command::new("apt-cache")
-        .args(["depends", "linux-image-amd64"])
-        .output()
-        .map_err(|error| XtaskError::Spawn {
-            what: "apt-cache depends".into(),
-            error,
-        })?;
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .find_map(|l| {
-            l.trim()
-                .strip_prefix("Depends: ")
-                .filter(|p| p.starts_with("linux-image-") && p.ends_with("-amd64"))
-                .map(str::to_string)
-        })
-        .ok_or_else(|| other("apt-cache knows no linux-image-amd64 (run `apt-get update` first)"))
-}
-
-/// Unpacks the packages once into `stage/` and `kernel/`; returns both.
-fn unpack(cache: &Path, debs: &[PathBuf]) -> Result<(PathBuf, PathBuf), XtaskError> {
-    let stage = cache.join("stage");
-    let kdir = cache.join("kernel");
-    let stamp = cache.join("unpacked.list");
-    let list: String = debs
-        .iter()
-        .map(|d| d.file_name().unwrap_or_default().to_string_lossy() + "\n")
-        .collect();
-    if std::fs::read_to_string(&stamp).ok().as_deref() == Some(list.as_str()) {
-        return Ok((stage, kdir));
-    }
-    let _ = std::fs::remove_dir_all(&stage);
-    let _ = std::fs::remove_dir_all(&kdir);
-    for deb in debs {
-        let name = deb.file_name().unwrap_or_default().to_string_lossy();
-        let dest = if name.starts_with("linux-image-") {
-            &kdir
-        } else {
-            &stage
-        };
-        run_status(
-            &format!("dpkg-deb -x {name}"),
-            Command::new("dpkg-deb").arg("-x").arg(deb).arg(dest),
-        )?;
-    }
-    std::fs::write(&stamp, list).map_err(|e| other(e.to_string()))?;
-    Ok((stage, kdir))
-}
-
-fn kernel_version(kdir: &Path) -> Result<String, XtaskError> {
-    std::fs::read_dir(kdir.join("lib/modules"))
-        .map_err(|e| other(format!("no kernel modules in {}: {e}", kdir.display())))?
-        .filter_map(|e| e.ok())
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .next()
-        .ok_or_else(|| other("no kernel version directory"))
-}
-
-/// The `depends=` list of a kernel module (the `.modinfo` ELF section). `None` for anything
-/// that is not a well-formed ELF64 module: every offset and size in it is checked.
-fn module_depends(ko: &[u8]) -> Option<Vec<String>> {
-    let bytes = |at: usize, len: usize| ko.get(at..at.checked_add(len)?);
-    let u16_at = |at: usize| Some(u16::from_le_bytes(bytes(at, 2)?.try_into().ok()?));
-    let u32_at = |at: usize| Some(u32::from_le_bytes(bytes(at, 4)?.try_into().ok()?));
-    let usize_at =
-        |at: usize| usize::try_from(u64::from_le_bytes(bytes(at, 8)?.try_into().ok()?)).ok();
-    if bytes(0, 4)? != b"\x7fELF" || *ko.get(4)? != 2 {
-        return None;
-    }
-    let shoff = usize_at(0x28)?;
-    let shentsize = usize::from(u16_at(0x3a)?);
-    let shnum = usize::from(u16_at(0x3c)?);
-    let shstrndx = usize::from(u16_at(0x3e)?);
-    // (sh_name, sh_offset, sh_size) of section `i` (ELF64: at 0, 24 and 32 of its header).
-    let section = |i: usize| -> Option<(u32, usize, usize)> {
-        let h = shoff.checked_add(i.checked_mul(shentsize)?)?;
-        Some((
-            u32_at(h)?,
-            usize_at(h.checked_add(24)?)?,
-            usize_at(h.checked_add(32)?)?,
-        ))
-    };
-    let (_, stroff, strsize) = section(shstrndx)?;
-    let names = bytes(stroff, strsize)?;
-    for i in 0..shnum {
-        let (name, off, size) = section(i)?;
-        let n = names.get(usize::try_from(name).ok()?..)?;
-        let end = n.iter().position(|b| *b == 0)?;
-        if &n[..end] == b".modinfo" {
-            let info = bytes(off, size)?;
-            let deps = info
-                .split(|b| *b == 0)
-                .find_map(|kv| kv.strip_prefix(b"depends="))
-                .map(|d| String::from_utf8_lossy(d).into_owned())
-                .unwrap_or_default();
-            return Some(
-                deps.split(',')
-                    .filter(|s| !s.is_empty())
-                    .map(|s| s.replace('-', "_"))
-                    .collect(),
-            );
-        }
-    }
-    Some(Vec::new())
-}
-
-/// The wanted modules and their dependencies, dependencies first (paths relative to the
-/// kernel's module directory).
-fn module_order(moddir: &Path, wanted: &[&str]) -> Result<Vec<PathBuf>, XtaskError> {
-    let mut by_name: BTreeMap<String, PathBuf> = BTreeMap::new();
-    let mut stack = vec![moddir.join("kernel")];
-    while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).map_err(|e| other(format!("{}: {e}", d.display())))? {
-            let p = e.map_err(|e| other(e.to_string()))?.path();
-            if p.is_dir() {
-                stack.push(p);
-            } else if let Some(n) = p
-                .file_name()
-                .and_then(|n| n.to_str())
-                .and_then(|n| n.strip_suffix(".ko"))
-            {
-                by_name.insert(
-                    n.replace('-', "_"),
-                    p.strip_prefix(moddir).unwrap_or(&p).to_path_buf(),
-                );
-            }
-        }
-    }
-    // Modules compiled into the kernel (`modules.builtin`: one `kernel/.../name.ko` per line).
-    let builtin: BTreeSet<String> = std::fs::read_to_string(moddir.join("modules.builtin"))
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| {
-            Path::new(l.trim())
-                .file_stem()?
-                .to_str()
-                .map(|n| n.replace('-', "_"))
-        })
-        .collect();
-    let mut order: Vec<PathBuf> = Vec::new();
-    fn visit(
-        name: &str,
-        moddir: &Path,
-        (by_name, builtin): (&BTreeMap<String, PathBuf>, &BTreeSet<String>),
-        order: &mut Vec<PathBuf>,
-        depth: usize,
-    ) -> Result<(), XtaskError> {
-        let Some(rel) = by_name.get(name) else {
-            if builtin.contains(name) {
-                return Ok(());
-            }
-            return Err(other(format!(
-                "kernel module {name} is neither in {} nor built in (modules.builtin)",
-                moddir.display()
-            )));
-        };
-        if order.contains(rel) || depth > 32 {
-            return Ok(());
-        }
-        let bytes = std::fs::read(moddir.join(rel)).map_err(|e| other(e.to_string()))?;
-        let deps = module_depends(&bytes)
-            .ok_or_else(|| other(format!("{}: not a kernel module", rel.display())))?;
-        for d in deps {
-            visit(&d, moddir, (by_name, builtin), order, depth + 1)?;
-        }
-        if !order.contains(rel) {
-            order.push(rel.clone());
-        }
-        Ok(())
-    }
-    for w in wanted {
-        visit(
-            &w.replace('-', "_"),
-            moddir,
-            (&by_name, &builtin),
-            &mut order,
-            0,
-        )?;
-    }
-    Ok(order)
-}
-
-/// Shared libraries `files` need, resolved inside the unpacked packages: (source, guest path).
-fn library_closure(stage: &Path, files: &[PathBuf]) -> Result<Vec<(PathBuf, String)>, XtaskError> {
-    let ld_path = format!(
-        "{}:{}",
-        stage.join("lib/x86_64-linux-gnu").display(),
-        stage.join("usr/lib/x86_64-linux-gnu").display()
-    );
-    let out = Command::new("ldd")
-        .args(files)
-        .env("LD_LIBRARY_PATH", ld_path)
-        .output()
-        .map_err(|error| XtaskError::Spawn {
-            what: "ldd".into(),
-            error,
-        })?;
-    let mut libs: BTreeMap<String, PathBuf> = BTreeMap::new();
-    for line in String::from_utf8_lossy(&out.stdout).lines() {
-        let line = line.trim();
-        if line.ends_with(':') {
-            continue; // "file:" headers when several files are listed
-        }
-        let path = if let Some((_, rest)) = line.split_once("=> ") {
-            rest.split_whitespace().next()
-        } else if line.starts_with('/') {
-            line.split_whitespace().next()
-        } else {
-            None
-        };
-        let Some(path) = path.filter(|p| p.starts_with('/')) else {
-            if line.contains("not found") {
-                return Err(other(format!("ldd: {line}")));
-            }
-            continue;
-        };
-        let p = PathBuf::from(path);
-        let guest = match p.strip_prefix(stage) {
-            Ok(rel) => format!("/{}", rel.display()),
-            Err(_) => path.to_string(),
-        };
-        let guest = if guest.ends_with("ld-linux-x86-64.so.2") {
-            "/lib64/ld-linux-x86-64.so.2".to_string()
-        } else {
-            guest
-        };
-        // Prefer the packaged copy of a library the host also has.
-        let src = p
-            .file_name()
-            .map(|n| stage.join("lib/x86_64-linux-gnu").join(n))
-            .filter(|s| s.exists())
-            .unwrap_or(p);
-        libs.insert(guest, src);
-    }
-    Ok(libs.into_iter().map(|(g, s)| (s, g)).collect())
-}
-
-/// A newc ("070701") cpio archive, as the kernel's initramfs unpacker reads it.
-struct Cpio {
-    out: Vec<u8>,
-    ino: u32,
-    dirs: std::collections::BTreeSet<String>,
-}
-
-impl Cpio {
-    fn new() -> Self {
-        Self {
-            out: Vec::new(),
-            ino: 1,
-            dirs: Default::default(),
-        }
-    }
-
-    fn entry(&mut self, name: &str, mode: u32, data: &[u8]) {
-        let name = name.trim_start_matches('/');
-        let header = format!(
-            "070701{:08x}{:08x}{:08x}{:08x}{:08x}{:08x}{:08x}{:08x}{:08x}{:08x}{:08x}{:08x}{:08x}",
-            self.ino,
-            mode,
-            0,
-            0,
-            1,
-            0,
-            data.len(),
-            0,
-            0,
-            0,
-            0,
-            name.len() + 1,
-            0
-        );
-        self.ino += 1;
-        self.out.extend_from_slice(header.as_bytes());
-        self.out.extend_from_slice(name.as_bytes());
-        self.out.push(0);
-        while !self.out.len().is_multiple_of(4) {
-            self.out.push(0);
-        }
-        self.out.extend_from_slice(data);
-        while !self.out.len().is_multiple_of(4) {
-            self.out.push(0);
-        }
-    }
-
-    fn dir(&mut self, path: &str) {
-        let path = path.trim_matches('/');
-        if path.is_empty() || self.dirs.contains(path) {
-            return;
-        }
-        if let Some((parent, _)) = path.rsplit_once('/') {
-            self.dir(parent);
-        }
-        self.dirs.insert(path.to_string());
-        self.entry(path, 0o040755, &[]);
-    }
-
-    fn file(&mut self, path: &str, mode: u32, data: &[u8]) {
-        let path = path.trim_start_matches('/');
-        if let Some((parent, _)) = path.rsplit_once('/') {
-            self.dir(parent);
-        }
-        self.entry(path, 0o100000 | mode, data);
-    }
-
-    fn finish(mut self) -> Vec<u8> {
-        self.entry("TRAILER!!!", 0, &[]);
-        while !self.out.len().is_multiple_of(512) {
-            self.out.push(0);
-        }
-        self.out
-    }
-}
-
-fn read(p: &Path) -> Result<Vec<u8>, XtaskError> {
-    std::fs::read(p).map_err(|e| other(format!("{}: {e}", p.display())))
-}
-
 fn build_initramfs(
     stage: &Path,
     kdir: &Path,
@@ -1012,152 +637,6 @@ fn build_initramfs(
     cpio.file("etc/modules.order", 0o644, list.as_bytes());
     cpio.file("init", 0o755, GUEST_INIT.as_bytes());
     std::fs::write(out, cpio.finish()).map_err(|e| other(format!("{}: {e}", out.display())))
-}
-
-/// KVM only where it is hardware KVM (kvm_intel/kvm_amd, not the nested PVM variant, which
-/// runs a stock kernel far slower than TCG, as we found on the build machines).
-fn pick_accel() -> &'static str {
-    let sys = |m: &str| Path::new("/sys/module").join(m).is_dir();
-    let writable = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open("/dev/kvm")
-        .is_ok();
-    if writable && (sys("kvm_intel") || sys("kvm_amd")) && !sys("kvm_pvm") {
-        "kvm"
-    } else {
-        "tcg"
-    }
-}
-
-fn run_vm(
-    qemu: &Path,
-    vmlinuz: &Path,
-    initrd: &Path,
-    accel: &str,
-    opts: &Options,
-    log: &Path,
-) -> Result<Vec<String>, XtaskError> {
-    let mut cmd = Command::new(qemu);
-    if accel == "kvm" {
-        cmd.args(["-accel", "kvm", "-cpu", "host"]);
-    } else {
-        cmd.args(["-accel", "tcg,thread=multi", "-cpu", "max"]);
-    }
-    let smp = opts.smp.to_string();
-    cmd.args(["-machine", "q35", "-smp", &smp, "-m", "2048"])
-        .args([
-            "-nographic",
-            "-no-reboot",
-            "-nodefaults",
-            "-serial",
-            "stdio",
-        ])
-        .args(["-monitor", "none", "-nic", "none"])
-        .arg("-kernel")
-        .arg(vmlinuz)
-        .arg("-initrd")
-        .arg(initrd)
-        .arg("-append")
-        .arg(format!(
-            "console=ttyS0 panic=-1 loglevel=3 iters={} cmp_iters={} stress_ops={} suite={} rounds={} bw_rounds={} cmp_flags={} pin={}",
-            opts.iters,
-            opts.cmp_iters,
-            opts.stress_ops,
-            if opts.compare_only { "compare" } else { "all" },
-            opts.rounds,
-            opts.bw_rounds,
-            opts.cmp_flags.replace(' ', ","),
-            u8::from(opts.pin)
-        ))
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    println!("xtask: accelerator {accel}; guest output (test lines only):");
-    let mut child = cmd.spawn().map_err(|error| XtaskError::Spawn {
-        what: "qemu-system-x86_64".into(),
-        error,
-    })?;
-    let stdout = child.stdout.take();
-    let (tx, rx) = std::sync::mpsc::channel::<String>();
-    let reader = std::thread::spawn(move || {
-        if let Some(out) = stdout {
-            for line in crate::util::lossy_lines(out) {
-                // The first guest line can follow the boot loader's screen-clearing escapes
-                // on the same console line: the test protocol starts at its marker.
-                let line = match line.find("NPRDMA-") {
-                    Some(at) if at > 0 => line[at..].to_string(),
-                    _ => line,
-                };
-                let shown = line.starts_with("NPRDMA-")
-                    || line.starts_with("  ")
-                    || line.contains("Kernel panic");
-                if shown {
-                    println!("  | {line}");
-                }
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        }
-    });
-    // Each comparison round beyond the default five takes up to about a minute under TCG.
-    // A latency round takes about 1 s here and a bandwidth round about 4 s: ten times that
-    // on top of the rest.
-    // QEMU's stderr is read all along: a full pipe would block it (and the run would end at
-    // the timeout), and its message is what explains a failed start.
-    let mut stderr = child.stderr.take();
-    let err_reader = std::thread::spawn(move || {
-        let mut s = String::new();
-        if let Some(e) = stderr.as_mut() {
-            let _ = std::io::Read::read_to_string(e, &mut s);
-        }
-        s
-    });
-    let timeout = opts.vm_timeout();
-    let start = Instant::now();
-    let status = loop {
-        match child.try_wait() {
-            Ok(Some(s)) => break Some(s),
-            Ok(None) if start.elapsed() > timeout => {
-                let _ = child.kill();
-                let _ = child.wait();
-                break None;
-            }
-            Ok(None) => std::thread::sleep(Duration::from_millis(100)),
-            Err(error) => {
-                return Err(XtaskError::Spawn {
-                    what: "qemu-system-x86_64 (wait)".into(),
-                    error,
-                });
-            }
-        }
-    };
-    let _ = reader.join();
-    let qemu_stderr = err_reader.join().unwrap_or_default();
-    let lines: Vec<String> = rx.try_iter().collect();
-    if let Ok(mut f) = std::fs::File::create(log) {
-        for l in &lines {
-            let _ = writeln!(f, "{l}");
-        }
-    }
-    let said = |what: String| {
-        let tail: Vec<&str> = qemu_stderr.lines().rev().take(5).collect();
-        if tail.is_empty() {
-            what
-        } else {
-            let tail: Vec<&str> = tail.into_iter().rev().collect();
-            format!("{what}; qemu said: {}", tail.join(" / "))
-        }
-    };
-    match status {
-        None => Err(other(said(format!(
-            "the VM did not finish within {} s",
-            timeout.as_secs()
-        )))),
-        Some(s) if !s.success() => Err(other(said(format!("qemu exited with {s}")))),
-        Some(_) => Ok(lines),
-    }
 }
 
 fn median(mut v: Vec<f64>) -> Option<f64> {
@@ -1569,133 +1048,6 @@ fn evaluate(lines: &[String]) -> Result<(), XtaskError> {
 mod tests {
     use super::*;
 
-    #[test]
-    fn cpio_entries_are_newc_and_aligned() {
-        let mut c = Cpio::new();
-        c.file("a/b/c", 0o644, b"xyz");
-        let out = c.finish();
-        let text = String::from_utf8_lossy(&out);
-        // Parents first, then the file, then the trailer.
-        let a = text.find("a\0").unwrap();
-        let ab = text.find("a/b\0").unwrap();
-        let abc = text.find("a/b/c\0").unwrap();
-        assert!(a < ab && ab < abc);
-        assert!(text.contains("TRAILER!!!"));
-        assert_eq!(&out[..6], b"070701");
-        assert_eq!(out.len() % 512, 0);
-        // The file's header: mode 100644, size 3.
-        let h = &text[abc - 110..abc];
-        assert_eq!(&h[14..22], "000081a4");
-        assert_eq!(&h[54..62], "00000003");
-    }
-
-    /// A minimal ELF64 with a section-name table and a .modinfo section.
-    fn tiny_module() -> Vec<u8> {
-        module_with_depends("ib_core,crc32-generic")
-    }
-
-    /// A minimal ELF64 module whose .modinfo says `depends=<depends>`.
-    fn module_with_depends(depends: &str) -> Vec<u8> {
-        let strtab = b"\0.shstrtab\0.modinfo\0";
-        let modinfo = format!("license=GPL\0depends={depends}\0");
-        let modinfo = modinfo.as_bytes();
-        let mut elf = vec![0u8; 64];
-        elf[..4].copy_from_slice(b"\x7fELF");
-        elf[4] = 2;
-        let str_off = elf.len();
-        elf.extend_from_slice(strtab);
-        let mi_off = elf.len();
-        elf.extend_from_slice(modinfo);
-        while !elf.len().is_multiple_of(8) {
-            elf.push(0);
-        }
-        let shoff = elf.len();
-        let mut sh = |name: u32, off: usize, size: usize| {
-            let mut h = vec![0u8; 64];
-            h[..4].copy_from_slice(&name.to_le_bytes());
-            h[24..32].copy_from_slice(&(off as u64).to_le_bytes());
-            h[32..40].copy_from_slice(&(size as u64).to_le_bytes());
-            elf.extend_from_slice(&h);
-        };
-        sh(0, 0, 0);
-        sh(1, str_off, strtab.len());
-        sh(11, mi_off, modinfo.len());
-        elf[0x28..0x30].copy_from_slice(&(shoff as u64).to_le_bytes());
-        elf[0x3a..0x3c].copy_from_slice(&64u16.to_le_bytes());
-        elf[0x3c..0x3e].copy_from_slice(&3u16.to_le_bytes());
-        elf[0x3e..0x40].copy_from_slice(&1u16.to_le_bytes());
-        elf
-    }
-
-    #[test]
-    fn modinfo_depends_are_read_from_the_elf_section() {
-        assert_eq!(
-            module_depends(&tiny_module()),
-            Some(vec!["ib_core".to_string(), "crc32_generic".into()])
-        );
-        assert_eq!(module_depends(b"not an elf"), None);
-    }
-
-    #[test]
-    fn modules_come_dependencies_first_and_a_missing_one_is_an_error() {
-        let dir = std::env::temp_dir().join(format!("nprdma-xtask-modules-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(dir.join("kernel/net")).unwrap();
-        std::fs::write(
-            dir.join("kernel/rdma_rxe.ko"),
-            module_with_depends("ib-core,crc32_generic"),
-        )
-        .unwrap();
-        std::fs::write(dir.join("kernel/net/ib_core.ko"), module_with_depends("")).unwrap();
-        std::fs::write(
-            dir.join("kernel/broken.ko"),
-            module_with_depends("no_such_mod"),
-        )
-        .unwrap();
-        std::fs::write(
-            dir.join("modules.builtin"),
-            "kernel/crypto/crc32_generic.ko\n",
-        )
-        .unwrap();
-        let order = module_order(&dir, &["rdma_rxe", "crc32-generic"]).unwrap();
-        assert_eq!(
-            order,
-            [
-                PathBuf::from("kernel/net/ib_core.ko"),
-                PathBuf::from("kernel/rdma_rxe.ko")
-            ]
-        );
-        for wanted in ["rdma_rxee", "broken"] {
-            let err = module_order(&dir, &[wanted]).unwrap_err().to_string();
-            assert!(err.contains("neither in"), "{wanted}: {err}");
-        }
-        let _ = std::fs::remove_dir_all(&dir);
-    }
-
-    #[test]
-    fn a_corrupt_module_is_none_never_a_panic() {
-        let good = tiny_module();
-        let mut shoff_max = good.clone();
-        shoff_max[0x28..0x30].copy_from_slice(&u64::MAX.to_le_bytes());
-        assert_eq!(module_depends(&shoff_max), None);
-        // Every 2-, 4- and 8-byte field anywhere set to all ones, and every byte flipped:
-        // offsets and sizes that overflow, point outside the file or past a table.
-        for width in [1, 2, 4, 8] {
-            for at in 0..=good.len() - width {
-                let mut elf = good.clone();
-                if width == 1 {
-                    elf[at] ^= 0xff;
-                } else {
-                    elf[at..at + width].fill(0xff);
-                }
-                let _ = module_depends(&elf);
-            }
-        }
-        for len in 0..good.len() {
-            let _ = module_depends(&good[..len]);
-        }
-    }
-
     /// Runs the guest script's `lat`/`bw` (and what they need) on `output` with the host's
     /// `sh` and `awk`, as busybox runs them in the guest.
     fn guest_extract(function: &str, output: &str) -> String {
@@ -1749,24 +1101,6 @@ mod tests {
         let bw = " #bytes     #iterations    BW peak[Gb/sec]    BW average[Gb/sec]   MsgRate[Mpps]\n \
                   65536      1000             1.95               1.93                 0.003681\n";
         assert_eq!(guest_extract("bw", bw), "1.93");
-    }
-
-    #[test]
-    fn the_library_is_taken_from_where_cargo_built_it() {
-        let messages = r#"{"reason":"compiler-artifact","target":{"name":"connectx"},"filenames":["/t/x/release/libnprdma.so","/t/x/release/libnprdma.rlib"],"executable":null}
-not json
-{"reason":"build-script-executed","filenames":["/t/x/release/build/libnprdma.so"]}
-{"reason":"compiler-artifact","target":{"name":"nprdma-verbs-stress"},"filenames":["/t/x/release/nprdma-verbs-stress"],"executable":"/t/x/release/nprdma-verbs-stress"}
-{"reason":"build-finished","success":true}"#;
-        assert_eq!(
-            built_artifact(messages, "libnprdma.so"),
-            Some(PathBuf::from("/t/x/release/libnprdma.so"))
-        );
-        assert_eq!(
-            built_artifact(messages, "nprdma-verbs-stress"),
-            Some(PathBuf::from("/t/x/release/nprdma-verbs-stress"))
-        );
-        assert_eq!(built_artifact(messages, "libnprdma.a"), None);
     }
 
     #[test]
