@@ -23,7 +23,16 @@
 //! [`crate::GlueError::code`] values (0 = success).
 //!
 //! All structs are `#[repr(C)]` with explicit padding, so their layout is the same for a C
-//! module on any 64-bit Linux target; the size and offset assertions below pin it.
+//! module on any 64-bit Linux target; the size and offset assertions below pin it. The module
+//! (linux-glue/kernel/nprdma.c) takes its layouts from `linux-glue/kernel/nprdma_abi.h`, whose
+//! `_Static_assert`s pin the same numbers; the test `tests/kernel_abi.rs` compiles that header
+//! in user space and compares every size, offset and constant with this file.
+//!
+//! ABI 2 (the first the real module speaks) added [`IOC_RESOLVE`] (a page's frame, mapping
+//! order and fault kind), the causes the MMU notifier reports ([`cause::CLEARED`],
+//! [`cause::PROTECTION`], [`cause::RELEASED`]), [`RECORD_NONBLOCKING`], and made the
+//! page-state table a read-only mapping (the ring stays read-write: user space writes
+//! `consumer`).
 
 use std::mem::offset_of;
 use std::sync::atomic::AtomicU64;
@@ -31,7 +40,7 @@ use std::sync::atomic::AtomicU64;
 use crate::sys::{IOC_READ, IOC_WRITE, ioc};
 
 /// The ABI version this crate speaks.
-pub const ABI_VERSION: u32 = 1;
+pub const ABI_VERSION: u32 = 2;
 /// The module's character device.
 pub const DEVICE_NODE: &str = "/dev/nprdma-glue";
 /// ioctl type byte. Unassigned in Documentation/userspace-api/ioctl/ioctl-number.rst as read
@@ -74,6 +83,8 @@ pub struct VersionArgs {
 pub const FEATURE_HUGE: u32 = 1 << 0;
 /// Module feature: the event ring is available.
 pub const FEATURE_RING: u32 = 1 << 1;
+/// Module feature: `IOC_RESOLVE` returns frames (ABI 2).
+pub const FEATURE_RESOLVE: u32 = 1 << 2;
 
 /// Device access: read (device reads memory).
 pub const ACCESS_READ: u32 = 1;
@@ -151,6 +162,47 @@ pub struct FaultInArgs {
     pub status: u32,
 }
 
+/// Resolution kinds in [`ResolveArgs::kind`].
+pub mod kind {
+    /// The page was already mapped: no fault was taken.
+    pub const PRESENT: u32 = 0;
+    /// A minor fault made it present.
+    pub const MINOR: u32 = 1;
+    /// A major fault (I/O: swap-in, a file read) made it present.
+    pub const MAJOR: u32 = 2;
+    /// Query only: the CPU does not map the page.
+    pub const ABSENT: u32 = 3;
+}
+
+/// `IOC_RESOLVE` (ABI 2): make one page present for `access` and return its frame, as an
+/// SMMU or a NIC needs it to map the page.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ResolveArgs {
+    /// In.
+    pub hdr: AbiHeader,
+    /// In: the region.
+    pub region_id: u64,
+    /// In: the page (4 KiB aligned, inside the region).
+    pub addr: u64,
+    /// In: `ACCESS_READ` or `ACCESS_WRITE`.
+    pub access: u32,
+    /// In: `FAULT_IN_QUERY_ONLY` or 0.
+    pub flags: u32,
+    /// Out: the frame number of `mapping_start`.
+    pub pfn: u64,
+    /// Out: the page, or the naturally aligned 2 MiB block that maps it (`order` 9).
+    pub mapping_start: u64,
+    /// Out: 0 (4 KiB) or 9 (2 MiB, the block lies inside the region).
+    pub order: u32,
+    /// Out: a [`kind`] value.
+    pub kind: u32,
+    /// Out: the page's table version afterwards.
+    pub version: u32,
+    /// Out: 0 or an error code.
+    pub status: u32,
+}
+
 /// `IOC_RING_SETUP`: create the invalidation event ring of this open file.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -210,7 +262,20 @@ pub mod cause {
     pub const DROPPED: u32 = 5;
     /// Migrated / compacted / COW / KSM / THP collapse: a new frame.
     pub const FRAME_CHANGED: u32 = 6;
+    /// The module's `MMU_NOTIFY_CLEAR` (and `MMU_NOTIFY_EXCLUSIVE`): the CPU's PTEs were
+    /// cleared: `madvise(DONTNEED)`, reclaim, COW, a THP split, ... (the notifier does not
+    /// say which).
+    pub const CLEARED: u32 = 7;
+    /// The module's `MMU_NOTIFY_PROTECTION_VMA/PAGE` and `MMU_NOTIFY_SOFT_DIRTY`:
+    /// `mprotect`, write-protection for fork's COW or soft-dirty tracking.
+    pub const PROTECTION: u32 = 8;
+    /// The module's `MMU_NOTIFY_RELEASE`: the process's mm is gone (exit, exec).
+    pub const RELEASED: u32 = 9;
 }
+
+/// [`InvalidationRecord::flags`]: the invalidation came from a context that may not block
+/// (`mmu_notifier_range_blockable` false, e.g. the OOM reaper).
+pub const RECORD_NONBLOCKING: u32 = 1 << 0;
 
 /// One record of the event ring.
 #[repr(C)]
@@ -226,7 +291,7 @@ pub struct InvalidationRecord {
     pub len: u64,
     /// A [`cause`] value.
     pub cause: u32,
-    /// Reserved, 0.
+    /// `RECORD_*` bits.
     pub flags: u32,
     /// For `REMAPPED`: the new address of `start`; otherwise 0.
     pub new_start: u64,
@@ -323,6 +388,13 @@ pub const IOC_RING_SETUP: u32 = ioc(
     0x04,
     size_of::<RingSetupArgs>(),
 );
+/// `IOC_RESOLVE = _IOWR(0xD7, 0x05, ResolveArgs)` (ABI 2).
+pub const IOC_RESOLVE: u32 = ioc(
+    IOC_READ | IOC_WRITE,
+    IOCTL_MAGIC,
+    0x05,
+    size_of::<ResolveArgs>(),
+);
 
 // Layout pins: a change here is an ABI break and needs ABI_VERSION + 1.
 const _: () = {
@@ -344,6 +416,16 @@ const _: () = {
     assert!(offset_of!(FaultInArgs, pages_mapped) == 40);
     assert!(offset_of!(FaultInArgs, minor_faults) == 48);
     assert!(offset_of!(FaultInArgs, status) == 60);
+    assert!(size_of::<ResolveArgs>() == 64);
+    assert!(offset_of!(ResolveArgs, region_id) == 8);
+    assert!(offset_of!(ResolveArgs, addr) == 16);
+    assert!(offset_of!(ResolveArgs, access) == 24);
+    assert!(offset_of!(ResolveArgs, pfn) == 32);
+    assert!(offset_of!(ResolveArgs, mapping_start) == 40);
+    assert!(offset_of!(ResolveArgs, order) == 48);
+    assert!(offset_of!(ResolveArgs, kind) == 52);
+    assert!(offset_of!(ResolveArgs, version) == 56);
+    assert!(offset_of!(ResolveArgs, status) == 60);
     assert!(size_of::<RingSetupArgs>() == 40);
     assert!(offset_of!(RingSetupArgs, ring_offset) == 16);
     assert!(size_of::<RingHeader>() == 192);
@@ -417,6 +499,10 @@ unsafe impl AbiStruct for RingSetupArgs {
     const NAME: &'static str = "RingSetupArgs";
 }
 // SAFETY: as above.
+unsafe impl AbiStruct for ResolveArgs {
+    const NAME: &'static str = "ResolveArgs";
+}
+// SAFETY: as above.
 unsafe impl AbiStruct for InvalidationRecord {
     const NAME: &'static str = "InvalidationRecord";
 }
@@ -433,6 +519,7 @@ mod tests {
         assert_eq!(IOC_UNREGISTER, 0xC018_D702);
         assert_eq!(IOC_FAULT_IN, 0xC040_D703);
         assert_eq!(IOC_RING_SETUP, 0xC028_D704);
+        assert_eq!(IOC_RESOLVE, 0xC040_D705);
     }
 
     #[test]

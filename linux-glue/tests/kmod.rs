@@ -8,8 +8,8 @@ use std::sync::Arc;
 use common::*;
 use hal::{AlignedRange, PageSize, VirtAddr};
 use linux_glue::abi::{self, AbiHeader, AbiStruct, FaultInArgs, InvalidationRecord};
-use linux_glue::kmod::{FakeModule, ModuleBackend, ModuleClient, RealModule};
-use linux_glue::{Access, GlueError};
+use linux_glue::kmod::{FAKE_PFN_BASE, FakeModule, ModuleBackend, ModuleClient, RealModule};
+use linux_glue::{Access, FaultKind, GlueError};
 
 const BASE: u64 = 0x7f00_0000_0000;
 
@@ -25,16 +25,20 @@ fn client() -> (Arc<FakeModule>, ModuleClient<Arc<FakeModule>>) {
 
 #[test]
 fn the_handshake_refuses_another_abi_version() {
-    let e = ModuleClient::connect(FakeModule::with_version(2)).unwrap_err();
+    // ABI 1 was the fake-only ABI before the module existed.
+    let e = ModuleClient::connect(FakeModule::with_version(1)).unwrap_err();
     assert_eq!(
         e,
         GlueError::AbiVersion {
             ours: abi::ABI_VERSION,
-            theirs: 2
+            theirs: 1
         }
     );
     let (_, c) = client();
-    assert_eq!(c.features(), abi::FEATURE_HUGE | abi::FEATURE_RING);
+    assert_eq!(
+        c.features(),
+        abi::FEATURE_HUGE | abi::FEATURE_RING | abi::FEATURE_RESOLVE
+    );
 }
 
 #[test]
@@ -457,4 +461,68 @@ fn a_page_invalidated_right_after_its_fault_in_is_faulted_in_again_before_the_sn
         c.ensure_present(&r, range(base, 4 * PAGE), Access::Write),
         Err(GlueError::Contended { .. })
     ));
+}
+
+#[test]
+fn resolve_returns_the_frame_the_mapping_size_and_the_fault_kind() {
+    let (fake, c) = client();
+    let base = 0x7f00_0000_0000u64;
+    let r = c
+        .register(VirtAddr::new(base), 2 * MIB + 2 * PAGE, Access::Write)
+        .unwrap();
+    fake.back_with_huge_pages(VirtAddr::new(base), 2 * MIB);
+    // A query of a page nobody faulted in: absent, nothing faulted.
+    let q = c
+        .resolve(&r, VirtAddr::new(base + 2 * MIB), Access::Read, true)
+        .unwrap();
+    assert_eq!(q.kind, None);
+    assert!(!r.entry(VirtAddr::new(base + 2 * MIB)).unwrap().present());
+    // A 4 KiB page: minor, then present; the version moves only with the fault.
+    let p = base + 2 * MIB + PAGE;
+    let first = c
+        .resolve(&r, VirtAddr::new(p), Access::Write, false)
+        .unwrap();
+    assert_eq!(first.kind, Some(FaultKind::Minor));
+    assert_eq!(first.size, PageSize::Size4K);
+    assert_eq!(first.mapping, range(p, PAGE));
+    assert_eq!(first.pfn, FAKE_PFN_BASE + (p >> 12));
+    assert_eq!(first.frame(), first.pfn << 12);
+    let again = c
+        .resolve(&r, VirtAddr::new(p), Access::Write, false)
+        .unwrap();
+    assert_eq!(again.kind, Some(FaultKind::AlreadyPresent));
+    assert_eq!(again.version, first.version);
+    assert_eq!(r.entry(VirtAddr::new(p)).unwrap().version(), first.version);
+    // Inside the huge block: the 2 MiB mapping and its first frame.
+    let h = c
+        .resolve(&r, VirtAddr::new(base + 5 * PAGE), Access::Read, false)
+        .unwrap();
+    let block = AlignedRange::new(VirtAddr::new(base), 2 * MIB, PageSize::Size2M).unwrap();
+    assert_eq!((h.size, h.mapping), (PageSize::Size2M, block));
+    assert_eq!(h.pfn % 512, 0);
+    // Swapped out: a major fault brings it back, with a new version.
+    fake.swap_out(VirtAddr::new(p), PAGE);
+    let back = c
+        .resolve(&r, VirtAddr::new(p), Access::Write, false)
+        .unwrap();
+    assert_eq!(back.kind, Some(FaultKind::Major));
+    assert!(back.version > first.version);
+    // Bad input: typed errors.
+    assert_eq!(
+        c.resolve(&r, VirtAddr::new(base + 3 * MIB), Access::Read, false),
+        Err(GlueError::NotRegistered {
+            addr: base + 3 * MIB
+        })
+    );
+    assert!(matches!(
+        c.resolve(&r, VirtAddr::new(p + 1), Access::Read, false),
+        Err(GlueError::Misaligned { .. })
+    ));
+    let ro = c
+        .register(VirtAddr::new(0x1000_0000), PAGE, Access::Read)
+        .unwrap();
+    assert_eq!(
+        c.resolve(&ro, VirtAddr::new(0x1000_0000), Access::Write, false),
+        Err(GlueError::NotWritable { addr: 0x1000_0000 })
+    );
 }

@@ -47,6 +47,10 @@ pub const ALL_PACKAGES: &[Package] = &[
         why: "cc: compiles connectx's layout probe (tools/layout-probe.c); rustup's Rust links with it too",
     },
     Package {
+        name: "linux-libc-dev",
+        why: "<linux/types.h> and <linux/ioctl.h>: linux-glue's test compiles the kernel module's ABI header in user space",
+    },
+    Package {
         name: "libibverbs-dev",
         why: "rdma-core headers: connectx's layout test checks its ABI declarations against them",
     },

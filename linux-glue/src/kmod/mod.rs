@@ -1,25 +1,30 @@
 //! The user-space half of the kernel-module ABI, and two backends for it: the real device
-//! ([`RealModule`]) and an in-process fake ([`FakeModule`]) that plays the module's part
-//! byte-for-byte (it decodes the same `#[repr(C)]` argument structs and writes the same shared
-//! table and ring layouts), so the user-space half is tested without a kernel module.
+//! ([`RealModule`], `real.rs`: the module `linux-glue/kernel/nprdma.c`) and an in-process fake
+//! ([`FakeModule`], `fake.rs`) that plays the module's part byte-for-byte (it decodes the same
+//! `#[repr(C)]` argument structs and writes the same shared table and ring layouts), so the
+//! user-space half is tested on any host; `cargo xtask kernel-test` runs it against the real
+//! module in a guest.
 
-use std::collections::{BTreeMap, HashMap};
-use std::fs::OpenOptions;
-use std::os::fd::{AsRawFd, OwnedFd};
-use std::os::unix::fs::OpenOptionsExt;
 use std::ptr::NonNull;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 
 use hal::{AlignedRange, PageSize, VirtAddr};
 
 use crate::abi::{
     self, ABI_VERSION, AbiHeader, AbiStruct, FaultInArgs, InvalidationRecord, PageStateEntry,
-    RegisterArgs, RingSetupArgs, UnregisterArgs, VersionArgs,
+    RegisterArgs, ResolveArgs, RingSetupArgs, UnregisterArgs, VersionArgs,
 };
 use crate::registry::Access;
-use crate::sys::{self, PAGE, PAGE_SHIFT};
+use crate::resolver::FaultKind;
+use crate::sys::{PAGE, PAGE_SHIFT};
 use crate::{GlueError, Result};
+
+mod fake;
+mod real;
+
+pub use fake::{FAKE_PFN_BASE, FakeModule};
+pub use real::RealModule;
 
 /// Words (u64) of the ring header (192 bytes).
 const RING_HEADER_WORDS: usize = size_of::<abi::RingHeader>() / 8;
@@ -119,8 +124,14 @@ impl Drop for SharedMemory {
 pub trait ModuleBackend: Send + Sync {
     /// Issues ioctl `cmd` with `arg` as the in/out argument. `Err(errno)` on failure.
     fn ioctl(&self, cmd: u32, arg: &mut [u8]) -> Result<(), i32>;
-    /// Maps `len` bytes of module memory at mmap offset `offset`.
+    /// Maps `len` bytes of module memory at mmap offset `offset`, readable and writable (the
+    /// event ring: user space writes its `consumer`).
     fn map(&self, offset: u64, len: u64) -> Result<SharedMemory>;
+    /// Maps module memory that user space only reads (page-state tables). By default the same
+    /// as [`ModuleBackend::map`]; the real module refuses writable mappings of tables.
+    fn map_read_only(&self, offset: u64, len: u64) -> Result<SharedMemory> {
+        self.map(offset, len)
+    }
 }
 
 impl<T: ModuleBackend + ?Sized> ModuleBackend for Arc<T> {
@@ -130,93 +141,8 @@ impl<T: ModuleBackend + ?Sized> ModuleBackend for Arc<T> {
     fn map(&self, offset: u64, len: u64) -> Result<SharedMemory> {
         (**self).map(offset, len)
     }
-}
-
-/// The real module behind its device node.
-#[derive(Debug)]
-pub struct RealModule {
-    fd: OwnedFd,
-}
-
-impl RealModule {
-    /// Opens [`abi::DEVICE_NODE`].
-    pub fn open() -> Result<Self> {
-        Self::open_at(abi::DEVICE_NODE)
-    }
-
-    /// Opens the module's device at `path`: [`GlueError::ModuleNotLoaded`] if it does not exist.
-    pub fn open_at(path: &str) -> Result<Self> {
-        match OpenOptions::new()
-            .read(true)
-            .write(true)
-            .custom_flags(libc::O_CLOEXEC)
-            .open(path)
-        {
-            Ok(f) => Ok(Self { fd: f.into() }),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(GlueError::ModuleNotLoaded {
-                path: path.to_string(),
-            }),
-            Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
-                Err(GlueError::PermissionDenied {
-                    what: "opening the nprdma-glue device",
-                })
-            }
-            Err(e) => Err(GlueError::Os {
-                op: "open nprdma-glue device",
-                errno: e.raw_os_error().unwrap_or(0),
-            }),
-        }
-    }
-}
-
-/// Whether `cmd` is one of the module's requests (its magic) with an argument of `len` bytes.
-fn module_request_fits(cmd: u32, len: usize) -> bool {
-    sys::ioc_type(cmd) == abi::IOCTL_MAGIC && sys::ioc_size(cmd) == len
-}
-
-impl ModuleBackend for RealModule {
-    fn ioctl(&self, cmd: u32, arg: &mut [u8]) -> Result<(), i32> {
-        // The kernel copies as many bytes as the request encodes: refuse a buffer of any other
-        // size, and requests that are not this module's.
-        if !module_request_fits(cmd, arg.len()) {
-            return Err(libc::EINVAL);
-        }
-        // SAFETY: one of the module's requests (checked magic), whose argument is exactly
-        // `arg.len()` bytes (checked size), a plain struct with no buffer the module writes
-        // through (abi.rs); `arg` is live and writable for the call.
-        unsafe { sys::ioctl_ptr(&self.fd, cmd, arg.as_mut_ptr()) }.map(|_| ())
-    }
-
-    fn map(&self, offset: u64, len: u64) -> Result<SharedMemory> {
-        if len == 0 || !len.is_multiple_of(8) {
-            return Err(GlueError::InvalidArgument {
-                what: "module mapping length",
-            });
-        }
-        // SAFETY: a new shared mapping of the device at a kernel-chosen address; nothing is
-        // replaced. The module validates offset and length.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len as usize,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                self.fd.as_raw_fd(),
-                offset as libc::off_t,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            return Err(sys::os_error("mmap nprdma-glue device"));
-        }
-        let ptr = NonNull::new(p.cast::<u64>()).ok_or(GlueError::Os {
-            op: "mmap",
-            errno: 0,
-        })?;
-        Ok(SharedMemory {
-            ptr,
-            words: (len / 8) as usize,
-            owner: Owner::Mmap,
-        })
+    fn map_read_only(&self, offset: u64, len: u64) -> Result<SharedMemory> {
+        (**self).map_read_only(offset, len)
     }
 }
 
@@ -316,6 +242,29 @@ impl ModuleRegion {
 /// being invalidated right after its fault-in.
 const ENSURE_RETRIES: u32 = 8;
 
+/// One page resolved by the module ([`ModuleClient::resolve`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ModuleResolution {
+    /// The CPU mapping that holds the page: the 4 KiB page, or the naturally aligned 2 MiB block
+    /// when a PMD maps it and the block lies inside the region (map it as one block).
+    pub mapping: AlignedRange<VirtAddr>,
+    /// `Size4K` or `Size2M`: the size of `mapping`.
+    pub size: PageSize,
+    /// Frame number of `mapping.start()` (physical address `pfn << 12`).
+    pub pfn: u64,
+    /// What the module had to do; `None` for a query-only call that found the page unmapped.
+    pub kind: Option<FaultKind>,
+    /// The page's table version afterwards.
+    pub version: u32,
+}
+
+impl ModuleResolution {
+    /// Physical address of `mapping.start()`.
+    pub fn frame(&self) -> u64 {
+        self.pfn << PAGE_SHIFT
+    }
+}
+
 /// Result of a module fault-in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ModuleFaultIn {
@@ -366,6 +315,8 @@ pub fn status_error(code: u32, region: u64, addr: u64, len: u64) -> GlueError {
             addr,
             reason: "refused by the module",
         },
+        // The module retries for HMM_RANGE_DEFAULT_TIMEOUT (1 s) and does not count.
+        20 => GlueError::Contended { retries: 0 },
         21 => GlueError::InvalidArgument {
             what: "argument refused by the module",
         },
@@ -471,7 +422,7 @@ impl<B: ModuleBackend> ModuleClient<B> {
             });
         }
         let bytes = size_of::<abi::TableHeader>() as u64 + 8 * a.table_entries;
-        let table = self.backend.map(a.table_offset, bytes)?;
+        let table = self.backend.map_read_only(a.table_offset, bytes)?;
         let hdr = table.load(0, Ordering::Acquire).to_ne_bytes();
         let version = u32::from_ne_bytes([hdr[0], hdr[1], hdr[2], hdr[3]]);
         if version != ABI_VERSION {
@@ -602,6 +553,74 @@ impl<B: ModuleBackend> ModuleClient<B> {
         })
     }
 
+    /// Makes the page at `addr` of `region` present for `access` and returns its frame, the
+    /// CPU mapping's size and the fault taken (`IOC_RESOLVE`). With `query_only` nothing is
+    /// faulted: an unmapped page comes back with `kind: None`.
+    pub fn resolve(
+        &self,
+        region: &ModuleRegion,
+        addr: VirtAddr,
+        access: Access,
+        query_only: bool,
+    ) -> Result<ModuleResolution> {
+        let mut a = ResolveArgs {
+            hdr: AbiHeader::for_struct::<ResolveArgs>(),
+            region_id: region.id,
+            addr: addr.as_u64(),
+            access: access_bits(access),
+            flags: if query_only {
+                abi::FAULT_IN_QUERY_ONLY
+            } else {
+                0
+            },
+            ..Default::default()
+        };
+        self.call(abi::IOC_RESOLVE, &mut a)?;
+        if a.status != 0 {
+            return Err(status_error(a.status, region.id, a.addr, PAGE));
+        }
+        let kind = match a.kind {
+            abi::kind::PRESENT => Some(FaultKind::AlreadyPresent),
+            abi::kind::MINOR => Some(FaultKind::Minor),
+            abi::kind::MAJOR => Some(FaultKind::Major),
+            abi::kind::ABSENT => None,
+            other => {
+                return Err(GlueError::Malformed {
+                    what: "ResolveArgs reply",
+                    detail: format!("kind {other}"),
+                });
+            }
+        };
+        let size = match a.order {
+            0 => PageSize::Size4K,
+            9 => PageSize::Size2M,
+            other => {
+                return Err(GlueError::Malformed {
+                    what: "ResolveArgs reply",
+                    detail: format!("mapping order {other}"),
+                });
+            }
+        };
+        let mapping = if kind.is_some() {
+            AlignedRange::new(VirtAddr::new(a.mapping_start), size.bytes(), size)?
+        } else {
+            AlignedRange::new(addr, PAGE, PageSize::Size4K)?
+        };
+        if kind.is_some() && !mapping.contains(addr) {
+            return Err(GlueError::Malformed {
+                what: "ResolveArgs reply",
+                detail: format!("mapping {mapping:?} does not hold {addr:?}"),
+            });
+        }
+        Ok(ModuleResolution {
+            mapping,
+            size,
+            pfn: a.pfn,
+            kind,
+            version: a.version,
+        })
+    }
+
     /// Creates the event ring with `entries` records (a power of two) and maps it.
     pub fn setup_ring(&mut self, entries: u32) -> Result<()> {
         let mut a = RingSetupArgs {
@@ -675,390 +694,5 @@ impl<B: ModuleBackend> ModuleClient<B> {
             return Err(GlueError::RingOverrun { lost });
         }
         Ok(n)
-    }
-}
-
-/// One region as the fake module sees it.
-#[derive(Debug)]
-struct FakeRegion {
-    start: u64,
-    pages: u64,
-    access: u32,
-    table: Arc<HeapBlock>,
-}
-
-#[derive(Debug, Default)]
-struct FakeState {
-    next_id: u64,
-    next_offset: u64,
-    regions: BTreeMap<u64, FakeRegion>,
-    blocks: HashMap<u64, Arc<HeapBlock>>,
-    ring: Option<(Arc<HeapBlock>, u32)>,
-    seq: u64,
-    huge: Vec<(u64, u64)>,
-    swapped: Vec<(u64, u64)>,
-}
-
-/// An in-process stand-in for the kernel module, for testing the user-space half.
-///
-/// Memory is modelled, not real: pages become present when faulted in through the ABI and
-/// absent when the test calls [`FakeModule::invalidate`] (the MMU-notifier path). Pages inside
-/// [`FakeModule::back_with_huge_pages`] fault in as 2 MiB blocks; pages passed to
-/// [`FakeModule::swap_out`] cost a major fault on their next fault-in.
-#[derive(Debug)]
-pub struct FakeModule {
-    version: u32,
-    state: Mutex<FakeState>,
-}
-
-impl Default for FakeModule {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-fn header_word(version: u32, size: usize) -> u64 {
-    let mut b = [0u8; 8];
-    b[..4].copy_from_slice(&version.to_ne_bytes());
-    b[4..].copy_from_slice(&(size as u32).to_ne_bytes());
-    u64::from_ne_bytes(b)
-}
-
-impl FakeModule {
-    /// A fake speaking [`ABI_VERSION`].
-    pub fn new() -> Self {
-        Self::with_version(ABI_VERSION)
-    }
-
-    /// A fake speaking `version` (to test the mismatch path).
-    pub fn with_version(version: u32) -> Self {
-        Self {
-            version,
-            state: Mutex::new(FakeState {
-                next_offset: 0x10000,
-                ..Default::default()
-            }),
-        }
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, FakeState> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// Makes faults in `[start, start + len)` map whole 2 MiB blocks (a THP-backed range).
-    pub fn back_with_huge_pages(&self, start: VirtAddr, len: u64) {
-        self.lock()
-            .huge
-            .push((start.as_u64(), start.as_u64().saturating_add(len)));
-    }
-
-    /// Models reclaim to swap: invalidates the pages (cause SWAPPED_OUT) and makes their next
-    /// fault-in a major fault.
-    pub fn swap_out(&self, start: VirtAddr, len: u64) -> usize {
-        self.lock()
-            .swapped
-            .push((start.as_u64(), start.as_u64().saturating_add(len)));
-        self.invalidate(start, len, abi::cause::SWAPPED_OUT, 0)
-    }
-
-    /// The MMU-notifier path: for every registered region overlapping the range, clears the
-    /// present bits and bumps the versions of the pages, bumps the generation and publishes one
-    /// ring record (or counts it as dropped when the ring is full). Returns records published.
-    pub fn invalidate(&self, start: VirtAddr, len: u64, cause: u32, new_start: u64) -> usize {
-        let mut st = self.lock();
-        let (s, e) = (start.as_u64(), start.as_u64().saturating_add(len));
-        let mut records = Vec::new();
-        for (&id, r) in &st.regions {
-            let (rs, re) = (r.start, r.start + r.pages * PAGE);
-            let (cs, ce) = (s.max(rs), e.min(re));
-            if cs >= ce {
-                continue;
-            }
-            for i in (cs - rs) >> PAGE_SHIFT..(ce - rs) >> PAGE_SHIFT {
-                let w = &r.table.0[TABLE_HEADER_WORDS + i as usize];
-                let old = PageStateEntry(w.load(Ordering::Relaxed));
-                w.store(
-                    PageStateEntry::new(false, false, false, old.version().wrapping_add(1)).0,
-                    Ordering::Release,
-                );
-            }
-            r.table.0[TABLE_GENERATION].fetch_add(1, Ordering::AcqRel);
-            records.push(InvalidationRecord {
-                region_id: id,
-                start: cs,
-                len: ce - cs,
-                cause,
-                new_start: if cause == abi::cause::REMAPPED {
-                    new_start.wrapping_add(cs - s)
-                } else {
-                    0
-                },
-                ..Default::default()
-            });
-        }
-        let mut published = 0;
-        if let Some((ring, entries)) = st.ring.clone() {
-            for mut rec in records {
-                let producer = ring.0[RING_PRODUCER].load(Ordering::Relaxed);
-                let consumer = ring.0[RING_CONSUMER].load(Ordering::Acquire);
-                if producer.wrapping_sub(consumer) >= entries as u64 {
-                    ring.0[RING_DROPPED].fetch_add(1, Ordering::AcqRel);
-                    continue;
-                }
-                rec.seq = st.seq;
-                st.seq += 1;
-                let base = RING_HEADER_WORDS + (producer % entries as u64) as usize * RECORD_WORDS;
-                for (i, chunk) in rec.as_bytes_mut().chunks_exact(8).enumerate() {
-                    let mut w = [0u8; 8];
-                    w.copy_from_slice(chunk);
-                    ring.0[base + i].store(u64::from_ne_bytes(w), Ordering::Relaxed);
-                }
-                ring.0[RING_PRODUCER].store(producer + 1, Ordering::Release);
-                published += 1;
-            }
-        }
-        published
-    }
-
-    fn alloc_offset(st: &mut FakeState, block: Arc<HeapBlock>) -> u64 {
-        let off = st.next_offset;
-        let bytes = (block.0.len() as u64 * 8).next_multiple_of(PAGE);
-        st.next_offset += bytes.max(PAGE);
-        st.blocks.insert(off, block);
-        off
-    }
-
-    /// Checks the header and size of an argument and decodes it. `Err(errno)` as the module would.
-    fn decode<T: AbiStruct>(&self, arg: &[u8], check_version: bool) -> Result<T, i32> {
-        let hdr = T::header(arg).ok_or(libc::EINVAL)?;
-        if arg.len() != size_of::<T>() || hdr.struct_size as usize != size_of::<T>() {
-            return Err(libc::EINVAL);
-        }
-        if check_version && hdr.abi_version != self.version {
-            return Err(libc::EPROTO);
-        }
-        T::from_bytes(arg).ok_or(libc::EINVAL)
-    }
-
-    fn encode<T: AbiStruct>(mut v: T, arg: &mut [u8]) {
-        arg.copy_from_slice(v.as_bytes_mut());
-    }
-
-    fn do_register(&self, a: &mut RegisterArgs) {
-        let mut st = self.lock();
-        let (start, len) = (a.addr, a.len);
-        a.status = if len == 0 {
-            3
-        } else if start % PAGE != 0 || len % PAGE != 0 {
-            1
-        } else if start.checked_add(len).is_none() {
-            2
-        } else if a.access != abi::ACCESS_READ && a.access != abi::ACCESS_WRITE {
-            21
-        } else if let Some((&id, _)) = st
-            .regions
-            .iter()
-            .find(|(_, r)| start < r.start + r.pages * PAGE && r.start < start + len)
-        {
-            a.region_id = id;
-            7
-        } else {
-            0
-        };
-        if a.status != 0 {
-            return;
-        }
-        let pages = len / PAGE;
-        let table = HeapBlock::new(TABLE_HEADER_WORDS + pages as usize);
-        st.next_id += 1;
-        let id = st.next_id;
-        table.0[0].store(
-            header_word(self.version, size_of::<abi::TableHeader>()),
-            Ordering::Relaxed,
-        );
-        table.0[1].store(id, Ordering::Relaxed);
-        table.0[2].store(pages, Ordering::Relaxed);
-        let off = Self::alloc_offset(&mut st, Arc::clone(&table));
-        st.regions.insert(
-            id,
-            FakeRegion {
-                start,
-                pages,
-                access: a.access,
-                table,
-            },
-        );
-        a.region_id = id;
-        a.table_offset = off;
-        a.table_entries = pages;
-    }
-
-    fn do_fault_in(&self, a: &mut FaultInArgs) {
-        let mut st = self.lock();
-        let huge = st.huge.clone();
-        let Some(r) = st.regions.get(&a.region_id) else {
-            a.status = 8;
-            return;
-        };
-        let (rs, re) = (r.start, r.start + r.pages * PAGE);
-        let end = a.addr.checked_add(a.len);
-        a.status = match end {
-            _ if a.len == 0 => 3,
-            _ if !a.addr.is_multiple_of(PAGE) || !a.len.is_multiple_of(PAGE) => 1,
-            None => 2,
-            Some(e) if a.addr < rs || e > re => 9,
-            _ if a.access == abi::ACCESS_WRITE && r.access == abi::ACCESS_READ => 5,
-            _ => 0,
-        };
-        if a.status != 0 {
-            return;
-        }
-        let write = a.access == abi::ACCESS_WRITE;
-        let table = Arc::clone(&r.table);
-        let (mut minor, mut major, mut mapped) = (0u32, 0u32, 0u64);
-        let mut blocks = std::collections::BTreeSet::new();
-        let mut p = a.addr;
-        while p < a.addr + a.len {
-            let i = ((p - rs) >> PAGE_SHIFT) as usize;
-            let w = &table.0[TABLE_HEADER_WORDS + i];
-            let old = PageStateEntry(w.load(Ordering::Relaxed));
-            let block = p & !(sys::HUGE_2M - 1);
-            let in_huge = block >= rs
-                && block + sys::HUGE_2M <= re
-                && huge
-                    .iter()
-                    .any(|&(s, e)| s <= block && block + sys::HUGE_2M <= e);
-            if !old.present() || (write && !old.writable()) {
-                if let Some(pos) = st.swapped.iter().position(|&(s, e)| s <= p && p < e) {
-                    major += 1;
-                    let (s, e) = st.swapped[pos];
-                    // Only this page comes back; the rest of the range stays swapped.
-                    st.swapped.remove(pos);
-                    if s < p {
-                        st.swapped.push((s, p));
-                    }
-                    if p + PAGE < e {
-                        st.swapped.push((p + PAGE, e));
-                    }
-                } else {
-                    minor += 1;
-                }
-                w.store(
-                    PageStateEntry::new(
-                        true,
-                        write || old.writable(),
-                        in_huge,
-                        old.version().wrapping_add(1),
-                    )
-                    .0,
-                    Ordering::Release,
-                );
-            }
-            if in_huge {
-                blocks.insert(block);
-            }
-            mapped += 1;
-            p += PAGE;
-        }
-        a.pages_mapped = mapped;
-        a.minor_faults = minor;
-        a.major_faults = major;
-        a.huge_blocks = blocks.len() as u32;
-    }
-
-    fn do_ring_setup(&self, a: &mut RingSetupArgs) {
-        let mut st = self.lock();
-        if !a.entries.is_power_of_two() || a.entries > 1 << 16 {
-            a.status = 21;
-            return;
-        }
-        let words = RING_HEADER_WORDS + a.entries as usize * RECORD_WORDS;
-        let ring = HeapBlock::new(words);
-        ring.0[0].store(
-            header_word(self.version, size_of::<abi::RingHeader>()),
-            Ordering::Relaxed,
-        );
-        ring.0[1].store(
-            header_word(a.entries, size_of::<InvalidationRecord>()),
-            Ordering::Relaxed,
-        );
-        a.ring_offset = Self::alloc_offset(&mut st, Arc::clone(&ring));
-        a.ring_bytes = (words * 8) as u64;
-        st.ring = Some((ring, a.entries));
-    }
-}
-
-impl ModuleBackend for FakeModule {
-    fn ioctl(&self, cmd: u32, arg: &mut [u8]) -> Result<(), i32> {
-        match cmd {
-            abi::IOC_VERSION => {
-                let mut v: VersionArgs = self.decode(arg, false)?;
-                v.module_version = self.version;
-                v.features = abi::FEATURE_HUGE | abi::FEATURE_RING;
-                Self::encode(v, arg);
-            }
-            abi::IOC_REGISTER => {
-                let mut a: RegisterArgs = self.decode(arg, true)?;
-                self.do_register(&mut a);
-                Self::encode(a, arg);
-            }
-            abi::IOC_UNREGISTER => {
-                let mut a: UnregisterArgs = self.decode(arg, true)?;
-                let mut st = self.lock();
-                match st.regions.remove(&a.region_id) {
-                    Some(r) => st.blocks.retain(|_, b| !Arc::ptr_eq(b, &r.table)),
-                    None => a.status = 8,
-                }
-                drop(st);
-                Self::encode(a, arg);
-            }
-            abi::IOC_FAULT_IN => {
-                let mut a: FaultInArgs = self.decode(arg, true)?;
-                self.do_fault_in(&mut a);
-                Self::encode(a, arg);
-            }
-            abi::IOC_RING_SETUP => {
-                let mut a: RingSetupArgs = self.decode(arg, true)?;
-                self.do_ring_setup(&mut a);
-                Self::encode(a, arg);
-            }
-            _ => return Err(libc::ENOTTY),
-        }
-        Ok(())
-    }
-
-    fn map(&self, offset: u64, len: u64) -> Result<SharedMemory> {
-        let st = self.lock();
-        let block = st.blocks.get(&offset).ok_or(GlueError::InvalidArgument {
-            what: "unknown mmap offset",
-        })?;
-        if len > block.0.len() as u64 * 8 {
-            return Err(GlueError::InvalidArgument {
-                what: "mmap length beyond the module object",
-            });
-        }
-        Ok(SharedMemory::heap(Arc::clone(block)))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_real_module_takes_only_its_own_requests_with_buffers_of_their_size() {
-        let register = std::mem::size_of::<abi::RegisterArgs>();
-        assert!(module_request_fits(abi::IOC_REGISTER, register));
-        assert!(module_request_fits(
-            abi::IOC_VERSION,
-            std::mem::size_of::<abi::VersionArgs>()
-        ));
-        // A buffer smaller or larger than the request's argument would let the kernel copy
-        // past it, or leave part of it unread.
-        assert!(!module_request_fits(abi::IOC_REGISTER, 8));
-        assert!(!module_request_fits(abi::IOC_REGISTER, register + 8));
-        // Another driver's request of the same size.
-        let foreign = sys::ioc(sys::IOC_READ | sys::IOC_WRITE, b'f', 1, register);
-        assert!(!module_request_fits(foreign, register));
     }
 }
