@@ -1,0 +1,1079 @@
+// SPDX-License-Identifier: GPL-2.0 OR MIT
+/*
+ * nprdma.ko: the kernel half of linux-glue (docs/linux-glue.md, "The kernel module").
+ *
+ * A misc character device, /dev/nprdma-glue. Each open file is a context bound to the mm of
+ * the process that opened it. A context registers regions of that mm WITHOUT pinning: a
+ * region is an mmu_interval_notifier over its range (include/linux/mmu_notifier.h) plus a
+ * page-state table that user space maps read-only. Faulting in and resolving frames is
+ * hmm_range_fault() (mm/hmm.c) inside the mmu_interval_read_begin()/read_retry() loop, the
+ * pattern Documentation/mm/hmm.rst describes and lib/test_hmm.c (dmirror_range_fault) uses.
+ * Nothing here takes a page reference: no get_user_pages() or pin_user_pages(), and
+ * hmm_range_fault() reads the page tables without taking references either.
+ *
+ * The ABI (ioctl numbers, argument layouts, table and ring layouts, status codes) is
+ * nprdma_abi.h, which mirrors linux-glue/src/abi.rs.
+ *
+ * Objects, lifetimes and locks (no lock below is ever taken in interrupt context):
+ *
+ * struct npg_ctx (one per open file)
+ *   - ref: kref. One reference for the open file, one for a queued teardown work item.
+ *   - mm: the opener's mm, mmgrab()bed in open and mmdrop()ped when the context is freed.
+ *     Only this mm may use the file: ioctl and mmap from any other mm get -EBADF (as
+ *     amdkfd refuses a /dev/kfd descriptor used by another process,
+ *     drivers/gpu/drm/amd/amdkfd/kfd_chardev.c kfd_ioctl).
+ *   - mutex: serialises the ioctls, teardown and release. Held across hmm_range_fault()
+ *     and mmu_interval_notifier_insert()/remove(), so it is ordered BEFORE mmap_lock; it
+ *     is never taken by an invalidation callback or by mmap (which runs under mmap_lock).
+ *   - lookup_lock (spinlock): the regions list, for the mmap lookup. Writers hold mutex
+ *     too; mmap holds only lookup_lock (mmap_lock -> lookup_lock).
+ *   - ring_lock (spinlock): the ring's private producer and dropped counters (user space
+ *     can write the shared header; the module never reads its own counters back from it)
+ *     and the records. Taken by invalidation callbacks, after (never inside) a region's lock.
+ *   - ring: set once under ring_lock by IOC_RING_SETUP, freed with the context.
+ *   - dead: set by the first MMU_NOTIFY_RELEASE callback (the mm's exit_mmap): the
+ *     teardown work then removes every region; release does the same at close.
+ *
+ * struct npg_region
+ *   - notifier: the mmu_interval_notifier; inserted at register, removed at unregister,
+ *     teardown or release, always under ctx->mutex and with no spinlock held (the removal
+ *     may sleep until a running invalidation ends). Once removed, no callback runs.
+ *   - lock (spinlock): the table's entries and generation and the notifier sequence
+ *     (mmu_interval_set_seq). The invalidation callback takes only this lock and
+ *     then ring_lock, so it never sleeps and is valid whether or not
+ *     mmu_notifier_range_blockable() says it may block; it never has to return false.
+ *   - table: npg_buf with the table; the region holds one reference, each VMA mapping it
+ *     another, so an unregistered table stays valid while user space still maps it.
+ *
+ * struct npg_buf (vmalloc_user memory shared with user space)
+ *   - ref: kref: the owner (region or context) plus one per VMA (vm_ops open/close).
+ *
+ * Module unload: the misc device's fops have .owner = THIS_MODULE, so every open file
+ * holds a module reference and delete_module refuses while one is open (each mapping of
+ * the device holds the file). Teardown work runs on our own workqueue, which module exit
+ * destroys (draining it) after deregistering the device.
+ */
+
+#include <linux/errno.h>
+#include <linux/fs.h>
+#include <linux/hmm.h>
+#include <linux/jiffies.h>
+#include <linux/kref.h>
+#include <linux/list.h>
+#include <linux/miscdevice.h>
+#include <linux/mm.h>
+#include <linux/mmu_notifier.h>
+#include <linux/module.h>
+#include <linux/mutex.h>
+#include <linux/sched.h>
+#include <linux/sched/mm.h>
+#include <linux/sched/signal.h>
+#include <linux/slab.h>
+#include <linux/spinlock.h>
+#include <linux/uaccess.h>
+#include <linux/version.h>
+#include <linux/vmalloc.h>
+#include <linux/workqueue.h>
+
+#include "nprdma_abi.h"
+
+#if LINUX_VERSION_CODE < KERNEL_VERSION(6, 1, 0)
+#error "nprdma needs Linux 6.1 or newer (VMA iterator, hmm_range_fault with map orders)"
+#endif
+
+#define NPG_PAGE_SHIFT 12
+#define NPG_HUGE_SHIFT 21
+#define NPG_HUGE_ORDER (NPG_HUGE_SHIFT - NPG_PAGE_SHIFT)
+#define NPG_HUGE_SIZE (1UL << NPG_HUGE_SHIFT)
+/* Largest region: 64 GiB (a 128 MiB table). */
+#define NPG_MAX_PAGES (1UL << 24)
+/* Pages per hmm_range_fault() call in IOC_FAULT_IN (a 4 KiB pfn array). */
+#define NPG_CHUNK_PAGES 512UL
+#define NPG_MAX_RING 65536U
+
+static struct workqueue_struct *npg_wq;
+static atomic_t npg_contexts = ATOMIC_INIT(0);
+static atomic_t npg_regions = ATOMIC_INIT(0);
+static atomic_t npg_teardowns = ATOMIC_INIT(0);
+/* hmm_range_fault() passes redone because an invalidation collided with them. */
+static atomic_long_t npg_retries = ATOMIC_LONG_INIT(0);
+
+struct npg_buf {
+	struct kref ref;
+	void *mem;
+	size_t bytes; /* a multiple of PAGE_SIZE */
+	bool writable;
+	unsigned long pgoff;
+};
+
+struct npg_ctx {
+	struct kref ref;
+	struct mm_struct *mm;
+	struct mutex mutex;
+	spinlock_t lookup_lock;
+	struct list_head regions;
+	u64 next_id;
+	unsigned long next_pgoff;
+	spinlock_t ring_lock;
+	struct npg_buf *ring;
+	u32 ring_entries;
+	u64 ring_producer;
+	u64 ring_dropped;
+	struct work_struct teardown;
+	atomic_t dead;
+};
+
+struct npg_region {
+	struct mmu_interval_notifier notifier;
+	struct npg_ctx *ctx;
+	struct list_head node;
+	u64 id;
+	unsigned long start;
+	unsigned long npages;
+	u32 access;
+	spinlock_t lock;
+	struct npg_buf *table;
+};
+
+/* ---- shared buffers ---------------------------------------------------------------- */
+
+static struct npg_buf *npg_buf_alloc(size_t bytes, bool writable)
+{
+	struct npg_buf *b = kzalloc(sizeof(*b), GFP_KERNEL);
+
+	if (!b)
+		return NULL;
+	b->bytes = PAGE_ALIGN(bytes);
+	b->mem = vmalloc_user(b->bytes); /* zeroed, VM_USERMAP for remap_vmalloc_range */
+	if (!b->mem) {
+		kfree(b);
+		return NULL;
+	}
+	b->writable = writable;
+	kref_init(&b->ref);
+	return b;
+}
+
+static void npg_buf_free(struct kref *ref)
+{
+	struct npg_buf *b = container_of(ref, struct npg_buf, ref);
+
+	vfree(b->mem);
+	kfree(b);
+}
+
+static void npg_buf_put(struct npg_buf *b)
+{
+	if (b)
+		kref_put(&b->ref, npg_buf_free);
+}
+
+static struct nprdma_table_header *npg_table_hdr(const struct npg_region *r)
+{
+	return r->table->mem;
+}
+
+static u64 *npg_entries(const struct npg_region *r)
+{
+	return (u64 *)((char *)r->table->mem + sizeof(struct nprdma_table_header));
+}
+
+static unsigned long npg_region_end(const struct npg_region *r)
+{
+	return r->start + (r->npages << NPG_PAGE_SHIFT);
+}
+
+/* ---- the invalidation ring ----------------------------------------------------------- */
+
+/*
+ * Publishes one record, or counts it in `dropped` when the ring is full: a record is never
+ * overwritten. The consumer index lives in user-writable memory, so it is only read and
+ * never trusted: any value that does not leave a free slot counts as full. Takes ring_lock.
+ */
+static void npg_post(struct npg_ctx *ctx, u64 region, unsigned long start, unsigned long len,
+		     u32 cause, u32 flags)
+{
+	struct nprdma_ring_header *h;
+	struct nprdma_invalidation_record *rec;
+	u64 consumer;
+
+	spin_lock(&ctx->ring_lock);
+	if (!ctx->ring)
+		goto out;
+	h = ctx->ring->mem;
+	/* Pairs with user space's release store of `consumer`: its reads of the slot are done. */
+	consumer = smp_load_acquire(&h->consumer);
+	if (ctx->ring_producer - consumer >= ctx->ring_entries) {
+		ctx->ring_dropped++;
+		WRITE_ONCE(h->dropped, ctx->ring_dropped);
+		goto out;
+	}
+	rec = (struct nprdma_invalidation_record *)(h + 1) +
+	      (ctx->ring_producer & (ctx->ring_entries - 1));
+	WRITE_ONCE(rec->seq, ctx->ring_producer);
+	WRITE_ONCE(rec->region_id, region);
+	WRITE_ONCE(rec->start, start);
+	WRITE_ONCE(rec->len, len);
+	WRITE_ONCE(rec->cause, cause);
+	WRITE_ONCE(rec->flags, flags);
+	WRITE_ONCE(rec->new_start, 0);
+	ctx->ring_producer++;
+	/* Publishes the record: pairs with user space's acquire load of `producer`. */
+	smp_store_release(&h->producer, ctx->ring_producer);
+out:
+	spin_unlock(&ctx->ring_lock);
+}
+
+static u32 npg_cause(enum mmu_notifier_event event)
+{
+	switch (event) {
+	case MMU_NOTIFY_UNMAP:
+		return NPRDMA_CAUSE_UNMAPPED;
+	case MMU_NOTIFY_PROTECTION_VMA:
+	case MMU_NOTIFY_PROTECTION_PAGE:
+	case MMU_NOTIFY_SOFT_DIRTY:
+		return NPRDMA_CAUSE_PROTECTION;
+	case MMU_NOTIFY_RELEASE:
+		return NPRDMA_CAUSE_RELEASED;
+	case MMU_NOTIFY_MIGRATE:
+		return NPRDMA_CAUSE_FRAME_CHANGED;
+	default: /* MMU_NOTIFY_CLEAR, MMU_NOTIFY_EXCLUSIVE and anything newer */
+		return NPRDMA_CAUSE_CLEARED;
+	}
+}
+
+/* ---- the page-state table ------------------------------------------------------------ */
+
+/*
+ * Marks pages [first, first + n) absent and bumps their versions, and the generation before
+ * them (a reader comparing generations sees the change no later than the entries').
+ * Caller holds r->lock.
+ */
+static void npg_table_invalidate(struct npg_region *r, unsigned long first, unsigned long n)
+{
+	struct nprdma_table_header *h = npg_table_hdr(r);
+	u64 *e = npg_entries(r);
+	unsigned long i;
+
+	lockdep_assert_held(&r->lock);
+	/* Pairs with user space's acquire loads of the generation (ModuleRegion::generation). */
+	smp_store_release(&h->generation, h->generation + 1);
+	for (i = first; i < first + n; i++) {
+		u64 version = (READ_ONCE(e[i]) >> NPRDMA_ENTRY_VERSION_SHIFT) + 1;
+
+		/* One 64-bit store per entry; pairs with user space's acquire loads. */
+		smp_store_release(&e[i], (version & 0xffffffffULL) << NPRDMA_ENTRY_VERSION_SHIFT);
+	}
+}
+
+/* Sets page i's flags; its version is bumped when the flags change. Caller holds r->lock. */
+static u32 npg_table_set(struct npg_region *r, unsigned long i, u64 flags)
+{
+	u64 *e = npg_entries(r);
+	u64 old = READ_ONCE(e[i]);
+	u64 version = old >> NPRDMA_ENTRY_VERSION_SHIFT;
+
+	lockdep_assert_held(&r->lock);
+	if ((old & 0xffffffffULL) != flags) {
+		version = (version + 1) & 0xffffffffULL;
+		/* One 64-bit store; pairs with user space's acquire loads of the entry. */
+		smp_store_release(&e[i], (version << NPRDMA_ENTRY_VERSION_SHIFT) | flags);
+	}
+	return (u32)version;
+}
+
+/* ---- the interval notifier ----------------------------------------------------------- */
+
+static bool npg_invalidate(struct mmu_interval_notifier *mni,
+			   const struct mmu_notifier_range *range, unsigned long cur_seq)
+{
+	struct npg_region *r = container_of(mni, struct npg_region, notifier);
+	struct npg_ctx *ctx = r->ctx;
+	unsigned long start = max(range->start, r->start);
+	unsigned long end = min(range->end, npg_region_end(r));
+	bool release = range->event == MMU_NOTIFY_RELEASE;
+	u32 flags = mmu_notifier_range_blockable(range) ? 0 : NPRDMA_RECORD_NONBLOCKING;
+
+	/* Only spinlocks from here on: correct in blockable and non-blockable calls alike. */
+	spin_lock(&r->lock);
+	mmu_interval_set_seq(mni, cur_seq);
+	if (start < end)
+		npg_table_invalidate(r, (start - r->start) >> NPG_PAGE_SHIFT,
+				     (end - start) >> NPG_PAGE_SHIFT);
+	spin_unlock(&r->lock);
+
+	if (start < end)
+		npg_post(ctx, r->id, start, end - start, npg_cause(range->event), flags);
+
+	/* The mm is being torn down (exit_mmap): remove every region of this context. */
+	if (release && !atomic_xchg(&ctx->dead, 1)) {
+		/* The work's reference; `dead` makes this the only time it is queued. */
+		kref_get(&ctx->ref);
+		queue_work(npg_wq, &ctx->teardown);
+	}
+	return true;
+}
+
+static const struct mmu_interval_notifier_ops npg_notifier_ops = {
+	.invalidate = npg_invalidate,
+};
+
+/* ---- regions ------------------------------------------------------------------------- */
+
+static struct npg_region *npg_find(struct npg_ctx *ctx, u64 id)
+{
+	struct npg_region *r;
+
+	lockdep_assert_held(&ctx->mutex);
+	list_for_each_entry(r, &ctx->regions, node)
+		if (r->id == id)
+			return r;
+	return NULL;
+}
+
+/* Unlinks, removes the notifier (may sleep), clears the table and drops the region. */
+static void npg_region_destroy(struct npg_ctx *ctx, struct npg_region *r)
+{
+	lockdep_assert_held(&ctx->mutex);
+	spin_lock(&ctx->lookup_lock);
+	list_del(&r->node);
+	spin_unlock(&ctx->lookup_lock);
+	mmu_interval_notifier_remove(&r->notifier);
+	/* A table user space still maps must not look valid any more. */
+	spin_lock(&r->lock);
+	npg_table_invalidate(r, 0, r->npages);
+	spin_unlock(&r->lock);
+	npg_buf_put(r->table);
+	kfree(r);
+	atomic_dec(&npg_regions);
+}
+
+static void npg_destroy_all(struct npg_ctx *ctx)
+{
+	struct npg_region *r, *tmp;
+
+	lockdep_assert_held(&ctx->mutex);
+	list_for_each_entry_safe(r, tmp, &ctx->regions, node)
+		npg_region_destroy(ctx, r);
+}
+
+/*
+ * Whether [start, end) is covered by VMAs without holes that allow the access. Caller holds
+ * the mmap lock for read.
+ */
+static u32 npg_check_vmas(struct mm_struct *mm, unsigned long start, unsigned long end,
+			  bool write)
+{
+	struct vm_area_struct *vma;
+	unsigned long next = start;
+
+	VMA_ITERATOR(vmi, mm, start);
+
+	mmap_assert_locked(mm);
+	for_each_vma_range(vmi, vma, end) {
+		if (vma->vm_start > next)
+			return NPRDMA_ST_UNMAPPED;
+		if (vma->vm_flags & (VM_IO | VM_PFNMAP))
+			return NPRDMA_ST_UNSUPPORTED;
+		if (!(vma->vm_flags & VM_READ))
+			return NPRDMA_ST_NOT_READABLE;
+		if (write && !(vma->vm_flags & VM_WRITE))
+			return NPRDMA_ST_NOT_WRITABLE;
+		next = vma->vm_end;
+		if (next >= end)
+			return NPRDMA_ST_OK;
+	}
+	return NPRDMA_ST_UNMAPPED;
+}
+
+/* The status for a range of a region that hmm_range_fault() refused with -EFAULT/-EPERM. */
+static u32 npg_diagnose(struct npg_ctx *ctx, unsigned long start, unsigned long end, bool write)
+{
+	u32 st;
+
+	mmap_read_lock(ctx->mm);
+	st = npg_check_vmas(ctx->mm, start, end, write);
+	mmap_read_unlock(ctx->mm);
+	switch (st) {
+	case NPRDMA_ST_UNMAPPED:
+		return NPRDMA_ST_REGION_GONE; /* registered, unmapped since */
+	case NPRDMA_ST_OK:
+		return NPRDMA_ST_UNSUPPORTED; /* the fault itself failed (SIGBUS, OOM, ...) */
+	default:
+		return st;
+	}
+}
+
+static u32 npg_range_status(u64 addr, u64 len)
+{
+	if (len == 0)
+		return NPRDMA_ST_EMPTY;
+	if ((addr | len) & ((1ULL << NPG_PAGE_SHIFT) - 1))
+		return NPRDMA_ST_MISALIGNED;
+	if (addr + len < addr)
+		return NPRDMA_ST_OVERFLOW;
+	return NPRDMA_ST_OK;
+}
+
+static bool npg_access_valid(u32 access)
+{
+	return access == NPRDMA_ACCESS_READ || access == NPRDMA_ACCESS_WRITE;
+}
+
+static long npg_register(struct npg_ctx *ctx, struct nprdma_register_args *a)
+{
+	struct nprdma_table_header *h;
+	struct npg_region *r, *other;
+	unsigned long npages;
+	u64 end;
+	int ret;
+
+	a->status = npg_range_status(a->addr, a->len);
+	if (a->status)
+		return 0;
+	end = a->addr + a->len;
+	if (!npg_access_valid(a->access) || a->flags || (a->len >> NPG_PAGE_SHIFT) > NPG_MAX_PAGES) {
+		a->status = NPRDMA_ST_INVALID;
+		return 0;
+	}
+	if (end > TASK_SIZE) {
+		a->status = NPRDMA_ST_UNMAPPED;
+		return 0;
+	}
+	list_for_each_entry(other, &ctx->regions, node) {
+		if (a->addr < npg_region_end(other) && other->start < end) {
+			a->region_id = other->id;
+			a->status = NPRDMA_ST_ALREADY_REGISTERED;
+			return 0;
+		}
+	}
+	mmap_read_lock(ctx->mm);
+	a->status = npg_check_vmas(ctx->mm, a->addr, end, a->access == NPRDMA_ACCESS_WRITE);
+	mmap_read_unlock(ctx->mm);
+	if (a->status)
+		return 0;
+	/*
+	 * Between this check and the insert below the range may be unmapped: that is the same
+	 * as an unmap right after registering, and the notifier reports it from the insert on.
+	 */
+	npages = a->len >> NPG_PAGE_SHIFT;
+	r = kzalloc(sizeof(*r), GFP_KERNEL);
+	if (!r)
+		return -ENOMEM;
+	r->table = npg_buf_alloc(sizeof(*h) + npages * sizeof(u64), false);
+	if (!r->table) {
+		kfree(r);
+		return -ENOMEM;
+	}
+	r->ctx = ctx;
+	r->id = ctx->next_id++;
+	r->start = a->addr;
+	r->npages = npages;
+	r->access = a->access;
+	spin_lock_init(&r->lock);
+	h = r->table->mem;
+	h->hdr.abi_version = NPRDMA_ABI_VERSION;
+	h->hdr.struct_size = sizeof(*h);
+	h->region_id = r->id;
+	h->entries = npages;
+	r->table->pgoff = ctx->next_pgoff;
+	ctx->next_pgoff += r->table->bytes >> PAGE_SHIFT;
+
+	/* Touches no page: it only links the range into the mm's interval tree. */
+	ret = mmu_interval_notifier_insert(&r->notifier, ctx->mm, r->start, a->len,
+					   &npg_notifier_ops);
+	if (ret) {
+		npg_buf_put(r->table);
+		kfree(r);
+		return ret;
+	}
+	spin_lock(&ctx->lookup_lock);
+	list_add_tail(&r->node, &ctx->regions);
+	spin_unlock(&ctx->lookup_lock);
+	atomic_inc(&npg_regions);
+	a->region_id = r->id;
+	a->table_offset = (u64)r->table->pgoff << PAGE_SHIFT;
+	a->table_entries = npages;
+	return 0;
+}
+
+/* ---- fault-in and resolution --------------------------------------------------------- */
+
+struct npg_fault_out {
+	u64 pages;
+	u32 huge_blocks;
+	unsigned long last_block; /* last 2 MiB block counted, + 1 (0: none) */
+	u32 first_version;        /* the first page's version afterwards */
+};
+
+/* Whether the naturally aligned 2 MiB block around addr lies inside the region. */
+static bool npg_block_inside(const struct npg_region *r, unsigned long addr)
+{
+	unsigned long block = addr & ~(NPG_HUGE_SIZE - 1);
+
+	return block >= r->start && block + NPG_HUGE_SIZE <= npg_region_end(r);
+}
+
+/*
+ * Records hmm_range_fault()'s answer for [start, start + n pages) in the table. With `whole`
+ * a page mapped by a 2 MiB block marks the whole block (every page of a high-order mapping
+ * has the same flags, include/linux/hmm.h hmm_pfn_to_map_order). Caller holds r->lock, after
+ * a successful mmu_interval_read_retry() check.
+ */
+static void npg_record(struct npg_region *r, unsigned long start, unsigned long n,
+		       const unsigned long *pfns, bool whole, struct npg_fault_out *out)
+{
+	unsigned long i;
+
+	for (i = 0; i < n; i++) {
+		unsigned long addr = start + (i << NPG_PAGE_SHIFT);
+		unsigned long p = pfns[i];
+		bool huge;
+		u64 flags;
+		u32 version;
+
+		if (!(p & HMM_PFN_VALID))
+			continue;
+		huge = hmm_pfn_to_map_order(p) >= NPG_HUGE_ORDER && npg_block_inside(r, addr);
+		flags = NPRDMA_ENTRY_PRESENT;
+		if ((p & HMM_PFN_WRITE) && r->access == NPRDMA_ACCESS_WRITE)
+			flags |= NPRDMA_ENTRY_WRITABLE;
+		if (huge)
+			flags |= NPRDMA_ENTRY_HUGE;
+		if (huge && whole) {
+			unsigned long b = ((addr & ~(NPG_HUGE_SIZE - 1)) - r->start) >> NPG_PAGE_SHIFT;
+			unsigned long j;
+
+			for (j = 0; j < NPG_HUGE_SIZE >> NPG_PAGE_SHIFT; j++)
+				npg_table_set(r, b + j, flags);
+		}
+		version = npg_table_set(r, (addr - r->start) >> NPG_PAGE_SHIFT, flags);
+		if (i == 0)
+			out->first_version = version;
+		out->pages++;
+		if (huge && out->last_block != (addr >> NPG_HUGE_SHIFT) + 1) {
+			out->last_block = (addr >> NPG_HUGE_SHIFT) + 1;
+			out->huge_blocks++;
+		}
+	}
+}
+
+/*
+ * hmm_range_fault() over [start, start + n pages) of r (n <= NPG_CHUNK_PAGES) in the
+ * mmu_interval_read_begin()/read_retry() loop, then the table update under r->lock.
+ * Returns 0, or -EBUSY after HMM_RANGE_DEFAULT_TIMEOUT of collisions, -EINTR on a fatal
+ * signal, or hmm_range_fault()'s error. Caller holds ctx->mutex and no mmap lock.
+ */
+static int npg_fault_chunk(struct npg_region *r, unsigned long start, unsigned long n,
+			   bool fault, bool write, bool whole, unsigned long *pfns,
+			   struct npg_fault_out *out)
+{
+	struct mm_struct *mm = r->ctx->mm;
+	unsigned long timeout = jiffies + msecs_to_jiffies(HMM_RANGE_DEFAULT_TIMEOUT);
+	struct hmm_range range = {
+		.notifier = &r->notifier,
+		.start = start,
+		.end = start + (n << NPG_PAGE_SHIFT),
+		.hmm_pfns = pfns,
+		.default_flags = fault ? HMM_PFN_REQ_FAULT | (write ? HMM_PFN_REQ_WRITE : 0) : 0,
+		.pfn_flags_mask = 0,
+	};
+	int ret;
+
+	for (;;) {
+		if (fatal_signal_pending(current))
+			return -EINTR;
+		if (time_after(jiffies, timeout))
+			return -EBUSY;
+		range.notifier_seq = mmu_interval_read_begin(&r->notifier);
+		mmap_read_lock(mm);
+		ret = hmm_range_fault(&range);
+		mmap_read_unlock(mm);
+		if (ret == -EBUSY) {
+			atomic_long_inc(&npg_retries);
+			continue;
+		}
+		if (ret)
+			return ret;
+		spin_lock(&r->lock);
+		if (mmu_interval_read_retry(&r->notifier, range.notifier_seq)) {
+			spin_unlock(&r->lock);
+			atomic_long_inc(&npg_retries);
+			continue;
+		}
+		npg_record(r, start, n, pfns, whole, out);
+		spin_unlock(&r->lock);
+		return 0;
+	}
+}
+
+/* The status for an error of npg_fault_chunk(), or a negative errno to return. */
+static long npg_fault_status(struct npg_ctx *ctx, int err, unsigned long start,
+			     unsigned long end, bool write, u32 *status)
+{
+	switch (err) {
+	case -EFAULT:
+	case -EPERM:
+		*status = npg_diagnose(ctx, start, end, write);
+		return 0;
+	case -EBUSY:
+		*status = NPRDMA_ST_CONTENDED;
+		return 0;
+	case -EHWPOISON:
+		*status = NPRDMA_ST_HWPOISON;
+		return 0;
+	default:
+		return err;
+	}
+}
+
+/* Common checks of IOC_FAULT_IN and IOC_RESOLVE: 0 and the region, or a status. */
+static u32 npg_check_fault(struct npg_ctx *ctx, u64 id, u64 addr, u64 len, u32 access,
+			   u32 flags, struct npg_region **out)
+{
+	struct npg_region *r = npg_find(ctx, id);
+	u32 st;
+
+	if (!r)
+		return NPRDMA_ST_UNKNOWN_REGION;
+	st = npg_range_status(addr, len);
+	if (st)
+		return st;
+	if (!npg_access_valid(access) || (flags & ~NPRDMA_FAULT_IN_QUERY_ONLY))
+		return NPRDMA_ST_INVALID;
+	if (addr < r->start || addr + len > npg_region_end(r))
+		return NPRDMA_ST_NOT_REGISTERED;
+	if (access == NPRDMA_ACCESS_WRITE && r->access != NPRDMA_ACCESS_WRITE)
+		return NPRDMA_ST_NOT_WRITABLE;
+	*out = r;
+	return NPRDMA_ST_OK;
+}
+
+static long npg_fault_in(struct npg_ctx *ctx, struct nprdma_fault_in_args *a)
+{
+	unsigned long min0 = current->min_flt, maj0 = current->maj_flt;
+	bool write = a->access == NPRDMA_ACCESS_WRITE;
+	bool fault = !(a->flags & NPRDMA_FAULT_IN_QUERY_ONLY);
+	struct npg_fault_out out = {};
+	struct npg_region *r = NULL;
+	unsigned long addr, end, *pfns;
+	long ret = 0;
+
+	a->status = npg_check_fault(ctx, a->region_id, a->addr, a->len, a->access, a->flags, &r);
+	if (a->status)
+		return 0;
+	pfns = kmalloc_array(NPG_CHUNK_PAGES, sizeof(*pfns), GFP_KERNEL);
+	if (!pfns)
+		return -ENOMEM;
+	end = a->addr + a->len;
+	for (addr = a->addr; addr < end; addr += NPG_CHUNK_PAGES << NPG_PAGE_SHIFT) {
+		unsigned long n = min(NPG_CHUNK_PAGES, (end - addr) >> NPG_PAGE_SHIFT);
+		int err = npg_fault_chunk(r, addr, n, fault, write, false, pfns, &out);
+
+		if (err) {
+			ret = npg_fault_status(ctx, err, addr, addr + (n << NPG_PAGE_SHIFT), write,
+					       &a->status);
+			break;
+		}
+		cond_resched();
+	}
+	kfree(pfns);
+	/*
+	 * Faults hmm_range_fault() took for us count for this task (mm/memory.c
+	 * mm_account_fault: with regs == NULL only the per-task counters move).
+	 */
+	a->minor_faults = current->min_flt - min0;
+	a->major_faults = current->maj_flt - maj0;
+	a->pages_mapped = out.pages;
+	a->huge_blocks = out.huge_blocks;
+	return ret;
+}
+
+static long npg_resolve(struct npg_ctx *ctx, struct nprdma_resolve_args *a)
+{
+	unsigned long min0 = current->min_flt, maj0 = current->maj_flt;
+	bool write = a->access == NPRDMA_ACCESS_WRITE;
+	bool fault = !(a->flags & NPRDMA_FAULT_IN_QUERY_ONLY);
+	struct npg_fault_out out = {};
+	struct npg_region *r = NULL;
+	unsigned long pfn, p = 0;
+	int err;
+
+	a->status = npg_check_fault(ctx, a->region_id, a->addr, 1UL << NPG_PAGE_SHIFT, a->access,
+				    a->flags, &r);
+	if (a->status)
+		return 0;
+	err = npg_fault_chunk(r, a->addr, 1, fault, write, true, &p, &out);
+	if (err)
+		return npg_fault_status(ctx, err, a->addr, a->addr + (1UL << NPG_PAGE_SHIFT), write,
+					&a->status);
+	if (!(p & HMM_PFN_VALID)) {
+		a->kind = NPRDMA_KIND_ABSENT;
+		return 0;
+	}
+	pfn = p & ~HMM_PFN_FLAGS;
+	if (hmm_pfn_to_map_order(p) >= NPG_HUGE_ORDER && npg_block_inside(r, a->addr)) {
+		unsigned long block = a->addr & ~(NPG_HUGE_SIZE - 1);
+
+		a->order = NPG_HUGE_ORDER;
+		a->mapping_start = block;
+		a->pfn = pfn - ((a->addr - block) >> NPG_PAGE_SHIFT);
+	} else {
+		a->order = 0;
+		a->mapping_start = a->addr;
+		a->pfn = pfn;
+	}
+	a->version = out.first_version;
+	if (current->maj_flt != maj0)
+		a->kind = NPRDMA_KIND_MAJOR;
+	else if (current->min_flt != min0)
+		a->kind = NPRDMA_KIND_MINOR;
+	else
+		a->kind = NPRDMA_KIND_PRESENT;
+	return 0;
+}
+
+static long npg_ring_setup(struct npg_ctx *ctx, struct nprdma_ring_setup_args *a)
+{
+	struct nprdma_ring_header *h;
+	struct npg_buf *b;
+	size_t bytes;
+
+	if (!a->entries || a->entries > NPG_MAX_RING || (a->entries & (a->entries - 1)) ||
+	    a->flags || ctx->ring) {
+		a->status = NPRDMA_ST_INVALID;
+		return 0;
+	}
+	bytes = sizeof(*h) + (size_t)a->entries * sizeof(struct nprdma_invalidation_record);
+	b = npg_buf_alloc(bytes, true);
+	if (!b)
+		return -ENOMEM;
+	h = b->mem;
+	h->hdr.abi_version = NPRDMA_ABI_VERSION;
+	h->hdr.struct_size = sizeof(*h);
+	h->entries = a->entries;
+	h->entry_size = sizeof(struct nprdma_invalidation_record);
+	b->pgoff = ctx->next_pgoff;
+	ctx->next_pgoff += b->bytes >> PAGE_SHIFT;
+	spin_lock(&ctx->ring_lock);
+	ctx->ring_entries = a->entries;
+	ctx->ring = b;
+	spin_unlock(&ctx->ring_lock);
+	a->ring_offset = (u64)b->pgoff << PAGE_SHIFT;
+	a->ring_bytes = bytes;
+	return 0;
+}
+
+/* ---- the file ------------------------------------------------------------------------ */
+
+static void npg_ctx_free(struct kref *ref)
+{
+	struct npg_ctx *ctx = container_of(ref, struct npg_ctx, ref);
+
+	WARN_ON(!list_empty(&ctx->regions));
+	npg_buf_put(ctx->ring);
+	mmdrop(ctx->mm);
+	kfree(ctx);
+	atomic_dec(&npg_contexts);
+}
+
+static void npg_teardown_fn(struct work_struct *work)
+{
+	struct npg_ctx *ctx = container_of(work, struct npg_ctx, teardown);
+
+	mutex_lock(&ctx->mutex);
+	npg_destroy_all(ctx);
+	mutex_unlock(&ctx->mutex);
+	atomic_inc(&npg_teardowns);
+	kref_put(&ctx->ref, npg_ctx_free);
+}
+
+static int npg_open(struct inode *inode, struct file *file)
+{
+	struct npg_ctx *ctx;
+
+	if (!current->mm)
+		return -EINVAL;
+	ctx = kzalloc(sizeof(*ctx), GFP_KERNEL);
+	if (!ctx)
+		return -ENOMEM;
+	kref_init(&ctx->ref);
+	mutex_init(&ctx->mutex);
+	spin_lock_init(&ctx->lookup_lock);
+	spin_lock_init(&ctx->ring_lock);
+	INIT_LIST_HEAD(&ctx->regions);
+	INIT_WORK(&ctx->teardown, npg_teardown_fn);
+	ctx->next_id = 1;
+	ctx->next_pgoff = 1; /* offset 0 is never an object */
+	ctx->mm = current->mm;
+	mmgrab(ctx->mm);
+	file->private_data = ctx;
+	atomic_inc(&npg_contexts);
+	return 0;
+}
+
+static int npg_release(struct inode *inode, struct file *file)
+{
+	struct npg_ctx *ctx = file->private_data;
+
+	mutex_lock(&ctx->mutex);
+	npg_destroy_all(ctx);
+	mutex_unlock(&ctx->mutex);
+	kref_put(&ctx->ref, npg_ctx_free);
+	return 0;
+}
+
+union npg_args {
+	struct nprdma_abi_header hdr;
+	struct nprdma_version_args version;
+	struct nprdma_register_args reg;
+	struct nprdma_unregister_args unreg;
+	struct nprdma_fault_in_args fault;
+	struct nprdma_ring_setup_args ring;
+	struct nprdma_resolve_args resolve;
+};
+
+static long npg_ioctl(struct file *file, unsigned int cmd, unsigned long arg)
+{
+	struct npg_ctx *ctx = file->private_data;
+	void __user *uarg = (void __user *)arg;
+	union npg_args a;
+	size_t size;
+	long ret;
+
+	if (_IOC_TYPE(cmd) != NPRDMA_IOCTL_MAGIC)
+		return -ENOTTY;
+	switch (_IOC_NR(cmd)) {
+	case _IOC_NR(NPRDMA_IOC_VERSION):
+		size = sizeof(a.version);
+		break;
+	case _IOC_NR(NPRDMA_IOC_REGISTER):
+		size = sizeof(a.reg);
+		break;
+	case _IOC_NR(NPRDMA_IOC_UNREGISTER):
+		size = sizeof(a.unreg);
+		break;
+	case _IOC_NR(NPRDMA_IOC_FAULT_IN):
+		size = sizeof(a.fault);
+		break;
+	case _IOC_NR(NPRDMA_IOC_RING_SETUP):
+		size = sizeof(a.ring);
+		break;
+	case _IOC_NR(NPRDMA_IOC_RESOLVE):
+		size = sizeof(a.resolve);
+		break;
+	default:
+		return -ENOTTY;
+	}
+	if (current->mm != ctx->mm)
+		return -EBADF;
+	/* The size first (a struct of another size cannot be read), then the version. */
+	if (_IOC_DIR(cmd) != (_IOC_READ | _IOC_WRITE) || _IOC_SIZE(cmd) != size)
+		return -EINVAL;
+	if (copy_from_user(&a, uarg, size))
+		return -EFAULT;
+	if (a.hdr.struct_size != size)
+		return -EINVAL;
+	if (_IOC_NR(cmd) == _IOC_NR(NPRDMA_IOC_VERSION)) {
+		a.version.module_version = NPRDMA_ABI_VERSION;
+		a.version.features = NPRDMA_FEATURE_HUGE | NPRDMA_FEATURE_RING |
+				     NPRDMA_FEATURE_RESOLVE;
+		return copy_to_user(uarg, &a, size) ? -EFAULT : 0;
+	}
+	if (a.hdr.abi_version != NPRDMA_ABI_VERSION)
+		return -EPROTO;
+
+	if (mutex_lock_killable(&ctx->mutex))
+		return -EINTR;
+	switch (_IOC_NR(cmd)) {
+	case _IOC_NR(NPRDMA_IOC_REGISTER):
+		a.reg.region_id = 0;
+		a.reg.table_offset = 0;
+		a.reg.table_entries = 0;
+		a.reg.reserved = 0;
+		ret = npg_register(ctx, &a.reg);
+		break;
+	case _IOC_NR(NPRDMA_IOC_UNREGISTER): {
+		struct npg_region *r = npg_find(ctx, a.unreg.region_id);
+
+		a.unreg.reserved = 0;
+		a.unreg.status = r ? NPRDMA_ST_OK : NPRDMA_ST_UNKNOWN_REGION;
+		if (r)
+			npg_region_destroy(ctx, r);
+		ret = 0;
+		break;
+	}
+	case _IOC_NR(NPRDMA_IOC_FAULT_IN):
+		a.fault.pages_mapped = 0;
+		a.fault.minor_faults = 0;
+		a.fault.major_faults = 0;
+		a.fault.huge_blocks = 0;
+		ret = npg_fault_in(ctx, &a.fault);
+		break;
+	case _IOC_NR(NPRDMA_IOC_RING_SETUP):
+		a.ring.ring_offset = 0;
+		a.ring.ring_bytes = 0;
+		a.ring.reserved = 0;
+		ret = npg_ring_setup(ctx, &a.ring);
+		break;
+	default: /* NPRDMA_IOC_RESOLVE */
+		a.resolve.pfn = 0;
+		a.resolve.mapping_start = 0;
+		a.resolve.order = 0;
+		a.resolve.kind = 0;
+		a.resolve.version = 0;
+		ret = npg_resolve(ctx, &a.resolve);
+		break;
+	}
+	mutex_unlock(&ctx->mutex);
+	if (ret)
+		return ret;
+	return copy_to_user(uarg, &a, size) ? -EFAULT : 0;
+}
+
+static void npg_vm_open(struct vm_area_struct *vma)
+{
+	struct npg_buf *b = vma->vm_private_data;
+
+	kref_get(&b->ref);
+}
+
+static void npg_vm_close(struct vm_area_struct *vma)
+{
+	npg_buf_put(vma->vm_private_data);
+}
+
+static const struct vm_operations_struct npg_vm_ops = {
+	.open = npg_vm_open,
+	.close = npg_vm_close,
+};
+
+static void npg_vm_flags(struct vm_area_struct *vma, vm_flags_t set, vm_flags_t clear)
+{
+#if LINUX_VERSION_CODE >= KERNEL_VERSION(6, 3, 0)
+	vm_flags_mod(vma, set, clear);
+#else
+	vma->vm_flags = (vma->vm_flags | set) & ~clear;
+#endif
+}
+
+/*
+ * Maps a region's table (read-only) or the ring (read-write) at the offset IOC_REGISTER or
+ * IOC_RING_SETUP returned. Runs under the mmap lock: takes only lookup_lock and ring_lock.
+ */
+static int npg_mmap(struct file *file, struct vm_area_struct *vma)
+{
+	struct npg_ctx *ctx = file->private_data;
+	unsigned long size = vma->vm_end - vma->vm_start;
+	struct npg_buf *b = NULL;
+	struct npg_region *r;
+	int ret;
+
+	if (vma->vm_mm != ctx->mm)
+		return -EBADF;
+	if (!(vma->vm_flags & VM_SHARED))
+		return -EINVAL;
+	/* The reference is taken under the lock: an unregister may drop the region's own. */
+	spin_lock(&ctx->lookup_lock);
+	list_for_each_entry(r, &ctx->regions, node) {
+		if (r->table->pgoff == vma->vm_pgoff) {
+			b = r->table;
+			kref_get(&b->ref);
+			break;
+		}
+	}
+	spin_unlock(&ctx->lookup_lock);
+	if (!b) {
+		/* The ring is set once, under ring_lock, and lives as long as the context. */
+		spin_lock(&ctx->ring_lock);
+		if (ctx->ring && ctx->ring->pgoff == vma->vm_pgoff) {
+			b = ctx->ring;
+			kref_get(&b->ref);
+		}
+		spin_unlock(&ctx->ring_lock);
+	}
+	if (!b)
+		return -EINVAL;
+	ret = -EINVAL;
+	if (size > b->bytes)
+		goto put;
+	if (!b->writable) {
+		ret = -EACCES;
+		if (vma->vm_flags & VM_WRITE)
+			goto put;
+		npg_vm_flags(vma, 0, VM_MAYWRITE);
+	}
+	npg_vm_flags(vma, VM_DONTEXPAND | VM_DONTDUMP | VM_DONTCOPY, 0);
+	ret = remap_vmalloc_range(vma, b->mem, 0);
+	if (ret)
+		goto put;
+	vma->vm_private_data = b; /* the VMA's reference, dropped by npg_vm_close */
+	vma->vm_ops = &npg_vm_ops;
+	return 0;
+put:
+	npg_buf_put(b);
+	return ret;
+}
+
+static const struct file_operations npg_fops = {
+	.owner = THIS_MODULE,
+	.open = npg_open,
+	.release = npg_release,
+	.unlocked_ioctl = npg_ioctl,
+	.compat_ioctl = compat_ptr_ioctl,
+	.mmap = npg_mmap,
+	.llseek = noop_llseek,
+};
+
+/*
+ * /sys/class/misc/nprdma-glue/stats: live contexts and regions, teardowns done after an mm
+ * went away, and fault passes retried because of a colliding invalidation.
+ */
+static ssize_t stats_show(struct device *dev, struct device_attribute *attr, char *buf)
+{
+	return sysfs_emit(buf, "contexts %d regions %d teardowns %d retries %ld\n",
+			  atomic_read(&npg_contexts), atomic_read(&npg_regions),
+			  atomic_read(&npg_teardowns), atomic_long_read(&npg_retries));
+}
+static DEVICE_ATTR_RO(stats);
+
+static struct attribute *npg_attrs[] = {
+	&dev_attr_stats.attr,
+	NULL,
+};
+ATTRIBUTE_GROUPS(npg);
+
+static struct miscdevice npg_misc = {
+	.minor = MISC_DYNAMIC_MINOR,
+	.name = NPRDMA_DEVICE_NAME,
+	.fops = &npg_fops,
+	.groups = npg_groups,
+	.mode = 0600,
+};
+
+static int __init npg_init(void)
+{
+	int ret;
+
+	/* The ABI counts 4 KiB pages and 2 MiB blocks. */
+	BUILD_BUG_ON(PAGE_SHIFT != NPG_PAGE_SHIFT);
+	npg_wq = alloc_workqueue("nprdma", 0, 0);
+	if (!npg_wq)
+		return -ENOMEM;
+	ret = misc_register(&npg_misc);
+	if (ret)
+		destroy_workqueue(npg_wq);
+	return ret;
+}
+
+static void __exit npg_exit(void)
+{
+	misc_deregister(&npg_misc);
+	destroy_workqueue(npg_wq); /* runs any teardown still queued */
+}
+
+module_init(npg_init);
+module_exit(npg_exit);
+MODULE_LICENSE("Dual MIT/GPL");
+MODULE_DESCRIPTION("nprdma: device access to unpinned memory (MMU interval notifiers and HMM)");
+MODULE_AUTHOR("the nprdma authors");
