@@ -194,6 +194,30 @@ fn kernel_package_from_lists() -> Result<String, XtaskError> {
         .ok_or_else(|| other("apt-cache knows no linux-image-amd64 (run `apt-get update` first)"))
 }
 
+/// The version apt would install of `name` (`apt-cache show --no-all-versions`).
+pub fn candidate_version(name: &str) -> Result<String, XtaskError> {
+    let query = || -> Result<Option<String>, XtaskError> {
+        let out = Command::new("apt-cache")
+            .args(["show", "--no-all-versions", name])
+            .output()
+            .map_err(|error| XtaskError::Spawn {
+                what: "apt-cache show".into(),
+                error,
+            })?;
+        Ok(String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .find_map(|l| l.strip_prefix("Version: "))
+            .map(|v| v.trim().to_string()))
+    };
+    match query()? {
+        Some(v) => Ok(v),
+        None => {
+            apt_update_once();
+            query()?.ok_or_else(|| other(format!("apt-cache knows no {name}")))
+        }
+    }
+}
+
 /// Unpacks the packages once, each into `cache/<dest_of(its file name)>`; a stamp file lists
 /// what was unpacked, so the same set is not unpacked again (a different one replaces every
 /// destination directory).

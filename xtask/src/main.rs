@@ -8,6 +8,9 @@
 //!   status.
 //! - `rxe-test`: the server path (libnprdma.so) on Soft-RoCE in a Debian guest under
 //!   `qemu-system-x86_64`: unmodified perftest, the stress program, with/without ratios.
+//! - `kernel-test`: the kernel module nprdma.ko (linux-glue/kernel), built against Debian's
+//!   headers and exercised by `linux-glue-kmod-test` in a Debian guest under
+//!   `qemu-system-x86_64`.
 //! - `test`: everything CI checks.
 //! - `list`: the firmware programs and what each is expected to do.
 //!
@@ -16,6 +19,7 @@
 
 mod firmware;
 mod guest;
+mod kernel_test;
 mod layers;
 mod rxe;
 mod setup;
@@ -44,6 +48,11 @@ commands:
                               --candidate: also a second build of the library, in the same
                               rounds, compared run by run with this one;
                               --boots: boot n times and pool the latency ratios)
+  kernel-test [--timeout <seconds>]
+                              build nprdma.ko against Debian's headers and test it in a Debian
+                              guest (qemu-system-x86_64, -smp 2): handshake, registration
+                              without pinning, frames vs pagemap, invalidations, bad input,
+                              teardown, rmmod; fails on any WARNING/BUG/Oops in the guest log
   test [--skip-setup]         everything CI checks: fmt, the layering rule, clippy, host tests,
                               a small nprdma demo, no_std cross builds, every firmware test on
                               QEMU, rxe-test
@@ -129,6 +138,14 @@ fn run(args: &[String]) -> Result<(), XtaskError> {
             opts.finish()?;
             o.validate()?;
             rxe::run(&o)
+        }
+        "kernel-test" => {
+            let mut o = kernel_test::Options::default();
+            if let Some(s) = opts.value_u64("--timeout")? {
+                o.timeout = std::time::Duration::from_secs(s.max(1));
+            }
+            opts.finish()?;
+            kernel_test::run(&o)
         }
         "test" => {
             let skip_setup = opts.flag("--skip-setup");

@@ -47,6 +47,18 @@ pub const ALL_PACKAGES: &[Package] = &[
         why: "cc: compiles connectx's layout probe (tools/layout-probe.c); rustup's Rust links with it too",
     },
     Package {
+        name: "gcc-12",
+        why: "the compiler Debian's kernel headers name (CC = gcc-12): kernel-test builds nprdma.ko with it",
+    },
+    Package {
+        name: "make",
+        why: "kbuild: kernel-test builds nprdma.ko out of tree against Debian's headers",
+    },
+    Package {
+        name: "libelf1",
+        why: "objtool from linux-kbuild runs on nprdma.ko's objects and links libelf",
+    },
+    Package {
         name: "linux-libc-dev",
         why: "<linux/types.h> and <linux/ioctl.h>: linux-glue's test compiles the kernel module's ABI header in user space",
     },
