@@ -55,7 +55,7 @@ commands:
                               teardown, rmmod; fails on any WARNING/BUG/Oops in the guest log
   test [--skip-setup]         everything CI checks: fmt, the layering rule, clippy, host tests,
                               a small nprdma demo, no_std cross builds, every firmware test on
-                              QEMU, rxe-test
+                              QEMU, rxe-test, kernel-test
   list                        list the firmware programs and what each is expected to do
 ";
 

@@ -119,6 +119,12 @@ pub fn run_all(skip_setup: bool) -> Result<(), XtaskError> {
         failed.push("rxe-test".into());
     }
 
+    section("nprdma.ko in a Debian guest (cargo xtask kernel-test)");
+    if let Err(e) = crate::kernel_test::run(&crate::kernel_test::Options::default()) {
+        eprintln!("xtask: step `kernel-test` failed: {e}");
+        failed.push("kernel-test".into());
+    }
+
     let secs = started.elapsed().as_secs();
     if failed.is_empty() {
         println!("\nxtask test: all steps passed in {secs} s");
