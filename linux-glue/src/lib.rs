@@ -1,9 +1,8 @@
 //! nprdma on the real Linux memory manager, from user space.
 //!
-//! On a board the kernel side of this job is an MMU notifier plus fault-in
-//! (`hmm_range_fault`) in a small kernel module. This crate builds what the real Linux mm
-//! allows from user space, measures it, and defines the kernel-module ABI so that the
-//! user-space half and the module can meet later:
+//! The kernel side of this job is an MMU notifier plus fault-in (`hmm_range_fault`) in a small
+//! kernel module, nprdma.ko (`linux-glue/kernel/`, C). This crate builds what the real Linux mm
+//! allows from user space, measures it, and holds the module's ABI and user-space half:
 //!
 //! - **Registration without pinning** ([`Glue::register`]): validates a range against the
 //!   process's VMAs and records their properties; touches no page; O(VMAs).
@@ -15,7 +14,8 @@
 //!   and `mremap`, and a pagemap scan for reclaim ([`Glue::scan_for_reclaim`]), which user space
 //!   is not told about.
 //! - **The kernel-module ABI** ([`abi`]) and its user-space half ([`kmod`]), tested against an
-//!   in-process fake module.
+//!   in-process fake module, and against the module itself by `cargo xtask kernel-test` (the
+//!   binary `linux-glue-kmod-test`).
 //! - **Swap experiments** ([`swap`]): a swap file and sysctl changes that are always undone.
 //!
 //! What each mechanism can and cannot see, and the measured costs, are in docs/linux-glue.md.
