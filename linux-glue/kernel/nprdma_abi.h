@@ -136,8 +136,8 @@ struct nprdma_ring_header {
 #define NPRDMA_CAUSE_REMAPPED 3u
 #define NPRDMA_CAUSE_SWAPPED_OUT 4u
 #define NPRDMA_CAUSE_DROPPED 5u
-#define NPRDMA_CAUSE_FRAME_CHANGED 6u /* MMU_NOTIFY_MIGRATE */
-#define NPRDMA_CAUSE_CLEARED 7u       /* MMU_NOTIFY_CLEAR (madvise, reclaim, COW, ...) */
+#define NPRDMA_CAUSE_FRAME_CHANGED 6u /* MMU_NOTIFY_MIGRATE (migrate_vma) */
+#define NPRDMA_CAUSE_CLEARED 7u       /* MMU_NOTIFY_CLEAR (madvise, reclaim, migration, COW) */
 #define NPRDMA_CAUSE_PROTECTION 8u    /* MMU_NOTIFY_PROTECTION_*, SOFT_DIRTY */
 #define NPRDMA_CAUSE_RELEASED 9u      /* MMU_NOTIFY_RELEASE: the mm is gone */
 

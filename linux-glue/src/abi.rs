@@ -260,14 +260,15 @@ pub mod cause {
     pub const SWAPPED_OUT: u32 = 4;
     /// Reclaimed without swap (file page dropped).
     pub const DROPPED: u32 = 5;
-    /// Migrated / compacted / COW / KSM / THP collapse: a new frame.
+    /// Migrated / compacted / COW / KSM / THP collapse: a new frame (the user-space glue's
+    /// reclaim scan). The module writes it only for `MMU_NOTIFY_MIGRATE` (`migrate_vma`).
     pub const FRAME_CHANGED: u32 = 6;
     /// The module's `MMU_NOTIFY_CLEAR` (and `MMU_NOTIFY_EXCLUSIVE`): the CPU's PTEs were
-    /// cleared: `madvise(DONTNEED)`, reclaim, COW, a THP split, ... (the notifier does not
-    /// say which).
+    /// cleared: `madvise(DONTNEED)`, reclaim, migration and compaction, COW, a THP split, ...
+    /// (the notifier does not say which).
     pub const CLEARED: u32 = 7;
     /// The module's `MMU_NOTIFY_PROTECTION_VMA/PAGE` and `MMU_NOTIFY_SOFT_DIRTY`:
-    /// `mprotect`, write-protection for fork's COW or soft-dirty tracking.
+    /// `mprotect`, write-protection for fork's COW or for writeback, soft-dirty tracking.
     pub const PROTECTION: u32 = 8;
     /// The module's `MMU_NOTIFY_RELEASE`: the process's mm is gone (exit, exec).
     pub const RELEASED: u32 = 9;
