@@ -294,6 +294,9 @@ pub enum FirmwareError {
     /// The zDMA driver failed (`zynqmp-smmu-faults` without an SMMU).
     #[error("zDMA: {0}")]
     Dma(#[from] dma_engine::DmaError),
+    /// The shared pager (`boards::pager`) failed (`smmuv3-faults`).
+    #[error("pager: {0}")]
+    Board(#[from] boards::BoardError),
     /// A zDMA copy left a byte that is not its source's (offset from the first destination
     /// byte; negative or past the length: a guard byte the copy must not touch).
     #[error(
@@ -370,6 +373,7 @@ impl FirmwareError {
             Self::Dma(_) => 90,
             Self::ZdmaMismatch { .. } => 91,
             Self::ZdmaByteCount { .. } => 92,
+            Self::Board(_) => 93,
         }
     }
 }

@@ -47,18 +47,17 @@
 use core::fmt;
 use core::ops::Deref;
 
+use boards::pager::{Fill, Store};
+use hal::Iova;
 use hal::barrier::Barrier;
 use hal::delay::DelayNs;
-use hal::dma::{DmaDirection, DmaMemory, DmaRegion};
+use hal::dma::DmaMemory;
 use hal::regs::RegisterBus;
-use hal::{HalError, Iova, PageSize, PhysAddr};
 use smmu_driver::SmmuError;
 use smmu_driver::fault::{
-    AccessKind, FaultCost, FaultDecision, FaultHandler, FaultRecord, FaultResolver, InFlightAccess,
-    RegionSet, RegisteredRegion, ResolveError, ResolveEstimate, ResolvedPage, StandardPolicy,
-    StreamId,
+    AccessKind, FaultDecision, FaultHandler, FaultRecord, InFlightAccess, StandardPolicy, StreamId,
 };
-use smmu_driver::pagetable::{Attributes, PageTable, PageTableConfig, Permissions, TlbMaintenance};
+use smmu_driver::pagetable::{PageTable, PageTableConfig, TlbMaintenance};
 use smmu_driver::v3::{ContextConfig, Event, Smmuv3, Smmuv3Config};
 use tock_registers::interfaces::{Readable, Writeable};
 
@@ -95,7 +94,6 @@ const DMA_IRQ: u32 = 0x100;
 pub const DMA_DEADLINE_MS: u64 = 2_000;
 /// Longest single sleep between completion polls: a lost interrupt costs at most this.
 pub const DMA_POLL_MS: u64 = 10;
-const NONE: u16 = u16::MAX;
 
 /// Which way an edu DMA goes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -226,43 +224,6 @@ impl<N: FnMut() -> u64, S: FnMut(u64)> DmaWait for CounterWait<N, S> {
     }
 }
 
-/// What the pager did.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct PagerStats {
-    /// Pages brought in from the backing store.
-    pub major: u64,
-    /// Resolutions that found the page resident.
-    pub minor: u64,
-    /// Pages evicted.
-    pub evictions: u64,
-    /// Of those, evicted without a TLB invalidation (the deliberate bug of the stale-TLB
-    /// probe).
-    pub evictions_without_tlbi: u64,
-}
-
-/// Owns the frames and the backing store of the window; implements [`FaultResolver`].
-pub struct Pager<'w> {
-    stream: StreamId,
-    regions: RegionSet<1>,
-    frames: DmaRegion,
-    frame_count: usize,
-    backing: &'w mut [u8],
-    page_frame: [u16; WINDOW_PAGES],
-    frame_page: [u16; MAX_FRAMES],
-    free: heapless::Vec<u16, MAX_FRAMES>,
-    stats: PagerStats,
-}
-
-impl fmt::Debug for Pager<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Pager")
-            .field("frames", &self.frame_count)
-            .field("free", &self.free.len())
-            .field("stats", &self.stats)
-            .finish()
-    }
-}
-
 /// Index of the page holding `iova` in the window.
 pub fn page_of(iova: u64) -> Option<usize> {
     let off = iova.checked_sub(WINDOW_BASE)?;
@@ -273,246 +234,6 @@ pub fn page_of(iova: u64) -> Option<usize> {
 /// IOVA of page `page`.
 pub const fn iova_of(page: usize) -> u64 {
     WINDOW_BASE + (page * PAGE) as u64
-}
-
-impl<'w> Pager<'w> {
-    /// A pager for `stream` over the whole window: `frames` (at most [`MAX_FRAMES`] pages)
-    /// is its frame pool, `backing` ([`WINDOW_BYTES`] bytes) holds every page. Nothing is
-    /// resident yet.
-    pub fn new(stream: StreamId, frames: DmaRegion, backing: &'w mut [u8]) -> Result<Self> {
-        let frame_count = frames.len() / PAGE;
-        if frame_count == 0 || frame_count > MAX_FRAMES || backing.len() != WINDOW_BYTES {
-            return Err(FirmwareError::BadScenario {
-                what: "pager needs 1..=1024 frames and a 4 MiB backing store",
-            });
-        }
-        let mut regions = RegionSet::new();
-        regions.register(RegisteredRegion {
-            stream,
-            start: Iova::new(WINDOW_BASE),
-            len: WINDOW_BYTES as u64,
-            writable: true,
-        })?;
-        let mut free = heapless::Vec::new();
-        // A stack: the most recently freed frame is handed out first.
-        for f in (0..frame_count as u16).rev() {
-            free.push(f).map_err(|_| FirmwareError::PagerExhausted)?;
-        }
-        Ok(Self {
-            stream,
-            regions,
-            frames,
-            frame_count,
-            backing,
-            page_frame: [NONE; WINDOW_PAGES],
-            frame_page: [NONE; MAX_FRAMES],
-            free,
-            stats: PagerStats::default(),
-        })
-    }
-
-    /// Gives the frame pool back (to return it to its allocator).
-    pub fn into_frames(self) -> DmaRegion {
-        self.frames
-    }
-
-    /// The counters.
-    pub fn stats(&self) -> &PagerStats {
-        &self.stats
-    }
-
-    /// Free frames.
-    pub fn free_frames(&self) -> usize {
-        self.free.len()
-    }
-
-    /// The frame holding `page`, if resident.
-    pub fn frame_of(&self, page: usize) -> Option<PhysAddr> {
-        let f = *self.page_frame.get(page)?;
-        (f != NONE).then(|| self.frame_addr(f))
-    }
-
-    fn frame_addr(&self, frame: u16) -> PhysAddr {
-        PhysAddr::new(self.frames.bus_addr().as_u64() + u64::from(frame) * PAGE as u64)
-    }
-
-    fn backing_page(&mut self, page: usize) -> Result<&mut [u8]> {
-        self.backing
-            .get_mut(page * PAGE..(page + 1) * PAGE)
-            .ok_or(FirmwareError::PagerExhausted)
-    }
-
-    /// Takes a free frame, fills it with `page` from the backing store, records it.
-    fn bring_in(&mut self, page: usize) -> Result<u16> {
-        if page >= WINDOW_PAGES {
-            return Err(FirmwareError::BadScenario {
-                what: "page outside the window",
-            });
-        }
-        let frame = self.free.pop().ok_or(FirmwareError::PagerExhausted)?;
-        let offset = usize::from(frame) * PAGE;
-        let frames = &self.frames;
-        let data = self
-            .backing
-            .get(page * PAGE..(page + 1) * PAGE)
-            .ok_or(FirmwareError::PagerExhausted)?;
-        copy_to_frame(frames, offset, data)?;
-        self.page_frame[page] = frame;
-        self.frame_page[usize::from(frame)] = page as u16;
-        self.stats.major += 1;
-        Ok(frame)
-    }
-
-    /// Makes `page` resident and maps it (a fresh mapping needs no invalidation).
-    pub fn make_resident<M: Deref<Target: DmaMemory>>(
-        &mut self,
-        page: usize,
-        table: &mut PageTable<M>,
-        tlb: &mut impl TlbMaintenance,
-    ) -> Result<()> {
-        if self.frame_of(page).is_some() {
-            return Ok(());
-        }
-        let frame = self.bring_in(page)?;
-        table.map(
-            Iova::new(iova_of(page)),
-            self.frame_addr(frame),
-            PageSize::Size4K,
-            &Attributes::normal(Permissions::READ_WRITE),
-            tlb,
-        )?;
-        Ok(())
-    }
-
-    /// Evicts `page`: unmap; if `invalidate`, TLBI + CMD_SYNC (through `tlb`); then save the
-    /// frame to the backing store and free it. With `invalidate` false the SMMU may keep
-    /// translating to the frame: the stale-TLB probe's bug.
-    pub fn evict<M: Deref<Target: DmaMemory>>(
-        &mut self,
-        page: usize,
-        table: &mut PageTable<M>,
-        tlb: &mut impl TlbMaintenance,
-        invalidate: bool,
-    ) -> Result<()> {
-        let Some(&frame) = self.page_frame.get(page).filter(|f| **f != NONE) else {
-            return Ok(());
-        };
-        let changed = table.unmap(Iova::new(iova_of(page)), PAGE as u64, tlb)?;
-        if invalidate {
-            tlb.invalidate_now(&changed)?;
-        } else {
-            self.stats.evictions_without_tlbi += 1;
-        }
-        let offset = usize::from(frame) * PAGE;
-        let frames = &self.frames;
-        let data = self
-            .backing
-            .get_mut(page * PAGE..(page + 1) * PAGE)
-            .ok_or(FirmwareError::PagerExhausted)?;
-        copy_from_frame(frames, offset, data)?;
-        self.page_frame[page] = NONE;
-        self.frame_page[usize::from(frame)] = NONE;
-        self.free
-            .push(frame)
-            .map_err(|_| FirmwareError::PagerExhausted)?;
-        self.stats.evictions += 1;
-        Ok(())
-    }
-
-    /// Evicts one resident page chosen from `rng` that lies in none of the `pinned` page
-    /// ranges; `false` if there is none.
-    pub fn evict_random<M: Deref<Target: DmaMemory>>(
-        &mut self,
-        rng: &mut Rng,
-        pinned: &[core::ops::Range<usize>],
-        table: &mut PageTable<M>,
-        tlb: &mut impl TlbMaintenance,
-    ) -> Result<bool> {
-        let start = rng.below(self.frame_count as u64) as usize;
-        for i in 0..self.frame_count {
-            let frame = (start + i) % self.frame_count;
-            let page = self.frame_page[frame];
-            if page == NONE || pinned.iter().any(|r| r.contains(&usize::from(page))) {
-                continue;
-            }
-            self.evict(usize::from(page), table, tlb, true)?;
-            return Ok(true);
-        }
-        Ok(false)
-    }
-
-    /// Evicts until `count` frames are free, never touching `pinned` pages.
-    pub fn ensure_free<M: Deref<Target: DmaMemory>>(
-        &mut self,
-        count: usize,
-        rng: &mut Rng,
-        pinned: &[core::ops::Range<usize>],
-        table: &mut PageTable<M>,
-        tlb: &mut impl TlbMaintenance,
-    ) -> Result<()> {
-        while self.free.len() < count {
-            if !self.evict_random(rng, pinned, table, tlb)? {
-                return Err(FirmwareError::PagerExhausted);
-            }
-        }
-        Ok(())
-    }
-
-    /// Copies the current content of `page` (frame if resident, else backing store) into
-    /// `out`.
-    pub fn read_page(&mut self, page: usize, out: &mut [u8; PAGE]) -> Result<()> {
-        match self.page_frame.get(page).copied() {
-            Some(f) if f != NONE => copy_from_frame(&self.frames, usize::from(f) * PAGE, out),
-            Some(_) => {
-                out.copy_from_slice(self.backing_page(page)?);
-                Ok(())
-            }
-            None => Err(FirmwareError::BadScenario {
-                what: "page outside the window",
-            }),
-        }
-    }
-}
-
-impl FaultResolver for Pager<'_> {
-    fn region(&self, stream: StreamId, iova: Iova) -> Option<RegisteredRegion> {
-        self.regions.find(stream, iova)
-    }
-
-    fn estimate(&self, _: StreamId, iova: Iova, _: AccessKind) -> ResolveEstimate {
-        match page_of(iova.as_u64()).and_then(|p| self.frame_of(p)) {
-            Some(_) => ResolveEstimate::Minor { expected_ns: 500 },
-            None => ResolveEstimate::Major,
-        }
-    }
-
-    fn resolve(
-        &mut self,
-        stream: StreamId,
-        iova: Iova,
-        _: AccessKind,
-    ) -> core::result::Result<ResolvedPage, ResolveError> {
-        if stream != self.stream {
-            return Err(ResolveError(1));
-        }
-        let page = page_of(iova.as_u64()).ok_or(ResolveError(2))?;
-        let (frame, cost) = match self.page_frame[page] {
-            NONE => {
-                let frame = self.bring_in(page).map_err(|_| ResolveError(3))?;
-                (frame, FaultCost::Major)
-            }
-            frame => {
-                self.stats.minor += 1;
-                (frame, FaultCost::Minor)
-            }
-        };
-        Ok(ResolvedPage {
-            frame: self.frame_addr(frame),
-            size: PageSize::Size4K,
-            attributes: Attributes::normal(Permissions::READ_WRITE),
-            cost,
-        })
-    }
 }
 
 /// A small xorshift64* generator (the runs must be reproducible, not cryptographic).
@@ -565,13 +286,6 @@ fn as_words_mut(bytes: &mut [u8]) -> Option<&mut [u64]> {
     (head.is_empty() && tail.is_empty()).then_some(words)
 }
 
-/// Read-only [`as_words_mut`].
-fn as_words(bytes: &[u8]) -> Option<&[u64]> {
-    // SAFETY: as in `as_words_mut`.
-    let (head, words, tail) = unsafe { bytes.align_to::<u64>() };
-    (head.is_empty() && tail.is_empty()).then_some(words)
-}
-
 /// Fills `window` with [`pattern`].
 fn fill_pattern(seed: u64, window: &mut [u8]) {
     match as_words_mut(window) {
@@ -585,33 +299,6 @@ fn fill_pattern(seed: u64, window: &mut [u8]) {
                 *b = pattern(seed, i / PAGE, i % PAGE);
             }
         }
-    }
-}
-
-/// Copies `data` into `frames` at `offset`, with 64-bit stores where it can: the frames are
-/// device memory, accessed only through the region's volatile accessors.
-fn copy_to_frame(frames: &DmaRegion, offset: usize, data: &[u8]) -> Result<()> {
-    match as_words(data) {
-        Some(words) => {
-            for (i, w) in words.iter().enumerate() {
-                frames.write_u64(offset + i * 8, u64::from_le(*w))?;
-            }
-            Ok(())
-        }
-        None => Ok(frames.write_bytes(offset, data)?),
-    }
-}
-
-/// Copies from `frames` at `offset` into `out`, with 64-bit loads where it can.
-fn copy_from_frame(frames: &DmaRegion, offset: usize, out: &mut [u8]) -> Result<()> {
-    match as_words_mut(out) {
-        Some(words) => {
-            for (i, w) in words.iter_mut().enumerate() {
-                *w = frames.read_u64(offset + i * 8)?.to_le();
-            }
-            Ok(())
-        }
-        None => Ok(frames.read_bytes(offset, out)?),
     }
 }
 
@@ -779,6 +466,29 @@ fn pages(iova: u64, len: usize) -> core::ops::Range<usize> {
     first..last + 1
 }
 
+/// The IOVAs of the pages `len` bytes at `iova` touch.
+fn page_span(iova: u64, len: usize) -> core::ops::Range<u64> {
+    let pages = pages(iova, len);
+    iova_of(pages.start)..iova_of(pages.end)
+}
+
+/// The window's pager: 1024 pages in one region, up to 1024 frames, the store in plain memory
+/// the caller lends (the CPU fills and compares it fast).
+type Pager<'m, 'w, M> = boards::pager::Pager<'m, 'w, M, WINDOW_PAGES, MAX_FRAMES>;
+
+/// The TLB maintenance of the stale-TLB probe's deliberate mistake: an eviction whose
+/// invalidation never reaches the SMMU.
+struct NoInvalidation;
+
+impl TlbMaintenance for NoInvalidation {
+    fn invalidate_now(
+        &mut self,
+        _: &smmu_driver::pagetable::Invalidations,
+    ) -> smmu_driver::Result<()> {
+        Ok(())
+    }
+}
+
 /// A run in progress: the SMMU driver, the table, the pager and the reference.
 struct Session<'s, 'h, 'w, B, E, M, D>
 where
@@ -789,7 +499,7 @@ where
 {
     smmu: Smmuv3<'h, B, M, D>,
     table: PageTable<M>,
-    pager: Pager<'w>,
+    pager: Pager<'s, 'w, <M as Deref>::Target>,
     handler: FaultHandler<StandardPolicy>,
     reference: &'w mut [u8],
     edu: &'s EduDma<'h, E>,
@@ -840,13 +550,20 @@ where
             },
         )?;
         smmu.attach(hw.stream, &ContextConfig::for_table(ASID, &table))?;
-        let frame_pool = hw.dma.allocate(frames, DmaDirection::Bidirectional)?;
         // Split borrows: the backing store goes to the pager, the reference stays here.
         let backing: &'w mut [u8] = &mut *bufs.backing;
         let reference: &'w mut [u8] = &mut *bufs.reference;
         fill_pattern(seed, backing);
         reference.copy_from_slice(backing);
-        let pager = Pager::new(hw.stream, frame_pool, backing)?;
+        let dma: &'s <M as Deref>::Target = &hw.dma;
+        let mut pager = Pager::new(dma, frames, 500, Store::Memory(backing))?;
+        pager.add_region(
+            hw.stream,
+            Iova::new(WINDOW_BASE),
+            WINDOW_PAGES,
+            true,
+            Fill::Unchanged,
+        )?;
         Ok(Self {
             smmu,
             table,
@@ -877,10 +594,11 @@ where
         let stats = *smmu.stats();
         report.tlbi = (stats.tlbi_va, stats.tlbi_asid);
         report.syncs = stats.syncs;
-        report.evictions = pager.stats().evictions;
+        report.evictions = u64::from(pager.stats().evictions);
         smmu.shutdown()?;
         drop(table);
-        dma.free(pager.into_frames()).map_err(HalError::from)?;
+        pager.release()?;
+        let _ = dma;
         Ok(report)
     }
 
@@ -945,11 +663,12 @@ where
     }
 
     /// Makes every page of `set` present through the shared fault path.
-    fn service(&mut self, set: &PageFaults, pinned: &[core::ops::Range<usize>]) -> Result<u64> {
+    fn service(&mut self, set: &PageFaults, pinned: &[core::ops::Range<u64>]) -> Result<u64> {
         let asid = ASID;
+        let (rng, frames) = (&mut self.rng, self.pager.frame_count() as u64);
         self.pager.ensure_free(
             set.len(),
-            &mut self.rng,
+            || rng.below(frames) as usize,
             pinned,
             &mut self.table,
             &mut self.smmu.tlb(asid),
@@ -981,17 +700,18 @@ where
     fn revalidate(
         &mut self,
         ranges: &[(u64, usize, AccessKind)],
-        pinned: &[core::ops::Range<usize>],
+        pinned: &[core::ops::Range<u64>],
     ) -> Result<u64> {
         let mut missing = 0;
         for &(iova, len, _) in ranges {
             missing += pages(iova, len)
-                .filter(|&p| self.pager.frame_of(p).is_none())
+                .filter(|&p| self.pager.frame_of(Iova::new(iova_of(p))).is_none())
                 .count();
         }
+        let (rng, frames) = (&mut self.rng, self.pager.frame_count() as u64);
         self.pager.ensure_free(
             missing,
-            &mut self.rng,
+            || rng.below(frames) as usize,
             pinned,
             &mut self.table,
             &mut self.smmu.tlb(ASID),
@@ -1024,7 +744,7 @@ where
 
     /// One copy A -> edu buffer -> B, retransmitting until neither transfer faults.
     fn copy(&mut self, a: u64, b: u64, len: usize) -> Result<()> {
-        let pinned = [pages(a, len), pages(b, len)];
+        let pinned = [page_span(a, len), page_span(b, len)];
         let mut need_read = true;
         self.report.transfers += 2;
         for attempt in 0..MAX_ATTEMPTS {
@@ -1070,7 +790,7 @@ where
         let mut buf = PageBuf([0; PAGE]);
         let buf = &mut buf.0;
         for page in 0..WINDOW_PAGES {
-            self.pager.read_page(page, buf)?;
+            self.pager.read(Iova::new(iova_of(page)), buf)?;
             let want = self
                 .reference
                 .get(page * PAGE..(page + 1) * PAGE)
@@ -1088,7 +808,9 @@ where
 
     fn make_resident(&mut self, page: usize) -> Result<()> {
         let tlb = &mut self.smmu.tlb(ASID);
-        self.pager.make_resident(page, &mut self.table, tlb)
+        self.pager
+            .map_now(Iova::new(iova_of(page)), &mut self.table, tlb)?;
+        Ok(())
     }
 
     /// Two disjoint random ranges of `len` bytes in the window.
@@ -1160,7 +882,7 @@ where
     let mut placed = 0;
     while placed < scenario.resident_at_start {
         let page = s.rng.below(WINDOW_PAGES as u64) as usize;
-        if s.pager.frame_of(page).is_none() {
+        if s.pager.frame_of(Iova::new(iova_of(page))).is_none() {
             s.make_resident(page)?;
             placed += 1;
         }
@@ -1176,7 +898,8 @@ where
         let evictions = s.rng.below(u64::from(scenario.max_evictions) + 1);
         for _ in 0..evictions {
             let tlb = &mut s.smmu.tlb(ASID);
-            s.pager.evict_random(&mut s.rng, &[], &mut s.table, tlb)?;
+            let start = s.rng.below(s.pager.frame_count() as u64) as usize;
+            s.pager.evict_any(start, &[], &mut s.table, tlb)?;
         }
         let len = 1 + s.rng.below(scenario.max_len as u64) as usize;
         let (a, b) = s.pick_ranges(len);
@@ -1278,15 +1001,19 @@ where
         // 1. Write P by DMA: it faults in, and the retransmitted write is cached.
         s.copy(iova_of(SOURCES[0]), iova_of(p), LEN)?;
         s.reference_copy(iova_of(SOURCES[0]), iova_of(p), LEN);
-        let frame_of_p = s.pager.frame_of(p);
-        // 2. Evict P, with or without the invalidation.
-        {
+        let frame_of_p = s.pager.frame_of(Iova::new(iova_of(p)));
+        // 2. Evict P, with or without the invalidation (the probe's deliberate mistake is a
+        //    TLB maintenance that does nothing).
+        if invalidate {
             let tlb = &mut s.smmu.tlb(ASID);
-            s.pager.evict(p, &mut s.table, tlb, invalidate)?;
+            s.pager.evict(Iova::new(iova_of(p)), &mut s.table, tlb)?;
+        } else {
+            s.pager
+                .evict(Iova::new(iova_of(p)), &mut s.table, &mut NoInvalidation)?;
         }
         // 3. Q faults in and gets P's old frame (the free list is a stack).
         s.revalidate(&[(iova_of(q), PAGE, AccessKind::Write)], &[])?;
-        let reused = frame_of_p.is_some() && s.pager.frame_of(q) == frame_of_p;
+        let reused = frame_of_p.is_some() && s.pager.frame_of(Iova::new(iova_of(q))) == frame_of_p;
         // 4. Write P again by DMA.
         let before = s.report.fault_records;
         s.copy(iova_of(SOURCES[1]), iova_of(p), LEN)?;

@@ -182,7 +182,7 @@ fn service_context_resumes_a_minor_fault_and_terminates_a_major_one() {
     let dram = &**soc.dram();
     let mut smmu = smmu(&soc, ZYNQMP_SMMU);
     let mut table = table(dram);
-    let mut pager = Pager::new(dram, 4, 1_000).unwrap();
+    let mut pager = Pager::new(dram, 4, 1_000, boards::pager::Store::Dma).unwrap();
     pager
         .add_region(StreamId(0x14e8), Iova::new(SRC), 2, true, Fill::Pattern(3))
         .unwrap();

@@ -10,6 +10,8 @@ use hal::delay::NoDelay;
 use hal::dma::HostDma;
 use hal::model::{ModelBus, RegisterModel};
 use hal::regs::AccessWidth;
+use hal::{PageSize, PhysAddr};
+use smmu_driver::fault::{FaultCost, FaultResolver, ResolveError};
 use smmu_driver::v3::model::Smmuv3Model;
 
 use super::*;
@@ -355,9 +357,17 @@ fn pager_evicts_saves_and_restores() {
     for (i, b) in backing.iter_mut().enumerate() {
         *b = pattern(1, i / PAGE, i % PAGE);
     }
-    let frames = mem.allocate(2, DmaDirection::Bidirectional).unwrap();
-    let base = frames.bus_addr();
-    let mut pager = Pager::new(StreamId(SID), frames, &mut backing).unwrap();
+    let mut pager = Pager::new(&*mem, 2, 500, Store::Memory(&mut backing)).unwrap();
+    pager
+        .add_region(
+            StreamId(SID),
+            Iova::new(WINDOW_BASE),
+            WINDOW_PAGES,
+            true,
+            Fill::Unchanged,
+        )
+        .unwrap();
+    let base = pager.frame_addr(0).unwrap();
     let mut table = PageTable::new(mem.clone(), PageTableConfig::default()).unwrap();
     struct Counting(u32);
     impl TlbMaintenance for Counting {
@@ -386,15 +396,17 @@ fn pager_evicts_saves_and_restores() {
         )
         .unwrap();
     let mut buf = [0u8; PAGE];
-    pager.read_page(7, &mut buf).unwrap();
+    pager.read(Iova::new(iova_of(7)), &mut buf).unwrap();
     assert_eq!(buf[12], pattern(1, 7, 12));
     // The device writes into the frame; eviction saves it and invalidates once.
     mem.write_phys(PhysAddr::new(base.as_u64() + 12), &[0xaa])
         .unwrap();
-    pager.evict(7, &mut table, &mut tlb, true).unwrap();
+    pager
+        .evict(Iova::new(iova_of(7)), &mut table, &mut tlb)
+        .unwrap();
     assert_eq!(tlb.0, 1);
     assert_eq!(table.translate(Iova::new(iova_of(7))).unwrap(), None);
-    pager.read_page(7, &mut buf).unwrap();
+    pager.read(Iova::new(iova_of(7)), &mut buf).unwrap();
     assert_eq!(buf[12], 0xaa, "saved to the backing store");
     // The freed frame is the next one handed out.
     let again = pager
@@ -406,13 +418,14 @@ fn pager_evicts_saves_and_restores() {
         .resolve(StreamId(SID), Iova::new(iova_of(10)), AccessKind::Write)
         .unwrap();
     let mut rng = Rng::new(3);
+    let pinned = [iova_of(9)..iova_of(10), iova_of(10)..iova_of(11)];
     assert_eq!(
-        pager.ensure_free(1, &mut rng, &[9..10, 10..11], &mut table, &mut tlb),
-        Err(FirmwareError::PagerExhausted)
+        pager.ensure_free(1, || rng.below(2) as usize, &pinned, &mut table, &mut tlb),
+        Err(boards::BoardError::PagerExhausted { what: "free frame" })
     );
     assert_eq!(
         pager.resolve(StreamId(SID), Iova::new(iova_of(11)), AccessKind::Read),
-        Err(ResolveError(3)),
+        Err(ResolveError(boards::pager::resolve_codes::NO_FRAME)),
         "no frame free"
     );
     assert_eq!(
@@ -422,5 +435,5 @@ fn pager_evicts_saves_and_restores() {
     );
     assert_eq!(pager.stats().evictions, 1);
     drop(table);
-    mem.free(pager.into_frames()).unwrap();
+    pager.release().unwrap();
 }

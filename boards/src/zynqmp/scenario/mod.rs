@@ -35,7 +35,6 @@
 //! on any correct SMMU and DMA ([`PhaseReport::check`]); exact counts are asserted by the
 //! host tests against the model.
 
-pub mod pager;
 mod rig;
 
 use dma_engine::DmaError;
@@ -55,7 +54,10 @@ use smmu_driver::v2::{
     StreamMatchIndex, StreamRoute, UnmatchedStreams,
 };
 
-pub use pager::{Fill, Pager, PagerStats, Residency, pattern_byte};
+pub use crate::pager::{Fill, PagerStats, Residency, pattern_byte};
+
+/// The scenario's pager: 32 pages in up to 8 regions, 32 frames, a store in DMA memory.
+pub type Pager<'m, M> = crate::pager::Pager<'m, 'static, M, 32, 32>;
 pub use rig::Rig;
 
 use crate::{BoardError, Result};

@@ -174,7 +174,12 @@ where
                 max_chunks: 4,
             },
         )?;
-        let pager = Pager::new(self.dma, FRAMES_PER_PHASE, self.config.minor_fault_ns)?;
+        let pager = Pager::new(
+            self.dma,
+            FRAMES_PER_PHASE,
+            self.config.minor_fault_ns,
+            crate::pager::Store::Dma,
+        )?;
         let context = ContextConfig::new(table.root(), &table.walk_config(), phase.fault_model());
         let cb = self.smmu.alloc_context(&context)?;
         let fault = if phase.stall_tolerant() {

@@ -1,22 +1,27 @@
-//! A small pager: registered regions of virtual pages, a few physical frames, and a backing
-//! store, implementing [`FaultResolver`] for the shared SMMU fault path.
+//! The pager of the bare-metal programs: registered regions of virtual pages, a pool of
+//! physical frames and a store, implementing [`FaultResolver`] for the shared SMMU fault path.
+//! The board scenario and the firmware's SMMUv3 program both use it.
 //!
 //! Every virtual page is in one of three states:
 //!
-//! - **absent**: its data is only in the backing store. A DMA fault on it is *major*: the data
-//!   must be copied into a free frame (like reading it back from swap);
+//! - **absent**: its data is only in the store. A DMA fault on it is *major*: the data must be
+//!   copied into a free frame (like reading it back from swap);
 //! - **resident, unmapped**: its data is in a frame but the SMMU table does not map it (like a
 //!   page in the page cache, or one whose SMMU mapping was dropped). A fault is *minor*: only a
 //!   mapping is needed;
 //! - **resident, mapped**.
 //!
-//! [`Pager::evict`] is the memory-pressure path: unmap, invalidate the SMMU TLB (TLBIVA +
-//! TLBSYNC through the caller's [`TlbMaintenance`]), write the frame back, free it. The frame
-//! is reused at once by the next page-in, so a missing invalidation leaves the SMMU
-//! translating the old IOVA to someone else's data, which the scenario's byte checks catch.
+//! [`Pager::evict`] is the memory-pressure path: unmap, invalidate the SMMU TLB through the
+//! caller's [`TlbMaintenance`], write the frame back, free it. The frame is reused at once by
+//! the next page-in (the free list is a stack), so a missing invalidation leaves the SMMU
+//! translating the old IOVA to someone else's data, which byte checks catch. A test that
+//! wants that mistake passes a [`TlbMaintenance`] that does nothing.
 //!
-//! Fixed capacity, no heap: the store and the frames are DMA memory from the caller's
-//! [`DmaMemory`].
+//! Fixed capacity, no heap: `PAGES` virtual pages in at most [`MAX_REGIONS`] regions, `FRAMES`
+//! frames of DMA memory, and a [`Store`] of `PAGES` pages: DMA memory, or plain memory the
+//! caller lends (faster for the CPU to fill and compare).
+
+use core::ops::Range;
 
 use hal::dma::{DMA_PAGE, DmaDirection, DmaMemory, DmaRegion};
 use hal::{Iova, PageSize, PhysAddr};
@@ -28,10 +33,6 @@ use smmu_driver::pagetable::{Attributes, PageTable, Permissions, TlbMaintenance}
 
 use crate::{BoardError, Result};
 
-/// Most virtual pages a pager manages.
-pub const MAX_PAGES: usize = 32;
-/// Most frames.
-pub const MAX_FRAMES: usize = 32;
 /// Most registered regions.
 pub const MAX_REGIONS: usize = 8;
 
@@ -56,13 +57,16 @@ pub enum Fill {
     Pattern(u8),
     /// One byte value everywhere.
     Byte(u8),
+    /// As the store already holds them (a store the caller filled).
+    Unchanged,
 }
 
 impl Fill {
-    fn byte(self, iova: u64) -> u8 {
+    fn byte(self, iova: u64) -> Option<u8> {
         match self {
-            Fill::Pattern(seed) => pattern_byte(iova, seed),
-            Fill::Byte(b) => b,
+            Fill::Pattern(seed) => Some(pattern_byte(iova, seed)),
+            Fill::Byte(b) => Some(b),
+            Fill::Unchanged => None,
         }
     }
 }
@@ -73,10 +77,25 @@ pub fn pattern_byte(iova: u64, seed: u8) -> u8 {
     (x >> 56) as u8 ^ (iova as u8)
 }
 
+/// Where absent pages live: page `n` of the pager's page slots at bytes `n * 4096..`.
+#[derive(Debug)]
+pub enum Store<'s> {
+    /// DMA memory the pager allocates (and frees when dropped).
+    Dma,
+    /// Memory the caller lends, `PAGES * 4096` bytes.
+    Memory(&'s mut [u8]),
+}
+
+#[derive(Debug)]
+enum Backing<'s> {
+    Dma(DmaRegion),
+    Memory(&'s mut [u8]),
+}
+
 /// Where a virtual page's data is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Residency {
-    /// Only in the backing store.
+    /// Only in the store.
     Absent,
     /// In frame `frame`, mapped in the SMMU table or not.
     Resident {
@@ -98,6 +117,14 @@ struct Page {
     frame: Option<u16>,
 }
 
+/// A region and its first page slot (its pages are consecutive slots).
+#[derive(Clone, Copy, Debug)]
+struct Span {
+    start: u64,
+    pages: usize,
+    first_slot: usize,
+}
+
 /// Counters.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct PagerStats {
@@ -112,19 +139,24 @@ pub struct PagerStats {
 }
 
 /// The pager (see the module docs).
-pub struct Pager<'m, M: DmaMemory> {
+pub struct Pager<'m, 's, M: DmaMemory + ?Sized, const PAGES: usize, const FRAMES: usize> {
     dma: &'m M,
     regions: RegionSet<MAX_REGIONS>,
-    pages: heapless::Vec<Page, MAX_PAGES>,
-    store: Option<DmaRegion>,
+    spans: heapless::Vec<Span, MAX_REGIONS>,
+    pages: heapless::Vec<Page, PAGES>,
+    store: Option<Backing<'s>>,
     frames: Option<DmaRegion>,
     frame_count: usize,
-    free: heapless::Vec<u16, MAX_FRAMES>,
+    /// The page slot each frame holds.
+    frame_slot: [Option<u16>; FRAMES],
+    free: heapless::Vec<u16, FRAMES>,
     minor_ns: u64,
     stats: PagerStats,
 }
 
-impl<M: DmaMemory> core::fmt::Debug for Pager<'_, M> {
+impl<M: DmaMemory + ?Sized, const P: usize, const F: usize> core::fmt::Debug
+    for Pager<'_, '_, M, P, F>
+{
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("Pager")
             .field("pages", &self.pages.len())
@@ -134,34 +166,52 @@ impl<M: DmaMemory> core::fmt::Debug for Pager<'_, M> {
     }
 }
 
-impl<'m, M: DmaMemory> Pager<'m, M> {
-    /// A pager with `frames` frames (1..=[`MAX_FRAMES`]) and a store for [`MAX_PAGES`]
-    /// pages, both from `dma`. `minor_ns` is what it estimates a minor fault costs.
-    pub fn new(dma: &'m M, frames: usize, minor_ns: u64) -> Result<Self> {
-        if !(1..=MAX_FRAMES).contains(&frames) {
+impl<'m, 's, M: DmaMemory + ?Sized, const PAGES: usize, const FRAMES: usize>
+    Pager<'m, 's, M, PAGES, FRAMES>
+{
+    /// A pager with `frames` frames (1..=`FRAMES`) from `dma` and a store for `PAGES` pages.
+    /// `minor_ns` is what it estimates a minor fault costs.
+    pub fn new(dma: &'m M, frames: usize, minor_ns: u64, store: Store<'s>) -> Result<Self> {
+        if !(1..=FRAMES).contains(&frames) || FRAMES > usize::from(u16::MAX) {
             return Err(BoardError::PagerExhausted { what: "frames" });
         }
-        let store = dma.allocate(MAX_PAGES, DmaDirection::Bidirectional)?;
+        if PAGES > usize::from(u16::MAX) {
+            return Err(BoardError::PagerExhausted { what: "page slots" });
+        }
+        let store = match store {
+            Store::Dma => Backing::Dma(dma.allocate(PAGES, DmaDirection::Bidirectional)?),
+            Store::Memory(bytes) => {
+                if bytes.len() != PAGES * DMA_PAGE {
+                    return Err(BoardError::PagerExhausted {
+                        what: "a store of PAGES pages",
+                    });
+                }
+                Backing::Memory(bytes)
+            }
+        };
         let frame_region = match dma.allocate(frames, DmaDirection::Bidirectional) {
             Ok(r) => r,
             Err(e) => {
-                let _ = dma.free(store);
+                if let Backing::Dma(r) = store {
+                    let _ = dma.free(r);
+                }
                 return Err(e.into());
             }
         };
         let mut free = heapless::Vec::new();
         // A stack: frame 0 is handed out first, and a freed frame is the next one reused.
         for f in (0..frames as u16).rev() {
-            free.push(f)
-                .map_err(|_| BoardError::PagerExhausted { what: "frames" })?;
+            let _ = free.push(f);
         }
         Ok(Pager {
             dma,
             regions: RegionSet::new(),
+            spans: heapless::Vec::new(),
             pages: heapless::Vec::new(),
             store: Some(store),
             frames: Some(frame_region),
             frame_count: frames,
+            frame_slot: [None; FRAMES],
             free,
             minor_ns,
             stats: PagerStats::default(),
@@ -178,6 +228,23 @@ impl<'m, M: DmaMemory> Pager<'m, M> {
         self.free.len()
     }
 
+    /// Frames the pager owns.
+    pub fn frame_count(&self) -> usize {
+        self.frame_count
+    }
+
+    /// Gives the frames (and a DMA store) back to the DMA memory, reporting a refusal, which
+    /// dropping the pager cannot.
+    pub fn release(mut self) -> Result<()> {
+        if let Some(r) = self.frames.take() {
+            self.dma.free(r).map_err(hal::HalError::from)?;
+        }
+        if let Some(Backing::Dma(r)) = self.store.take() {
+            self.dma.free(r).map_err(hal::HalError::from)?;
+        }
+        Ok(())
+    }
+
     /// Registers `pages` pages at `base` for `stream` and fills their store copy.
     pub fn add_region(
         &mut self,
@@ -188,48 +255,55 @@ impl<'m, M: DmaMemory> Pager<'m, M> {
         fill: Fill,
     ) -> Result<()> {
         base.require_aligned(PageSize::Size4K)?;
-        if self.pages.len().saturating_add(pages) > MAX_PAGES {
+        if self.pages.len().saturating_add(pages) > PAGES || self.spans.is_full() {
             return Err(BoardError::PagerExhausted { what: "page slots" });
         }
         // Every check before any change: a refused region leaves nothing behind (no region
         // the fault path would grant, no page slots).
-        let iova_of = |p: usize| base.as_u64().checked_add(p as u64 * PAGE);
-        for p in 0..pages {
-            let iova = iova_of(p).ok_or(BoardError::UnknownPage { iova: base })?;
-            if self.find(iova).is_some() {
-                return Err(BoardError::PagerExhausted {
-                    what: "distinct IOVAs (regions of two streams overlap)",
-                });
-            }
+        let len = (pages as u64)
+            .checked_mul(PAGE)
+            .ok_or(BoardError::UnknownPage { iova: base })?;
+        let end = base
+            .as_u64()
+            .checked_add(len)
+            .ok_or(BoardError::UnknownPage { iova: base })?;
+        if self
+            .spans
+            .iter()
+            .any(|s| base.as_u64() < s.start + s.pages as u64 * PAGE && s.start < end)
+        {
+            return Err(BoardError::PagerExhausted {
+                what: "distinct IOVAs (regions of two streams overlap)",
+            });
         }
         self.regions.register(RegisteredRegion {
             stream,
             start: base,
-            len: pages as u64 * PAGE,
+            len,
             writable,
         })?;
         let first_slot = self.pages.len();
         let filled = (0..pages).try_for_each(|p| {
             self.pages
                 .push(Page {
-                    iova: iova_of(p).unwrap_or_default(),
+                    iova: base.as_u64() + p as u64 * PAGE,
                     writable,
                     frame: None,
                 })
                 .map_err(|_| BoardError::PagerExhausted { what: "page slots" })?;
-            self.fill_store(self.pages.len() - 1, fill)
+            self.fill_store(first_slot + p, fill)
         });
         if filled.is_err() {
             self.pages.truncate(first_slot);
             self.regions.unregister(stream, base);
+            return filled;
         }
-        filled
-    }
-
-    fn store(&self) -> Result<&DmaRegion> {
-        self.store
-            .as_ref()
-            .ok_or(BoardError::PagerExhausted { what: "store" })
+        let _ = self.spans.push(Span {
+            start: base.as_u64(),
+            pages,
+            first_slot,
+        });
+        Ok(())
     }
 
     fn frames(&self) -> Result<&DmaRegion> {
@@ -238,22 +312,57 @@ impl<'m, M: DmaMemory> Pager<'m, M> {
             .ok_or(BoardError::PagerExhausted { what: "frames" })
     }
 
-    fn fill_store(&self, slot: usize, fill: Fill) -> Result<()> {
+    fn store_read(&self, slot: usize, offset: usize, out: &mut [u8]) -> Result<()> {
+        let at = slot * DMA_PAGE + offset;
+        match &self.store {
+            Some(Backing::Dma(r)) => Ok(r.read_bytes(at, out)?),
+            Some(Backing::Memory(bytes)) => {
+                let from = bytes
+                    .get(at..at + out.len())
+                    .ok_or(BoardError::PagerExhausted { what: "store" })?;
+                out.copy_from_slice(from);
+                Ok(())
+            }
+            None => Err(BoardError::PagerExhausted { what: "store" }),
+        }
+    }
+
+    fn store_write(&mut self, slot: usize, offset: usize, data: &[u8]) -> Result<()> {
+        let at = slot * DMA_PAGE + offset;
+        match &mut self.store {
+            Some(Backing::Dma(r)) => Ok(r.write_bytes(at, data)?),
+            Some(Backing::Memory(bytes)) => {
+                bytes
+                    .get_mut(at..at + data.len())
+                    .ok_or(BoardError::PagerExhausted { what: "store" })?
+                    .copy_from_slice(data);
+                Ok(())
+            }
+            None => Err(BoardError::PagerExhausted { what: "store" }),
+        }
+    }
+
+    fn fill_store(&mut self, slot: usize, fill: Fill) -> Result<()> {
+        if fill == Fill::Unchanged {
+            return Ok(());
+        }
         let base = self.pages.get(slot).map(|p| p.iova).unwrap_or(0);
         let mut buf = [0u8; CHUNK];
         for chunk in 0..DMA_PAGE / CHUNK {
             for (i, b) in buf.iter_mut().enumerate() {
-                *b = fill.byte(base + (chunk * CHUNK + i) as u64);
+                *b = fill.byte(base + (chunk * CHUNK + i) as u64).unwrap_or(0);
             }
-            self.store()?
-                .write_bytes(slot * DMA_PAGE + chunk * CHUNK, &buf)?;
+            self.store_write(slot, chunk * CHUNK, &buf)?;
         }
         Ok(())
     }
 
+    /// The page slot holding `iova`.
     fn find(&self, iova: u64) -> Option<usize> {
-        let page = iova & !(PAGE - 1);
-        self.pages.iter().position(|p| p.iova == page)
+        self.spans.iter().find_map(|s| {
+            let page = iova.checked_sub(s.start)? / PAGE;
+            (page < s.pages as u64).then(|| s.first_slot + page as usize)
+        })
     }
 
     fn slot(&self, iova: Iova) -> Result<usize> {
@@ -273,6 +382,12 @@ impl<'m, M: DmaMemory> Pager<'m, M> {
             .frames()?
             .bus_addr()
             .checked_add(u64::from(frame) * PAGE)?)
+    }
+
+    /// The frame holding the page of `iova`, if it is resident.
+    pub fn frame_of(&self, iova: Iova) -> Option<PhysAddr> {
+        let frame = self.pages.get(self.find(iova.as_u64())?)?.frame?;
+        self.frame_addr(frame).ok()
     }
 
     /// Where the page holding `iova` is; whether it is mapped is read from `table`.
@@ -312,12 +427,13 @@ impl<'m, M: DmaMemory> Pager<'m, M> {
         let mut buf = [0u8; CHUNK];
         for chunk in 0..DMA_PAGE / CHUNK {
             let at = chunk * CHUNK;
-            self.store()?.read_bytes(slot * DMA_PAGE + at, &mut buf)?;
+            self.store_read(slot, at, &mut buf)?;
             self.frames()?
                 .write_bytes(usize::from(frame) * DMA_PAGE + at, &buf)?;
         }
         self.dma.sync_for_device(self.frames()?);
         self.pages[slot].frame = Some(frame);
+        self.frame_slot[usize::from(frame)] = Some(slot as u16);
         self.stats.page_ins += 1;
         Ok(frame)
     }
@@ -332,7 +448,7 @@ impl<'m, M: DmaMemory> Pager<'m, M> {
     pub fn map_now<D, T>(&mut self, iova: Iova, table: &mut PageTable<D>, tlb: &mut T) -> Result<()>
     where
         D: core::ops::Deref<Target: DmaMemory>,
-        T: TlbMaintenance,
+        T: TlbMaintenance + ?Sized,
     {
         let slot = self.slot(iova)?;
         let frame = self.page_in(slot)?;
@@ -345,21 +461,21 @@ impl<'m, M: DmaMemory> Pager<'m, M> {
             self.frame_addr(frame)?,
             PageSize::Size4K,
             &Self::attributes(page.writable),
-            tlb,
+            &mut Dyn(tlb),
         )?;
         Ok(())
     }
 
-    /// Unmaps the page of `iova` if mapped and has the SMMU TLB invalidated before returning
+    /// Unmaps the page of `slot` if mapped and has the SMMU TLB invalidated before returning
     /// (the page table reports exactly which entry to invalidate).
     fn unmap_page<D, T>(&mut self, slot: usize, table: &mut PageTable<D>, tlb: &mut T) -> Result<()>
     where
         D: core::ops::Deref<Target: DmaMemory>,
-        T: TlbMaintenance,
+        T: TlbMaintenance + ?Sized,
     {
         let iova = Iova::new(self.pages[slot].iova);
         if table.translate(iova)?.is_some() {
-            let invalidations = table.unmap(iova, PAGE, tlb)?;
+            let invalidations = table.unmap(iova, PAGE, &mut Dyn(&mut *tlb))?;
             tlb.invalidate_now(&invalidations)?;
         }
         Ok(())
@@ -374,7 +490,7 @@ impl<'m, M: DmaMemory> Pager<'m, M> {
     ) -> Result<()>
     where
         D: core::ops::Deref<Target: DmaMemory>,
-        T: TlbMaintenance,
+        T: TlbMaintenance + ?Sized,
     {
         let slot = self.slot(iova)?;
         self.unmap_page(slot, table, tlb)
@@ -385,9 +501,17 @@ impl<'m, M: DmaMemory> Pager<'m, M> {
     pub fn evict<D, T>(&mut self, iova: Iova, table: &mut PageTable<D>, tlb: &mut T) -> Result<()>
     where
         D: core::ops::Deref<Target: DmaMemory>,
-        T: TlbMaintenance,
+        T: TlbMaintenance + ?Sized,
     {
         let slot = self.slot(iova)?;
+        self.evict_slot(slot, table, tlb)
+    }
+
+    fn evict_slot<D, T>(&mut self, slot: usize, table: &mut PageTable<D>, tlb: &mut T) -> Result<()>
+    where
+        D: core::ops::Deref<Target: DmaMemory>,
+        T: TlbMaintenance + ?Sized,
+    {
         self.unmap_page(slot, table, tlb)?;
         let Some(frame) = self.pages[slot].frame else {
             return Ok(());
@@ -398,9 +522,10 @@ impl<'m, M: DmaMemory> Pager<'m, M> {
             let at = chunk * CHUNK;
             self.frames()?
                 .read_bytes(usize::from(frame) * DMA_PAGE + at, &mut buf)?;
-            self.store()?.write_bytes(slot * DMA_PAGE + at, &buf)?;
+            self.store_write(slot, at, &buf)?;
         }
         self.pages[slot].frame = None;
+        self.frame_slot[usize::from(frame)] = None;
         self.free
             .push(frame)
             .map_err(|_| BoardError::PagerExhausted { what: "free list" })?;
@@ -408,13 +533,64 @@ impl<'m, M: DmaMemory> Pager<'m, M> {
         Ok(())
     }
 
-    /// Where the byte at `iova` lives: (region, offset).
-    fn locate(&self, iova: u64) -> Result<(bool, usize)> {
+    /// Evicts one resident page whose IOVA lies in none of the `pinned` ranges, looking at
+    /// the frames from `start` (modulo the frame count) on; `false` if there is none.
+    pub fn evict_any<D, T>(
+        &mut self,
+        start: usize,
+        pinned: &[Range<u64>],
+        table: &mut PageTable<D>,
+        tlb: &mut T,
+    ) -> Result<bool>
+    where
+        D: core::ops::Deref<Target: DmaMemory>,
+        T: TlbMaintenance + ?Sized,
+    {
+        for i in 0..self.frame_count {
+            let frame = (start % self.frame_count + i) % self.frame_count;
+            let Some(slot) = self.frame_slot[frame].map(usize::from) else {
+                continue;
+            };
+            let iova = self.pages[slot].iova;
+            if pinned.iter().any(|r| r.contains(&iova)) {
+                continue;
+            }
+            self.evict_slot(slot, table, tlb)?;
+            return Ok(true);
+        }
+        Ok(false)
+    }
+
+    /// Evicts until `count` frames are free, never a page in `pinned`; `start` says where to
+    /// look for each eviction (see [`evict_any`](Self::evict_any)).
+    pub fn ensure_free<D, T>(
+        &mut self,
+        count: usize,
+        mut start: impl FnMut() -> usize,
+        pinned: &[Range<u64>],
+        table: &mut PageTable<D>,
+        tlb: &mut T,
+    ) -> Result<()>
+    where
+        D: core::ops::Deref<Target: DmaMemory>,
+        T: TlbMaintenance + ?Sized,
+    {
+        while self.free.len() < count {
+            if !self.evict_any(start(), pinned, table, tlb)? {
+                return Err(BoardError::PagerExhausted { what: "free frame" });
+            }
+        }
+        Ok(())
+    }
+
+    /// Where the byte at `iova` lives: (in a frame, offset), the offset in the frames or in
+    /// the store's page slot.
+    fn locate(&self, iova: u64) -> Result<(bool, usize, usize)> {
         let slot = self.slot(Iova::new(iova))?;
         let offset = (iova & (PAGE - 1)) as usize;
         Ok(match self.pages[slot].frame {
-            None => (false, slot * DMA_PAGE + offset),
-            Some(frame) => (true, usize::from(frame) * DMA_PAGE + offset),
+            None => (false, slot, offset),
+            Some(frame) => (true, slot, usize::from(frame) * DMA_PAGE + offset),
         })
     }
 
@@ -426,13 +602,12 @@ impl<'m, M: DmaMemory> Pager<'m, M> {
             let at = iova.as_u64() + done as u64;
             let in_page = (PAGE - (at & (PAGE - 1))) as usize;
             let n = in_page.min(out.len() - done);
-            let (in_frame, offset) = self.locate(at)?;
-            let region = if in_frame {
-                self.frames()?
-            } else {
-                self.store()?
-            };
-            region.read_bytes(offset, &mut out[done..done + n])?;
+            match self.locate(at)? {
+                (true, _, offset) => self
+                    .frames()?
+                    .read_bytes(offset, &mut out[done..done + n])?,
+                (false, slot, offset) => self.store_read(slot, offset, &mut out[done..done + n])?,
+            }
             done += n;
         }
         Ok(())
@@ -445,28 +620,28 @@ impl<'m, M: DmaMemory> Pager<'m, M> {
             let at = iova.as_u64() + done as u64;
             let in_page = (PAGE - (at & (PAGE - 1))) as usize;
             let n = in_page.min(data.len() - done);
-            let (in_frame, offset) = self.locate(at)?;
-            let region = if in_frame {
-                self.frames()?
-            } else {
-                self.store()?
-            };
-            region.write_bytes(offset, &data[done..done + n])?;
+            match self.locate(at)? {
+                (true, _, offset) => self.frames()?.write_bytes(offset, &data[done..done + n])?,
+                (false, slot, offset) => self.store_write(slot, offset, &data[done..done + n])?,
+            }
             done += n;
         }
         self.dma.sync_for_device(self.frames()?);
         Ok(())
     }
 
-    /// CPU write of `len` bytes of `fill` at `iova`.
+    /// CPU write of `len` bytes of `fill` at `iova` ([`Fill::Unchanged`] writes nothing).
     pub fn fill(&mut self, iova: Iova, len: u64, fill: Fill) -> Result<()> {
+        if fill == Fill::Unchanged {
+            return Ok(());
+        }
         let mut buf = [0u8; CHUNK];
         let mut done = 0u64;
         while done < len {
             let n = (len - done).min(CHUNK as u64) as usize;
             let at = iova.as_u64() + done;
             for (i, b) in buf[..n].iter_mut().enumerate() {
-                *b = fill.byte(at + i as u64);
+                *b = fill.byte(at + i as u64).unwrap_or(0);
             }
             self.write(Iova::new(at), &buf[..n])?;
             done += n as u64;
@@ -493,7 +668,7 @@ impl<'m, M: DmaMemory> Pager<'m, M> {
     }
 
     /// Checks that `len` bytes at `iova` hold `fill`; returns the first offset that does not
-    /// with (expected, found).
+    /// with (expected, found). [`Fill::Unchanged`] expects nothing in particular.
     pub fn first_difference_from(
         &self,
         iova: Iova,
@@ -506,32 +681,33 @@ impl<'m, M: DmaMemory> Pager<'m, M> {
             let n = (len - done).min(CHUNK as u64) as usize;
             let at = iova.as_u64() + done;
             self.read(Iova::new(at), &mut x[..n])?;
-            if let Some(i) = (0..n).find(|&i| x[i] != fill.byte(at + i as u64)) {
-                return Ok(Some((done + i as u64, fill.byte(at + i as u64), x[i])));
+            for (i, &found) in x[..n].iter().enumerate() {
+                if let Some(expected) = fill.byte(at + i as u64)
+                    && expected != found
+                {
+                    return Ok(Some((done + i as u64, expected, found)));
+                }
             }
             done += n as u64;
         }
         Ok(None)
     }
-
-    /// Frames the pager owns.
-    pub fn frame_count(&self) -> usize {
-        self.frame_count
-    }
 }
 
-impl<M: DmaMemory> Drop for Pager<'_, M> {
+impl<M: DmaMemory + ?Sized, const P: usize, const F: usize> Drop for Pager<'_, '_, M, P, F> {
     fn drop(&mut self) {
         if let Some(r) = self.frames.take() {
             let _ = self.dma.free(r);
         }
-        if let Some(r) = self.store.take() {
+        if let Some(Backing::Dma(r)) = self.store.take() {
             let _ = self.dma.free(r);
         }
     }
 }
 
-impl<M: DmaMemory> FaultResolver for Pager<'_, M> {
+impl<M: DmaMemory + ?Sized, const P: usize, const F: usize> FaultResolver
+    for Pager<'_, '_, M, P, F>
+{
     fn region(&self, stream: StreamId, iova: Iova) -> Option<RegisteredRegion> {
         self.regions.find(stream, iova)
     }
@@ -548,10 +724,13 @@ impl<M: DmaMemory> FaultResolver for Pager<'_, M> {
 
     fn resolve(
         &mut self,
-        _stream: StreamId,
+        stream: StreamId,
         iova: Iova,
         _access: AccessKind,
     ) -> core::result::Result<ResolvedPage, ResolveError> {
+        if self.regions.find(stream, iova).is_none() {
+            return Err(ResolveError(resolve_codes::UNKNOWN_PAGE));
+        }
         let slot = self
             .find(iova.as_u64())
             .ok_or(ResolveError(resolve_codes::UNKNOWN_PAGE))?;
@@ -582,122 +761,17 @@ impl<M: DmaMemory> FaultResolver for Pager<'_, M> {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use hal::dma::HostDma;
-    use smmu_driver::pagetable::{Invalidations, PageTableConfig};
+/// Lets an unsized [`TlbMaintenance`] be passed where a sized one is expected.
+struct Dyn<'a, T: TlbMaintenance + ?Sized>(&'a mut T);
 
-    use super::*;
-
-    struct NoTlb;
-    impl TlbMaintenance for NoTlb {
-        fn invalidate_now(&mut self, _: &Invalidations) -> smmu_driver::Result<()> {
-            Ok(())
-        }
-    }
-
-    #[test]
-    fn a_refused_region_leaves_no_region_and_no_pages_behind() {
-        let dma = HostDma::new(PhysAddr::new(0x8000_0000), 64).unwrap();
-        let mut pager = Pager::new(&dma, 4, 1_000).unwrap();
-        let (a, b) = (StreamId(0x14e8), StreamId(0x14e9));
-        pager
-            .add_region(a, Iova::new(0x1000_1000), 1, false, Fill::Byte(1))
-            .unwrap();
-        // B's second page is A's page: refused before anything changed.
-        assert!(
-            pager
-                .add_region(b, Iova::new(0x1000_0000), 2, true, Fill::Byte(2))
-                .is_err()
-        );
-        assert_eq!(pager.region(b, Iova::new(0x1000_0000)), None);
-        assert_eq!(pager.region(b, Iova::new(0x1000_1000)), None);
-        assert!(pager.slot(Iova::new(0x1000_0000)).is_err());
-        // A's page still holds A's data, and the slots are free for a good region.
-        let mut byte = [0u8; 1];
-        pager.read(Iova::new(0x1000_1000), &mut byte).unwrap();
-        assert_eq!(byte, [1]);
-        pager
-            .add_region(
-                b,
-                Iova::new(0x2000_0000),
-                MAX_PAGES - 1,
-                true,
-                Fill::Byte(3),
-            )
-            .unwrap();
-    }
-
-    #[test]
-    fn a_frame_index_past_the_frames_is_an_error() {
-        let dma = HostDma::new(PhysAddr::new(0x8000_0000), 64).unwrap();
-        let pager = Pager::new(&dma, 4, 1_000).unwrap();
-        assert!(pager.frame_addr(3).is_ok());
-        assert_eq!(
-            pager.frame_addr(4),
-            Err(BoardError::NoSuchFrame {
-                frame: 4,
-                frames: 4
-            })
-        );
-    }
-
-    #[test]
-    fn a_resolved_page_counts_as_mapped_only_once_the_table_maps_it() {
-        let dma = HostDma::new(PhysAddr::new(0x8000_0000), 64).unwrap();
-        let mut table = PageTable::new(&dma, PageTableConfig::default()).unwrap();
-        let mut pager = Pager::new(&dma, 4, 1_000).unwrap();
-        let stream = StreamId(0x14e8);
-        let iova = Iova::new(0x1000_0000);
-        pager
-            .add_region(stream, iova, 1, true, Fill::Byte(7))
-            .unwrap();
-        // The fault handler resolves, then maps; here the mapping never happens (as when the
-        // table runs out of memory), so the page is resident but not mapped.
-        pager.resolve(stream, iova, AccessKind::Read).unwrap();
-        assert_eq!(
-            pager.residency(iova, &table).unwrap(),
-            Residency::Resident {
-                frame: 0,
-                mapped: false
-            }
-        );
-        // map_now must then really map it rather than trust a flag.
-        pager.map_now(iova, &mut table, &mut NoTlb).unwrap();
-        assert!(table.translate(iova).unwrap().is_some());
-        assert_eq!(
-            pager.residency(iova, &table).unwrap(),
-            Residency::Resident {
-                frame: 0,
-                mapped: true
-            }
-        );
-        pager.evict(iova, &mut table, &mut NoTlb).unwrap();
-        assert!(table.translate(iova).unwrap().is_none());
-        assert_eq!(pager.residency(iova, &table).unwrap(), Residency::Absent);
-    }
-
-    #[test]
-    fn a_region_of_absurd_size_is_refused_and_the_pager_keeps_working() {
-        let dma = HostDma::new(PhysAddr::new(0x8000_0000), 64).unwrap();
-        let mut pager = Pager::new(&dma, 4, 1_000).unwrap();
-        let stream = StreamId(0x14e8);
-        pager
-            .add_region(stream, Iova::new(0x1000_0000), 2, true, Fill::Byte(0x5a))
-            .unwrap();
-        // With two slots in use, 2 + usize::MAX pages must not overflow the capacity check.
-        assert_eq!(
-            pager.add_region(
-                stream,
-                Iova::new(0x2000_0000),
-                usize::MAX,
-                true,
-                Fill::Byte(0)
-            ),
-            Err(BoardError::PagerExhausted { what: "page slots" })
-        );
-        let mut out = [0u8; 3];
-        pager.read(Iova::new(0x1000_0fff), &mut out).unwrap();
-        assert_eq!(out, [0x5a; 3]);
+impl<T: TlbMaintenance + ?Sized> TlbMaintenance for Dyn<'_, T> {
+    fn invalidate_now(
+        &mut self,
+        invalidations: &smmu_driver::pagetable::Invalidations,
+    ) -> smmu_driver::Result<()> {
+        self.0.invalidate_now(invalidations)
     }
 }
+
+#[cfg(test)]
+mod tests;
