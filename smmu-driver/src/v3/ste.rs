@@ -329,6 +329,38 @@ mod tests {
     }
 
     #[test]
+    fn every_config_decodes_to_its_mode() {
+        // Config is dword 0 [3:1] (IHI0070 §5.2): 0b0xx abort, 0b100 bypass, 0b101 stage 1,
+        // 0b110 stage 2 and 0b111 nested (Other here). With V (bit 0) clear the STE is
+        // invalid whatever Config says; bits outside V and Config do not change the mode.
+        let modes = [
+            StreamMode::Abort,
+            StreamMode::Abort,
+            StreamMode::Abort,
+            StreamMode::Abort,
+            StreamMode::Bypass,
+            StreamMode::Stage1,
+            StreamMode::Other,
+            StreamMode::Other,
+        ];
+        for (config, mode) in (0u64..8).zip(modes) {
+            let dw0 = config << 1;
+            assert_eq!(
+                StreamTableEntry([dw0 | 1, 0, 0, 0, 0, 0, 0, 0]).mode(),
+                mode
+            );
+            assert_eq!(
+                StreamTableEntry([dw0 | 1 | 0xffff_ffff_ffff_fff0, !0, 0, 0, 0, 0, 0, 0]).mode(),
+                mode
+            );
+            assert_eq!(
+                StreamTableEntry([dw0, 0, 0, 0, 0, 0, 0, 0]).mode(),
+                StreamMode::Invalid
+            );
+        }
+    }
+
+    #[test]
     fn stage1_ste_matches_the_architecture_tables() {
         // CD at 0x4123_4540 (64-byte aligned).
         // dword 0: V = 1 (bit 0); Config = 0b101 at bits 3:1 -> 0b1010 = 0xa; S1Fmt = 0;
@@ -427,6 +459,40 @@ mod tests {
         })
         .unwrap();
         assert_eq!(small.0[0] & 0x3f, 25);
+    }
+
+    #[test]
+    fn the_widest_values_fill_their_fields_exactly() {
+        // The last 64-byte aligned CD below 2^52: S1ContextPtr [51:6] all ones, Config 0b101,
+        // V -> 0x000f_ffff_ffff_ffc0 | 0xa | 0x1.
+        let ste = StreamTableEntry::stage1(PhysAddr::new((1 << 52) - 64), true, true).unwrap();
+        assert_eq!(
+            ste.0,
+            [0x000f_ffff_ffff_ffcb, 0x0800_00d4, 0, 0, 0, 0, 0, 0]
+        );
+        // ASID 0xffff, TTB0 0xffff_ffff_f000 (48-bit output: IPS = 0b101), 25-bit input
+        // (T0SZ = 39 = 0x27), S, R and A set, IDR0.COHACC:
+        //   T0SZ 0x27 | IR0 0x100 | OR0 0x400 | SH0 0x3000        -> 0x3527
+        //   EPD1 bit 30 | V bit 31                              -> 0xc000_0000
+        //   IPS 5 at [34:32]                                    -> 0x5_0000_0000
+        //   AA64 41 | S 44 | R 45 | A 46 | ASET 47              -> 0xf200_0000_0000
+        //   ASID [63:48]                                        -> 0xffff_0000_0000_0000
+        let cd = ContextDescriptor::stage1(&CdConfig {
+            asid: 0xffff,
+            ttb0: PhysAddr::new(0xffff_ffff_f000),
+            input_bits: 25,
+            output_bits: 48,
+            mair: !0,
+            stall: true,
+            record: true,
+            abort: true,
+            coherent: true,
+        })
+        .unwrap();
+        assert_eq!(
+            cd.0,
+            [0xffff_f205_c000_3527, 0xffff_ffff_f000, 0, !0, 0, 0, 0, 0]
+        );
     }
 
     #[test]
