@@ -71,7 +71,8 @@ pub use cmd::{Command, ResumeAction, SyncSignal, TlbiRange};
 pub use event::{EVENT_BYTES, Event, TlbConflict, tlb_conflict};
 pub use queue::{AlignedDma, Ring};
 pub use ste::{
-    CdConfig, ContextDescriptor, STRUCT_BYTES, StreamMode, StreamTableEntry, WalkAttributes,
+    CdConfig, CdDword0, CdDword1, ContextDescriptor, STRUCT_BYTES, SteDword0, SteDword1,
+    StreamMode, StreamTableEntry, WalkAttributes,
 };
 
 use crate::fault::{

@@ -2,110 +2,133 @@
 //! configuration this driver uses: stage 1 only, one CD per stream
 //! (S1CDMax = 0), AArch64 4 KiB-granule tables through TTB0.
 //!
-//! Field positions were cross-checked against Linux `arm-smmu-v3.h` (`STRTAB_STE_*`,
-//! `CTXDESC_CD_*`). The tests spell every expected dword out bit by bit from the
-//! architecture's tables.
+//! Each dword with packed fields is a `bitfield` view ([`SteDword0`], [`SteDword1`],
+//! [`CdDword0`], [`CdDword1`]); whole-dword fields (the CD's MAIR) are plain `u64`s, and
+//! the driver encodes with them. Field positions were cross-checked against Linux
+//! `arm-smmu-v3.h` (`STRTAB_STE_*`, `CTXDESC_CD_*`). The tests spell every expected dword
+//! out bit by bit from the architecture's tables, so the views' positions are pinned there.
 
+use bitfield::bitfield;
 use hal::PhysAddr;
-use tock_registers::fields::FieldValue;
-use tock_registers::register_bitfields;
 
 use super::caps::ips_encoding;
 use crate::{Result, SmmuError};
 
-#[allow(missing_docs)]
-mod fields {
-    use super::register_bitfields;
-
-    register_bitfields![u64,
-        /// STE dword 0 (IHI0070 §5.2).
-        pub STE0 [
-            /// Valid.
-            V OFFSET(0) NUMBITS(1) [],
-            /// Config: what the stream does.
-            CONFIG OFFSET(1) NUMBITS(3) [
-                /// Abort every transaction, record nothing.
-                Abort = 0b000,
-                /// Bypass both stages.
-                Bypass = 0b100,
-                /// Stage-1 translation, stage 2 bypass.
-                Stage1 = 0b101
-            ],
-            /// S1Fmt: CD table format (0 = linear / single CD).
-            S1FMT OFFSET(4) NUMBITS(2) [],
-            /// S1ContextPtr: CD physical address bits \[51:6\].
-            S1CONTEXTPTR OFFSET(6) NUMBITS(46) [],
-            /// S1CDMax: log2 of the number of CDs (0 = one CD, no substreams).
-            S1CDMAX OFFSET(59) NUMBITS(5) []
-        ],
-        /// STE dword 1 (IHI0070 §5.2).
-        pub STE1 [
-            /// S1DSS: what non-substream traffic does when S1CDMax > 0.
-            S1DSS OFFSET(0) NUMBITS(2) [],
-            /// CD fetch inner cacheability (1 = write-back read-allocate).
-            S1CIR OFFSET(2) NUMBITS(2) [],
-            /// CD fetch outer cacheability.
-            S1COR OFFSET(4) NUMBITS(2) [],
-            /// CD fetch shareability (3 = inner).
-            S1CSH OFFSET(6) NUMBITS(2) [],
-            /// Stage-1 stall disable: the stream never stalls (only with STALL_MODEL = 0b00).
-            S1STALLD OFFSET(27) NUMBITS(1) [],
-            /// ATS enable.
-            EATS OFFSET(28) NUMBITS(2) [],
-            /// Stream world (0 = Non-secure EL1).
-            STRW OFFSET(30) NUMBITS(2) [],
-            /// Shareability config for bypass (1 = use incoming).
-            SHCFG OFFSET(44) NUMBITS(2) []
-        ],
-        /// CD dword 0 (IHI0070 §5.4).
-        pub CD0 [
-            /// Input size of TTB0: 64 - T0SZ bits.
-            T0SZ OFFSET(0) NUMBITS(6) [],
-            /// TTB0 granule (0 = 4 KiB).
-            TG0 OFFSET(6) NUMBITS(2) [],
-            /// TTB0 walk inner cacheability (1 = write-back write-allocate).
-            IR0 OFFSET(8) NUMBITS(2) [],
-            /// TTB0 walk outer cacheability.
-            OR0 OFFSET(10) NUMBITS(2) [],
-            /// TTB0 walk shareability (3 = inner).
-            SH0 OFFSET(12) NUMBITS(2) [],
-            /// Disable TTB0 walks.
-            EPD0 OFFSET(14) NUMBITS(1) [],
-            /// Big-endian tables.
-            ENDI OFFSET(15) NUMBITS(1) [],
-            /// Disable TTB1 walks.
-            EPD1 OFFSET(30) NUMBITS(1) [],
-            /// Valid.
-            V OFFSET(31) NUMBITS(1) [],
-            /// Intermediate (output) physical size, IDR5.OAS encoding.
-            IPS OFFSET(32) NUMBITS(3) [],
-            /// Access-flag fault disable.
-            AFFD OFFSET(35) NUMBITS(1) [],
-            /// AArch64 tables.
-            AA64 OFFSET(41) NUMBITS(1) [],
-            /// Hardware dirty-state update.
-            HD OFFSET(42) NUMBITS(1) [],
-            /// Hardware access-flag update.
-            HA OFFSET(43) NUMBITS(1) [],
-            /// Stall on fault.
-            S OFFSET(44) NUMBITS(1) [],
-            /// Record fault events.
-            R OFFSET(45) NUMBITS(1) [],
-            /// Terminated transactions abort (1) or complete RAZ/WI (0).
-            A OFFSET(46) NUMBITS(1) [],
-            /// ASID not shared with the PEs' broadcast TLB maintenance.
-            ASET OFFSET(47) NUMBITS(1) [],
-            /// ASID.
-            ASID OFFSET(48) NUMBITS(16) []
-        ],
-        /// CD dword 1 (IHI0070 §5.4).
-        pub CD1 [
-            /// TTB0 physical address bits \[51:4\].
-            TTB0 OFFSET(4) NUMBITS(48) []
-        ]
-    ];
+bitfield! {
+    /// STE dword 0 (IHI0070 §5.2): validity, Config and where the stage-1 CDs are.
+    #[derive(Clone, Copy, Default, PartialEq, Eq, Hash)]
+    pub struct SteDword0(pub u64);
+    impl Debug;
+    /// V, bit 0 (IHI0070 §5.2): the STE is valid.
+    pub valid, set_valid: 0;
+    /// Config, bits \[3:1\] (IHI0070 §5.2): what the stream does
+    /// ([`SteDword0::CONFIG_ABORT`], [`SteDword0::CONFIG_BYPASS`],
+    /// [`SteDword0::CONFIG_STAGE1`]; 0b0xx all abort, 0b110/0b111 involve stage 2).
+    pub u8, config, set_config: 3, 1;
+    /// S1Fmt, bits \[5:4\] (IHI0070 §5.2): format of the CD table (0: linear, a single CD
+    /// when S1CDMax = 0).
+    pub u8, s1_fmt, set_s1_fmt: 5, 4;
+    /// S1ContextPtr, bits \[51:6\] (IHI0070 §5.2): bits \[51:6\] of the CD's (or CD
+    /// table's) physical address.
+    pub u64, s1_context_ptr, set_s1_context_ptr: 51, 6;
+    /// S1CDMax, bits \[63:59\] (IHI0070 §5.2): log2 of the number of CDs (0: one CD, no
+    /// substreams).
+    pub u8, s1_cd_max, set_s1_cd_max: 63, 59;
 }
-use fields::{CD0, CD1, STE0, STE1};
+
+impl SteDword0 {
+    /// Config 0b000: abort every transaction, record nothing (IHI0070 §5.2).
+    pub const CONFIG_ABORT: u8 = 0b000;
+    /// Config 0b100: bypass both stages.
+    pub const CONFIG_BYPASS: u8 = 0b100;
+    /// Config 0b101: stage-1 translation, stage 2 bypassed.
+    pub const CONFIG_STAGE1: u8 = 0b101;
+}
+
+bitfield! {
+    /// STE dword 1 (IHI0070 §5.2): how CDs are fetched and the stream's stage-1 controls.
+    #[derive(Clone, Copy, Default, PartialEq, Eq, Hash)]
+    pub struct SteDword1(pub u64);
+    impl Debug;
+    /// S1DSS, bits \[1:0\] (IHI0070 §5.2): what non-substream traffic does when
+    /// S1CDMax > 0.
+    pub u8, s1_dss, set_s1_dss: 1, 0;
+    /// S1CIR, bits \[3:2\] (IHI0070 §5.2): inner cacheability of CD fetches (0
+    /// non-cacheable, 1 write-back read-allocate).
+    pub u64, s1_cir, set_s1_cir: 3, 2;
+    /// S1COR, bits \[5:4\] (IHI0070 §5.2): outer cacheability of CD fetches.
+    pub u64, s1_cor, set_s1_cor: 5, 4;
+    /// S1CSH, bits \[7:6\] (IHI0070 §5.2): shareability of CD fetches (2 outer, 3 inner).
+    pub u64, s1_csh, set_s1_csh: 7, 6;
+    /// S1STALLD, bit 27 (IHI0070 §5.2): stage-1 stalls disabled, the stream never stalls
+    /// (only legal with IDR0.STALL_MODEL = 0b00).
+    pub s1_stall_disable, set_s1_stall_disable: 27;
+    /// EATS, bits \[29:28\] (IHI0070 §5.2): ATS enable.
+    pub u8, eats, set_eats: 29, 28;
+    /// STRW, bits \[31:30\] (IHI0070 §5.2): stream world (0: Non-secure EL1).
+    pub u8, strw, set_strw: 31, 30;
+    /// SHCFG, bits \[45:44\] (IHI0070 §5.2): shareability for bypass (1: use the
+    /// incoming attribute).
+    pub u8, shcfg, set_shcfg: 45, 44;
+}
+
+bitfield! {
+    /// CD dword 0 (IHI0070 §5.4): the TTB0 walk's configuration, fault behaviour and ASID.
+    #[derive(Clone, Copy, Default, PartialEq, Eq, Hash)]
+    pub struct CdDword0(pub u64);
+    impl Debug;
+    /// T0SZ, bits \[5:0\] (IHI0070 §5.4): the input size of TTB0 is 64 - T0SZ bits.
+    pub u8, t0sz, set_t0sz: 5, 0;
+    /// TG0, bits \[7:6\] (IHI0070 §5.4): TTB0 granule (0: 4 KiB).
+    pub u8, tg0, set_tg0: 7, 6;
+    /// IR0, bits \[9:8\] (IHI0070 §5.4): inner cacheability of TTB0 walks (0
+    /// non-cacheable, 1 write-back write-allocate).
+    pub u64, ir0, set_ir0: 9, 8;
+    /// OR0, bits \[11:10\] (IHI0070 §5.4): outer cacheability of TTB0 walks.
+    pub u64, or0, set_or0: 11, 10;
+    /// SH0, bits \[13:12\] (IHI0070 §5.4): shareability of TTB0 walks (2 outer, 3 inner).
+    pub u64, sh0, set_sh0: 13, 12;
+    /// EPD0, bit 14 (IHI0070 §5.4): TTB0 walks disabled.
+    pub epd0, set_epd0: 14;
+    /// ENDI, bit 15 (IHI0070 §5.4): big-endian tables.
+    pub endi, set_endi: 15;
+    /// EPD1, bit 30 (IHI0070 §5.4): TTB1 walks disabled.
+    pub epd1, set_epd1: 30;
+    /// V, bit 31 (IHI0070 §5.4): the CD is valid.
+    pub valid, set_valid: 31;
+    /// IPS, bits \[34:32\] (IHI0070 §5.4): intermediate (output) physical size, in the
+    /// IDR5.OAS encoding.
+    pub u64, ips, set_ips: 34, 32;
+    /// AFFD, bit 35 (IHI0070 §5.4): Access flag faults disabled.
+    pub affd, set_affd: 35;
+    /// AA64, bit 41 (IHI0070 §5.4): AArch64 translation tables.
+    pub aa64, set_aa64: 41;
+    /// HD, bit 42 (IHI0070 §5.4): hardware update of the dirty state.
+    pub hd, set_hd: 42;
+    /// HA, bit 43 (IHI0070 §5.4): hardware update of the Access flag.
+    pub ha, set_ha: 43;
+    /// S, bit 44 (IHI0070 §5.4): faulting transactions stall.
+    pub stall, set_stall: 44;
+    /// R, bit 45 (IHI0070 §5.4): fault events are recorded.
+    pub record, set_record: 45;
+    /// A, bit 46 (IHI0070 §5.4): terminated transactions abort (1) or complete RAZ/WI (0).
+    pub abort, set_abort: 46;
+    /// ASET, bit 47 (IHI0070 §5.4): the ASID is not shared with the PEs' broadcast TLB
+    /// maintenance.
+    pub aset, set_aset: 47;
+    /// ASID, bits \[63:48\] (IHI0070 §5.4).
+    pub u16, asid, set_asid: 63, 48;
+}
+
+bitfield! {
+    /// CD dword 1 (IHI0070 §5.4): the TTB0 address.
+    #[derive(Clone, Copy, Default, PartialEq, Eq, Hash)]
+    pub struct CdDword1(pub u64);
+    impl Debug;
+    /// TTB0, bits \[51:4\] (IHI0070 §5.4): bits \[51:4\] of the TTB0 table's physical
+    /// address.
+    pub u64, ttb0, set_ttb0: 51, 4;
+}
 
 /// Size of an STE and of a CD in bytes.
 pub const STRUCT_BYTES: usize = 64;
@@ -167,15 +190,20 @@ impl StreamTableEntry {
     /// V = 1, Config = abort: every transaction of the stream is terminated and nothing is
     /// recorded (the state every STE starts in, as Linux does with `disable_bypass`).
     pub fn abort() -> StreamTableEntry {
-        let dw0 = STE0::V::SET + STE0::CONFIG::Abort;
-        StreamTableEntry([dw0.value, 0, 0, 0, 0, 0, 0, 0])
+        let mut dw0 = SteDword0(0);
+        dw0.set_valid(true);
+        dw0.set_config(SteDword0::CONFIG_ABORT);
+        StreamTableEntry([dw0.0, 0, 0, 0, 0, 0, 0, 0])
     }
 
     /// V = 1, Config = bypass, incoming shareability.
     pub fn bypass() -> StreamTableEntry {
-        let dw0 = STE0::V::SET + STE0::CONFIG::Bypass;
-        let dw1: FieldValue<u64, STE1::Register> = STE1::SHCFG.val(1);
-        StreamTableEntry([dw0.value, dw1.value, 0, 0, 0, 0, 0, 0])
+        let mut dw0 = SteDword0(0);
+        dw0.set_valid(true);
+        dw0.set_config(SteDword0::CONFIG_BYPASS);
+        let mut dw1 = SteDword1(0);
+        dw1.set_shcfg(1);
+        StreamTableEntry([dw0.0, dw1.0, 0, 0, 0, 0, 0, 0])
     }
 
     /// Stage-1 translation through the single CD at `cd` (64-byte aligned, below 2^52).
@@ -195,31 +223,33 @@ impl StreamTableEntry {
                 what: "CD address must be 64-byte aligned and below 2^52",
             });
         }
-        let dw0 = STE0::V::SET
-            + STE0::CONFIG::Stage1
-            + STE0::S1FMT.val(0)
-            + STE0::S1CONTEXTPTR.val(addr >> 6)
-            + STE0::S1CDMAX.val(0);
+        let mut dw0 = SteDword0(0);
+        dw0.set_valid(true);
+        dw0.set_config(SteDword0::CONFIG_STAGE1);
+        dw0.set_s1_fmt(0);
+        dw0.set_s1_context_ptr(addr >> 6);
+        dw0.set_s1_cd_max(0);
         let walk = WalkAttributes::new(coherent);
-        let dw1 = STE1::S1DSS.val(0)
-            + STE1::S1CIR.val(walk.cache)
-            + STE1::S1COR.val(walk.cache)
-            + STE1::S1CSH.val(walk.shareability)
-            + STE1::S1STALLD.val(u64::from(s1stalld))
-            + STE1::STRW.val(0);
-        Ok(StreamTableEntry([dw0.value, dw1.value, 0, 0, 0, 0, 0, 0]))
+        let mut dw1 = SteDword1(0);
+        dw1.set_s1_dss(0);
+        dw1.set_s1_cir(walk.cache);
+        dw1.set_s1_cor(walk.cache);
+        dw1.set_s1_csh(walk.shareability);
+        dw1.set_s1_stall_disable(s1stalld);
+        dw1.set_strw(0);
+        Ok(StreamTableEntry([dw0.0, dw1.0, 0, 0, 0, 0, 0, 0]))
     }
 
     /// The decoded Config.
     pub fn mode(&self) -> StreamMode {
-        let dw0 = self.0[0];
-        if dw0 & 1 == 0 {
+        let dw0 = SteDword0(self.0[0]);
+        if !dw0.valid() {
             return StreamMode::Invalid;
         }
-        match (dw0 >> 1) & 0b111 {
+        match dw0.config() {
             0b000..=0b011 => StreamMode::Abort,
-            0b100 => StreamMode::Bypass,
-            0b101 => StreamMode::Stage1,
+            SteDword0::CONFIG_BYPASS => StreamMode::Bypass,
+            SteDword0::CONFIG_STAGE1 => StreamMode::Stage1,
             _ => StreamMode::Other,
         }
     }
@@ -277,29 +307,31 @@ impl ContextDescriptor {
             });
         }
         let walk = WalkAttributes::new(config.coherent);
-        let dw0 = CD0::T0SZ.val(u64::from(64 - config.input_bits))
-            + CD0::TG0.val(0)
-            + CD0::IR0.val(walk.cache)
-            + CD0::OR0.val(walk.cache)
-            + CD0::SH0.val(walk.shareability)
-            + CD0::EPD0.val(0)
-            + CD0::ENDI.val(0)
-            + CD0::EPD1::SET
-            + CD0::V::SET
-            + CD0::IPS.val(ips)
-            + CD0::AFFD.val(0)
-            + CD0::AA64::SET
-            + CD0::HD.val(0)
-            + CD0::HA.val(0)
-            + CD0::S.val(u64::from(config.stall))
-            + CD0::R.val(u64::from(config.record))
-            + CD0::A.val(u64::from(config.abort))
-            + CD0::ASET::SET
-            + CD0::ASID.val(u64::from(config.asid));
-        let dw1: FieldValue<u64, CD1::Register> = CD1::TTB0.val(ttb0 >> 4);
+        let mut dw0 = CdDword0(0);
+        dw0.set_t0sz(64 - config.input_bits);
+        dw0.set_tg0(0);
+        dw0.set_ir0(walk.cache);
+        dw0.set_or0(walk.cache);
+        dw0.set_sh0(walk.shareability);
+        dw0.set_epd0(false);
+        dw0.set_endi(false);
+        dw0.set_epd1(true);
+        dw0.set_valid(true);
+        dw0.set_ips(ips);
+        dw0.set_affd(false);
+        dw0.set_aa64(true);
+        dw0.set_hd(false);
+        dw0.set_ha(false);
+        dw0.set_stall(config.stall);
+        dw0.set_record(config.record);
+        dw0.set_abort(config.abort);
+        dw0.set_aset(true);
+        dw0.set_asid(config.asid);
+        let mut dw1 = CdDword1(0);
+        dw1.set_ttb0(ttb0 >> 4);
         Ok(ContextDescriptor([
-            dw0.value,
-            dw1.value,
+            dw0.0,
+            dw1.0,
             0,
             config.mair,
             0,
