@@ -423,6 +423,52 @@ mod tests {
     }
 
     #[test]
+    fn the_widest_values_fill_their_fields_exactly() {
+        // StreamID [63:32] all ones; Leaf clear leaves dword 1 at 0.
+        let sid = StreamId(0xffff_ffff);
+        assert_eq!(
+            Command::CfgiSte {
+                stream: sid,
+                leaf: false
+            }
+            .encode(),
+            [0xffff_ffff_0000_0003, 0]
+        );
+        // SubstreamID is 20 bits [31:12]: 0xffff_ffff keeps 0xf_ffff -> 0xffff_f000.
+        assert_eq!(
+            Command::CfgiCd {
+                stream: sid,
+                substream: 0xffff_ffff,
+                leaf: true
+            }
+            .encode(),
+            [0xffff_ffff_ffff_f005, 1]
+        );
+        // ASID 0xffff [63:48]; NUM 31 [16:12] -> 0x1_f000, SCALE 31 [24:20] -> 0x1f0_0000;
+        // Address [63:12] all ones, TG 0b01 -> 0x400, TTL 3 -> 0x300, Leaf.
+        assert_eq!(
+            Command::TlbiNhVa {
+                asid: 0xffff,
+                address: Iova::new(!0),
+                leaf: true,
+                range: Some(TlbiRange::new(31, 31, 3).unwrap()),
+            }
+            .encode(),
+            [0xffff_0000_01f1_f012, 0xffff_ffff_ffff_f701]
+        );
+        // STAG [15:0] all ones, Ab (bit 13).
+        assert_eq!(
+            Command::Resume {
+                stream: sid,
+                stag: 0xffff,
+                action: ResumeAction::Abort
+            }
+            .encode(),
+            [0xffff_ffff_0000_2044, 0xffff]
+        );
+    }
+
+    #[test]
     fn range_splitting_examples() {
         let collect = |pages| {
             let mut v = Vec::new();
