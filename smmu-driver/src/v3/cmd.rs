@@ -1,14 +1,132 @@
 //! Command queue entries (IHI0070 chapter 4): 16 bytes, opcode in dword 0 bits \[7:0\].
 //!
-//! Field positions from IHI0070 §4.1-§4.7, cross-checked
-//! against Linux `arm_smmu_cmdq_build_cmd` (`CMDQ_*` masks in arm-smmu-v3.h) and FreeBSD
-//! `smmureg.h`. The encoder shares no constants with the tests, which write the expected
-//! dwords out bit by bit.
+//! Each dword layout is a `bitfield` view: [`CmdHeader`] (what every command has),
+//! [`StreamCmd0`] and [`CfgiCmd1`] (configuration commands and CMD_STALL_TERM),
+//! [`TlbiCmd0`] and [`TlbiCmd1`], [`ResumeCmd0`] and [`ResumeCmd1`], [`SyncCmd0`].
+//! [`Command::encode`] builds the dwords with them. Field positions from IHI0070
+//! §4.1-§4.7, cross-checked against Linux `arm_smmu_cmdq_build_cmd` (`CMDQ_*` masks in
+//! arm-smmu-v3.h) and FreeBSD `smmureg.h`. The encoder shares no constants with the tests,
+//! which write the expected dwords out bit by bit.
 
+use bitfield::bitfield;
 use hal::Iova;
 
 use crate::fault::StreamId;
 use crate::{Result, SmmuError};
+
+bitfield! {
+    /// Dword 0 fields every command has (IHI0070 §4.1.1, and each command's layout in
+    /// §4.2-§4.7).
+    #[derive(Clone, Copy, Default, PartialEq, Eq, Hash)]
+    pub struct CmdHeader(pub u64);
+    impl Debug;
+    /// Opcode, bits \[7:0\] (IHI0070 §4.1.1): which command ([`opcode`]).
+    pub u8, opcode, set_opcode: 7, 0;
+    /// SSec, bit 10 (IHI0070 §4.1.1): a Secure stream; must be 0 on the Non-secure
+    /// command queue.
+    pub ssec, set_ssec: 10;
+}
+
+bitfield! {
+    /// Dword 0 of the commands that name a stream: CMD_PREFETCH_CONFIG (IHI0070 §4.2.1),
+    /// CMD_CFGI_STE and CMD_CFGI_STE_RANGE (§4.3.1, §4.3.2), CMD_CFGI_CD and
+    /// CMD_CFGI_CD_ALL (§4.3.3, §4.3.4), CMD_STALL_TERM (§4.7.2). Opcode and SSec are in
+    /// [`CmdHeader`].
+    #[derive(Clone, Copy, Default, PartialEq, Eq, Hash)]
+    pub struct StreamCmd0(pub u64);
+    impl Debug;
+    /// SubstreamID, bits \[31:12\] (IHI0070 §4.3.3 CMD_CFGI_CD): the CD's substream.
+    pub u32, substream_id, set_substream_id: 31, 12;
+    /// StreamID, bits \[63:32\] (IHI0070 §4.2.1, §4.3.1-§4.3.4, §4.7.2).
+    pub u32, stream_id, set_stream_id: 63, 32;
+}
+
+bitfield! {
+    /// Dword 1 of the configuration invalidations (IHI0070 §4.3.1-§4.3.3).
+    #[derive(Clone, Copy, Default, PartialEq, Eq, Hash)]
+    pub struct CfgiCmd1(pub u64);
+    impl Debug;
+    /// Leaf, bit 0 (IHI0070 §4.3.1 CMD_CFGI_STE, §4.3.3 CMD_CFGI_CD): only the STE or CD
+    /// itself, not a level-1 table descriptor on the way to it.
+    pub leaf, set_leaf: 0;
+    /// Range, bits \[4:0\] (IHI0070 §4.3.2 CMD_CFGI_STE_RANGE): 2^(Range + 1) StreamIDs
+    /// from StreamID with its low Range + 1 bits cleared; 31 is every StreamID
+    /// (CMD_CFGI_ALL).
+    pub u8, range, set_range: 4, 0;
+}
+
+bitfield! {
+    /// Dword 0 of the stage-1 TLB invalidations CMD_TLBI_NH_ASID, CMD_TLBI_NH_VA and
+    /// CMD_TLBI_NH_VAA (IHI0070 §4.4.2; range fields §4.4.1.1). Opcode and SSec are in
+    /// [`CmdHeader`].
+    #[derive(Clone, Copy, Default, PartialEq, Eq, Hash)]
+    pub struct TlbiCmd0(pub u64);
+    impl Debug;
+    /// NUM, bits \[16:12\] (IHI0070 §4.4.1.1): the range covers (NUM + 1) << SCALE
+    /// granules; RES0 without IDR3.RIL.
+    pub u8, num, set_num: 16, 12;
+    /// SCALE, bits \[24:20\] (IHI0070 §4.4.1.1); RES0 without IDR3.RIL.
+    pub u8, scale, set_scale: 24, 20;
+    /// VMID, bits \[47:32\] (IHI0070 §4.4.2): 0 without stage 2.
+    pub u16, vmid, set_vmid: 47, 32;
+    /// ASID, bits \[63:48\] (IHI0070 §4.4.2; not used by CMD_TLBI_NH_VAA).
+    pub u16, asid, set_asid: 63, 48;
+}
+
+bitfield! {
+    /// Dword 1 of CMD_TLBI_NH_VA and CMD_TLBI_NH_VAA (IHI0070 §4.4.2; range fields
+    /// §4.4.1.1).
+    #[derive(Clone, Copy, Default, PartialEq, Eq, Hash)]
+    pub struct TlbiCmd1(pub u64);
+    impl Debug;
+    /// Leaf, bit 0 (IHI0070 §4.4.2): only leaf entries, not walk-cache entries.
+    pub leaf, set_leaf: 0;
+    /// TTL, bits \[9:8\] (IHI0070 §4.4.1.1): the level of the leaf entries (0: any); RES0
+    /// without IDR3.RIL.
+    pub u8, ttl, set_ttl: 9, 8;
+    /// TG, bits \[11:10\] (IHI0070 §4.4.1.1): the granule of a range
+    /// ([`TlbiCmd1::TG_4K`]; 0: not a range); RES0 without IDR3.RIL.
+    pub u8, tg, set_tg: 11, 10;
+    /// Address, bits \[63:12\] (IHI0070 §4.4.2): bits \[63:12\] of the address.
+    pub u64, address, set_address: 63, 12;
+}
+
+impl TlbiCmd1 {
+    /// TG 0b01: a range of 4 KiB granules (IHI0070 §4.4.1.1).
+    pub const TG_4K: u8 = 0b01;
+}
+
+bitfield! {
+    /// Dword 0 of CMD_RESUME (IHI0070 §4.7.1). Opcode and SSec are in [`CmdHeader`].
+    #[derive(Clone, Copy, Default, PartialEq, Eq, Hash)]
+    pub struct ResumeCmd0(pub u64);
+    impl Debug;
+    /// Ac, bit 12 (IHI0070 §4.7.1): 1 retries the stalled transaction, 0 terminates it.
+    pub ac, set_ac: 12;
+    /// Ab, bit 13 (IHI0070 §4.7.1): with Ac = 0, terminate with an abort (1) or RAZ/WI (0).
+    pub ab, set_ab: 13;
+    /// StreamID, bits \[63:32\] (IHI0070 §4.7.1): the stalled transaction's stream.
+    pub u32, stream_id, set_stream_id: 63, 32;
+}
+
+bitfield! {
+    /// Dword 1 of CMD_RESUME (IHI0070 §4.7.1).
+    #[derive(Clone, Copy, Default, PartialEq, Eq, Hash)]
+    pub struct ResumeCmd1(pub u64);
+    impl Debug;
+    /// STAG, bits \[15:0\] (IHI0070 §4.7.1): the tag from the stall's event record.
+    pub u16, stag, set_stag: 15, 0;
+}
+
+bitfield! {
+    /// Dword 0 of CMD_SYNC (IHI0070 §4.7.3). Opcode and SSec are in [`CmdHeader`].
+    #[derive(Clone, Copy, Default, PartialEq, Eq, Hash)]
+    pub struct SyncCmd0(pub u64);
+    impl Debug;
+    /// CS, bits \[13:12\] (IHI0070 §4.7.3): completion signal (0b00 SIG_NONE, 0b01
+    /// SIG_IRQ, 0b10 SIG_SEV; 0b11 is reserved).
+    pub u8, cs, set_cs: 13, 12;
+}
 
 /// Opcodes (IHI0070 §4.1.1 table, §4.3-§4.7).
 pub mod opcode {
@@ -178,8 +296,19 @@ pub enum Command {
     },
 }
 
-fn sid_field(stream: StreamId) -> u64 {
-    u64::from(stream.0) << 32
+/// Dword 0 of a command naming `stream` (and `substream`).
+fn stream_dword0(stream: StreamId, substream: u32) -> u64 {
+    let mut dw0 = StreamCmd0(0);
+    dw0.set_substream_id(substream);
+    dw0.set_stream_id(stream.0);
+    dw0.0
+}
+
+/// Dword 1 of a CMD_CFGI_STE or CMD_CFGI_CD.
+fn cfgi_leaf(leaf: bool) -> u64 {
+    let mut dw1 = CfgiCmd1(0);
+    dw1.set_leaf(leaf);
+    dw1.0
 }
 
 impl Command {
@@ -204,60 +333,74 @@ impl Command {
     /// The two dwords of the queue entry. SSec (dword 0 bit 10) is always 0: the driver
     /// uses the Non-secure queue.
     pub fn encode(&self) -> [u64; 2] {
-        let op = u64::from(self.opcode());
-        match *self {
-            Command::PrefetchConfig { stream } => [op | sid_field(stream), 0],
-            Command::CfgiSte { stream, leaf } => [op | sid_field(stream), u64::from(leaf)],
-            // Range [4:0] = 31: all StreamIDs (§4.3.2).
-            Command::CfgiAll => [op, 31],
+        let (dw0, dw1) = match *self {
+            Command::PrefetchConfig { stream }
+            | Command::CfgiCdAll { stream }
+            | Command::StallTerm { stream } => (stream_dword0(stream, 0), 0),
+            Command::CfgiSte { stream, leaf } => (stream_dword0(stream, 0), cfgi_leaf(leaf)),
+            Command::CfgiAll => {
+                // Range = 31: all StreamIDs (§4.3.2).
+                let mut dw1 = CfgiCmd1(0);
+                dw1.set_range(31);
+                (0, dw1.0)
+            }
             Command::CfgiCd {
                 stream,
                 substream,
                 leaf,
-            } => [
-                op | (u64::from(substream & 0xf_ffff) << 12) | sid_field(stream),
-                u64::from(leaf),
-            ],
-            Command::CfgiCdAll { stream } => [op | sid_field(stream), 0],
-            Command::TlbiNhAll | Command::TlbiNsnhAll => [op, 0],
-            Command::TlbiNhAsid { asid } => [op | (u64::from(asid) << 48), 0],
+            } => (stream_dword0(stream, substream), cfgi_leaf(leaf)),
+            Command::TlbiNhAll | Command::TlbiNsnhAll => (0, 0),
+            Command::TlbiNhAsid { asid } => {
+                let mut dw0 = TlbiCmd0(0);
+                dw0.set_asid(asid);
+                (dw0.0, 0)
+            }
             Command::TlbiNhVa {
                 asid,
                 address,
                 leaf,
                 range,
             } => {
-                let mut dw0 = op | (u64::from(asid) << 48);
-                let mut dw1 = (address.as_u64() & !0xfff) | u64::from(leaf);
+                let mut dw0 = TlbiCmd0(0);
+                dw0.set_asid(asid);
+                let mut dw1 = TlbiCmd1(0);
+                dw1.set_address(address.as_u64() >> 12);
+                dw1.set_leaf(leaf);
                 if let Some(r) = range {
-                    // NUM [16:12], SCALE [24:20]; TG [11:10] = 0b01 (4 KiB), TTL [9:8].
-                    dw0 |= (u64::from(r.num) << 12) | (u64::from(r.scale) << 20);
-                    dw1 |= (0b01 << 10) | (u64::from(r.ttl) << 8);
+                    dw0.set_num(r.num);
+                    dw0.set_scale(r.scale);
+                    dw1.set_tg(TlbiCmd1::TG_4K);
+                    dw1.set_ttl(r.ttl);
                 }
-                [dw0, dw1]
+                (dw0.0, dw1.0)
             }
             Command::Resume {
                 stream,
                 stag,
                 action,
             } => {
-                let resp: u64 = match action {
-                    ResumeAction::TerminateSilently => 0b00,
-                    ResumeAction::Retry => 0b01,
-                    ResumeAction::Abort => 0b10,
-                };
-                [op | (resp << 12) | sid_field(stream), u64::from(stag)]
+                let mut dw0 = ResumeCmd0(0);
+                dw0.set_ac(action == ResumeAction::Retry);
+                dw0.set_ab(action == ResumeAction::Abort);
+                dw0.set_stream_id(stream.0);
+                let mut dw1 = ResumeCmd1(0);
+                dw1.set_stag(stag);
+                (dw0.0, dw1.0)
             }
-            Command::StallTerm { stream } => [op | sid_field(stream), 0],
             Command::Sync { signal } => {
-                let cs: u64 = match signal {
+                let mut dw0 = SyncCmd0(0);
+                dw0.set_cs(match signal {
                     SyncSignal::None => 0b00,
                     SyncSignal::Irq => 0b01,
                     SyncSignal::Sev => 0b10,
-                };
-                [op | (cs << 12), 0]
+                });
+                (dw0.0, 0)
             }
-        }
+        };
+        let mut header = CmdHeader(dw0);
+        header.set_opcode(self.opcode());
+        header.set_ssec(false);
+        [header.0, dw1]
     }
 }
 
