@@ -413,6 +413,58 @@ mod tests {
     }
 
     #[test]
+    fn the_widest_fields_decode_exactly() {
+        // An SMMU with 32-bit StreamIDs, substreams and stage 2, so no field is refused.
+        let wide = Capabilities {
+            sid_bits: 32,
+            ssid_bits: 20,
+            stage2: true,
+            ..stall_capable()
+        };
+        // F_PERMISSION (0x13), SSV (bit 11), SubstreamID [31:12] all ones, StreamID
+        // [63:32] all ones; dword 1: STAG [15:0] 0xffff, Stall 31, PnU 33, InD 34, RnW 35,
+        // S2 39, CLASS [41:40] = 0b10; InputAddr all ones; dword 3 all ones.
+        let dw1 = 0xffff | (1 << 31) | (0b111 << 33) | (1 << 39) | (0b10 << 40);
+        let raw = [0xffff_ffff_ffff_f813, dw1, !0, !0];
+        let Event::Fault(r) = decode(raw, &wide, 3).unwrap() else {
+            panic!("not a fault");
+        };
+        assert_eq!(
+            (r.stream, r.iova, r.access, r.kind, r.stall),
+            (
+                StreamId(0xffff_ffff),
+                Iova::new(!0),
+                AccessKind::Read,
+                FaultKind::Permission,
+                Some(StallTag(0xffff))
+            )
+        );
+        assert_eq!((r.smmu.instance, r.syndrome), (3, RawSyndrome(raw)));
+        assert_eq!(Event::Fault(r).id(), 0x13);
+        assert_eq!(tlb_conflict(&r), None);
+        // F_TLB_CONFLICT with every bit of dword 1 set: Reason [31:0] all ones, PnU, InD,
+        // S2; the IPA is dword 3 [55:12] (0x00ff_ffff_ffff_f000 of all ones).
+        let raw = [0xffff_ffff_0000_0020, !0, 0x1234, !0];
+        let Event::Fault(r) = decode(raw, &wide, 0).unwrap() else {
+            panic!("not a fault");
+        };
+        assert_eq!(
+            (r.stream, r.access, r.stall),
+            (StreamId(0xffff_ffff), AccessKind::Read, None)
+        );
+        assert_eq!(
+            tlb_conflict(&r),
+            Some(TlbConflict {
+                reason: 0xffff_ffff,
+                stage2: true,
+                ipa: Some(0x00ff_ffff_ffff_f000),
+                privileged: true,
+                instruction: true,
+            })
+        );
+    }
+
+    #[test]
     fn stall_records_carry_the_stag() {
         // Stall (dw1 bit 31) with STAG 0xbeef in dw1[15:0].
         let raw = [0x10 | (0x4d0 << 32), (1 << 31) | 0xbeef, 0x8000_0000, 0];

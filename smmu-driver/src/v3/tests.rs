@@ -245,11 +245,26 @@ fn attached_stream_translates_and_records_faults() {
         && r.access == AccessKind::Read
         && r.kind == FaultKind::Translation
         && r.stall.is_none()));
+    // The model's record, as QEMU writes it (IHI0070 §7.3): F_TRANSLATION (0x10) |
+    // StreamID << 32; RnW (bit 35) | CLASS = IN (0b10 at 41:40); InputAddr; dword 3 zero.
+    assert_eq!(
+        records[0].syndrome.0,
+        [0x0000_0010_0000_0010, 0x0000_0208_0000_0000, 0x40_1000, 0]
+    );
     // A write to it: RnW = 0.
     bus.lock().dma_write(0x10, WINDOW + 0x1002, &[1, 2]);
     let (events, _) = drain(&mut smmu);
     assert_eq!(faults(&events)[0].access, AccessKind::Write);
     assert_eq!(faults(&events)[0].iova, Iova::new(WINDOW + 0x1002));
+    assert_eq!(
+        faults(&events)[0].syndrome.0,
+        [
+            0x0000_0010_0000_0010,
+            0x0000_0200_0000_0000,
+            WINDOW + 0x1002,
+            0
+        ]
+    );
     assert_eq!(smmu.stats().fault_events, 5);
     assert_eq!(bus.lock().stats.unordered_doorbells, 0);
 }
@@ -518,6 +533,44 @@ fn a_full_event_queue_is_reported_as_an_overflow_and_recovers() {
         let (gerror, gerrorn) = bus.lock().global_errors();
         assert_eq!(gerror, gerrorn);
     }
+}
+
+#[test]
+fn the_models_configuration_records_carry_the_event_and_the_stream() {
+    let mem = memory();
+    let bus = bus_with(&mem, IdRegisters::QEMU_7_2);
+    let mut smmu = driver(&bus, &mem, Smmuv3Config::default());
+    let ste_at = |sid: u64| PhysAddr::new(smmu.stream_table().as_u64() + sid * 64);
+    // Stream 0x11: V = 0 -> C_BAD_STE. Stream 0x12: stage 1 (0xb) through a CD of zeros
+    // (V = 0) in a fresh page -> C_BAD_CD. Stream 0x4000: beyond the 64-entry table
+    // with CR2.RECINVSID -> C_BAD_STREAMID. Each record is EventID | StreamID << 32 and
+    // three zero dwords (IHI0070 §7.3.3, §7.3.5, §7.3.11).
+    mem.write_phys_u64(ste_at(0x11), 0).unwrap();
+    let cd = mem.allocate(1, DmaDirection::Bidirectional).unwrap();
+    mem.write_phys_u64(ste_at(0x12), cd.bus_addr().as_u64() | 0xb)
+        .unwrap();
+    {
+        let mut m = bus.lock();
+        for sid in [0x11, 0x12, 0x4000] {
+            assert_eq!(m.translate(sid, 0x1000, false), None);
+        }
+    }
+    let (events, _) = drain(&mut smmu);
+    let raw: Vec<[u64; 4]> = events
+        .iter()
+        .map(|e| match e {
+            Ok(Event::Configuration { raw, .. }) => raw.0,
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(
+        raw,
+        [
+            [0x0000_0011_0000_0004, 0, 0, 0],
+            [0x0000_0012_0000_000a, 0, 0, 0],
+            [0x0000_4000_0000_0002, 0, 0, 0],
+        ]
+    );
 }
 
 #[test]
