@@ -1,25 +1,29 @@
 //! Event records (IHI0070 §7.3; QEMU 7.2's `smmuv3_record_event` for what QEMU writes).
 //!
-//! Every record is 32 bytes (four little-endian dwords). Common fields: EventID dword 0
-//! \[7:0\], SSV bit 11, SubstreamID \[31:12\], StreamID \[63:32\]. Translation-related faults
-//! (F_TRANSLATION 0x10, F_ADDR_SIZE 0x11, F_ACCESS 0x12, F_PERMISSION 0x13) and F_WALK_EABT
-//! (0x0b) add STAG dword 1 \[15:0\], Stall bit 31, PnU 33, InD 34, RnW 35 (1 = read), S2 39,
-//! CLASS \[41:40\], and InputAddr in dword 2. Field positions cross-checked against Linux
-//! `EVTQ_*` in arm-smmu-v3.h and QEMU 7.2 `smmuv3-internal.h` (`EVT_SET_*`).
+//! Every record is 32 bytes (four little-endian dwords). Common fields ([`EventDword0`]):
+//! EventID dword 0 \[7:0\], SSV bit 11, SubstreamID \[31:12\], StreamID \[63:32\].
+//! Translation-related faults (F_TRANSLATION 0x10, F_ADDR_SIZE 0x11, F_ACCESS 0x12,
+//! F_PERMISSION 0x13) and F_WALK_EABT (0x0b) add [`FaultDword1`]: STAG dword 1 \[15:0\],
+//! Stall bit 31, PnU 33, InD 34, RnW 35 (1 = read), S2 39, CLASS \[41:40\]; and InputAddr
+//! in dword 2. Field positions cross-checked against Linux `EVTQ_*` in arm-smmu-v3.h and
+//! QEMU 7.2 `smmuv3-internal.h` (`EVT_SET_*`).
 //!
-//! F_TLB_CONFLICT (0x20, §7.3.17) has a layout of its own: PnU, InD, RnW and S2 where the
-//! translation faults have them, InputAddr in dword 2 and the IPA in dword 3 \[55:12\] (valid
-//! only with S2), but no Stall, STAG or CLASS: only the four translation-related faults have
-//! a Stall field, any other event terminates its transaction with an abort (§7.3.21). Dword 1
-//! \[31:0\] holds an IMPLEMENTATION DEFINED Reason instead, which must not be read as a stall
-//! (a stall the driver would then answer with CMD_RESUME). Linux `arm-smmu-v3.c`
-//! (`arm_smmu_decode_event`) reads STAG/Stall and the address only for the translation faults
-//! too. [`tlb_conflict`] decodes the rest of such a record.
+//! F_TLB_CONFLICT (0x20, §7.3.17) has a layout of its own ([`TlbConflictDword1`],
+//! [`TlbConflictDword3`]): PnU, InD, RnW and S2 where the translation faults have them,
+//! InputAddr in dword 2 and the IPA in dword 3 \[55:12\] (valid only with S2), but no
+//! Stall, STAG or CLASS: only the four translation-related faults have a Stall field, any
+//! other event terminates its transaction with an abort (§7.3.21). Dword 1 \[31:0\] holds
+//! an IMPLEMENTATION DEFINED Reason instead, which must not be read as a stall (a stall the
+//! driver would then answer with CMD_RESUME). Linux `arm-smmu-v3.c`
+//! (`arm_smmu_decode_event`) reads STAG/Stall and the address only for the translation
+//! faults too. [`tlb_conflict`] decodes the rest of such a record.
 //!
+//! The dword views are `bitfield` views; whole-dword fields (InputAddr) are plain `u64`s.
 //! Decoding never panics: a record with an EventID the architecture does not define (and
 //! outside the IMPLEMENTATION DEFINED 0xE0-0xEF block) is [`SmmuError::UnknownEvent`]; a
 //! record whose fields contradict the SMMU's capabilities is [`SmmuError::MalformedEvent`].
 
+use bitfield::bitfield;
 use hal::Iova;
 
 use super::caps::Capabilities;
@@ -27,6 +31,82 @@ use crate::fault::{
     AccessKind, FaultKind, FaultRecord, RawSyndrome, SmmuFlavour, SmmuId, StallTag, StreamId,
 };
 use crate::{Result, SmmuError};
+
+bitfield! {
+    /// Dword 0 of every event record (IHI0070 §7.3).
+    #[derive(Clone, Copy, Default, PartialEq, Eq, Hash)]
+    pub struct EventDword0(pub u64);
+    impl Debug;
+    /// EventID, bits \[7:0\] (IHI0070 §7.3): which event ([`id`]).
+    pub u8, event_id, set_event_id: 7, 0;
+    /// SSV, bit 11 (IHI0070 §7.3): SubstreamID is valid.
+    pub ssv, set_ssv: 11;
+    /// SubstreamID, bits \[31:12\] (IHI0070 §7.3), valid with SSV.
+    pub u32, substream_id, set_substream_id: 31, 12;
+    /// StreamID, bits \[63:32\] (IHI0070 §7.3): the stream of the transaction or
+    /// configuration the record is about.
+    pub u32, stream_id, set_stream_id: 63, 32;
+}
+
+bitfield! {
+    /// Dword 1 of the translation-related faults F_TRANSLATION, F_ADDR_SIZE, F_ACCESS and
+    /// F_PERMISSION (IHI0070 §7.3), which F_WALK_EABT's is read as here. Dword 2 is
+    /// InputAddr, the whole dword.
+    #[derive(Clone, Copy, Default, PartialEq, Eq, Hash)]
+    pub struct FaultDword1(pub u64);
+    impl Debug;
+    /// STAG, bits \[15:0\] (IHI0070 §7.3): the tag CMD_RESUME names, valid with Stall.
+    pub u16, stag, set_stag: 15, 0;
+    /// Stall, bit 31 (IHI0070 §7.3): the transaction is stalled and waits for CMD_RESUME.
+    pub stall, set_stall: 31;
+    /// PnU, bit 33 (IHI0070 §7.3): a privileged (1) or unprivileged (0) transaction.
+    pub pnu, set_pnu: 33;
+    /// InD, bit 34 (IHI0070 §7.3): an instruction fetch (1) or a data access (0).
+    pub ind, set_ind: 34;
+    /// RnW, bit 35 (IHI0070 §7.3): a read (1) or a write (0).
+    pub rnw, set_rnw: 35;
+    /// S2, bit 39 (IHI0070 §7.3): the fault is from stage 2.
+    pub s2, set_s2: 39;
+    /// CLASS, bits \[41:40\] (IHI0070 §7.3): what was being accessed (0b00 CD fetch, 0b01
+    /// translation table walk, 0b10 the input address; 0b11 is reserved).
+    pub u8, class, set_class: 41, 40;
+}
+
+impl FaultDword1 {
+    /// CLASS 0b10 (IN): the fault was on the transaction's input address (IHI0070 §7.3).
+    pub const CLASS_IN: u8 = 0b10;
+    /// CLASS 0b11: reserved.
+    pub const CLASS_RESERVED: u8 = 0b11;
+}
+
+bitfield! {
+    /// Dword 1 of F_TLB_CONFLICT (IHI0070 §7.3.17): no Stall, STAG or CLASS. Dword 2 is
+    /// InputAddr, the whole dword.
+    #[derive(Clone, Copy, Default, PartialEq, Eq, Hash)]
+    pub struct TlbConflictDword1(pub u64);
+    impl Debug;
+    /// Reason, bits \[31:0\] (IHI0070 §7.3.17): IMPLEMENTATION DEFINED, specific to the
+    /// TLB geometry of the implementation.
+    pub u32, reason, set_reason: 31, 0;
+    /// PnU, bit 33 (IHI0070 §7.3.17): a privileged transaction.
+    pub pnu, set_pnu: 33;
+    /// InD, bit 34 (IHI0070 §7.3.17): an instruction fetch.
+    pub ind, set_ind: 34;
+    /// RnW, bit 35 (IHI0070 §7.3.17): a read (1) or a write (0).
+    pub rnw, set_rnw: 35;
+    /// S2, bit 39 (IHI0070 §7.3.17): the conflict was in a stage-2 TLB entry.
+    pub s2, set_s2: 39;
+}
+
+bitfield! {
+    /// Dword 3 of F_TLB_CONFLICT (IHI0070 §7.3.17).
+    #[derive(Clone, Copy, Default, PartialEq, Eq, Hash)]
+    pub struct TlbConflictDword3(pub u64);
+    impl Debug;
+    /// IPA, bits \[55:12\] (IHI0070 §7.3.17): bits \[55:12\] of the IPA, valid only
+    /// with S2.
+    pub u64, ipa, set_ipa: 55, 12;
+}
 
 /// Size of an event record in bytes.
 pub const EVENT_BYTES: usize = 32;
@@ -102,7 +182,7 @@ impl Event {
     /// The EventID.
     pub fn id(&self) -> u8 {
         match self {
-            Event::Fault(r) => (r.syndrome.0[0] & 0xff) as u8,
+            Event::Fault(r) => EventDword0(r.syndrome.0[0]).event_id(),
             Event::Configuration { id, .. } | Event::ImplementationDefined { id, .. } => *id,
         }
     }
@@ -111,10 +191,10 @@ impl Event {
 /// Decodes one record read from the queue. `caps` gives the limits a well-formed record must
 /// respect; `instance` names the SMMU in the [`FaultRecord`].
 pub fn decode(raw: [u64; 4], caps: &Capabilities, instance: u8) -> Result<Event> {
-    let [dw0, dw1, dw2, _] = raw;
-    let event = (dw0 & 0xff) as u8;
-    let ssv = dw0 & (1 << 11) != 0;
-    let stream = StreamId((dw0 >> 32) as u32);
+    let [dw0, dw1, input_addr, _] = raw;
+    let dw0 = EventDword0(dw0);
+    let event = dw0.event_id();
+    let stream = StreamId(dw0.stream_id());
     let syndrome = RawSyndrome(raw);
     let malformed = |reason: &'static str| SmmuError::MalformedEvent { id: event, reason };
 
@@ -156,7 +236,7 @@ pub fn decode(raw: [u64; 4], caps: &Capabilities, instance: u8) -> Result<Event>
     {
         return Err(malformed("StreamID beyond IDR1.SIDSIZE"));
     }
-    if ssv && caps.ssid_bits == 0 {
+    if dw0.ssv() && caps.ssid_bits == 0 {
         return Err(malformed("SSV set on an SMMU without substreams"));
     }
 
@@ -171,23 +251,26 @@ pub fn decode(raw: [u64; 4], caps: &Capabilities, instance: u8) -> Result<Event>
         flavour: SmmuFlavour::V3,
         instance,
     };
-    let access = if dw1 & (1 << 35) != 0 {
-        AccessKind::Read
-    } else {
-        AccessKind::Write
+    let access_of = |rnw: bool| {
+        if rnw {
+            AccessKind::Read
+        } else {
+            AccessKind::Write
+        }
     };
 
     if event == id::F_TLB_CONFLICT {
         // No Stall, STAG or CLASS: dword 1 [31:0] is the Reason. The transaction was
         // terminated with an abort; nothing waits for a CMD_RESUME.
-        if dw1 & (1 << 39) != 0 && !caps.stage2 {
+        let dw1 = TlbConflictDword1(dw1);
+        if dw1.s2() && !caps.stage2 {
             return Err(malformed("stage-2 fault on an SMMU without stage 2"));
         }
         return Ok(Event::Fault(FaultRecord {
             smmu,
             stream,
-            iova: Iova::new(dw2),
-            access,
+            iova: Iova::new(input_addr),
+            access: access_of(dw1.rnw()),
             kind,
             level: None,
             stall: None,
@@ -195,7 +278,8 @@ pub fn decode(raw: [u64; 4], caps: &Capabilities, instance: u8) -> Result<Event>
         }));
     }
 
-    let stall = dw1 & (1 << 31) != 0;
+    let dw1 = FaultDword1(dw1);
+    let stall = dw1.stall();
     if stall && !caps.can_stall() {
         return Err(malformed("Stall set on a terminate-only SMMU"));
     }
@@ -207,26 +291,26 @@ pub fn decode(raw: [u64; 4], caps: &Capabilities, instance: u8) -> Result<Event>
                 id: event,
                 reason,
                 stream: stream.0,
-                stag: (dw1 & 0xffff) as u16,
+                stag: dw1.stag(),
             }
         } else {
             malformed(reason)
         }
     };
-    if dw1 & (1 << 39) != 0 && !caps.stage2 {
+    if dw1.s2() && !caps.stage2 {
         return Err(reject("stage-2 fault on an SMMU without stage 2"));
     }
-    if (dw1 >> 40) & 0b11 == 0b11 {
+    if dw1.class() == FaultDword1::CLASS_RESERVED {
         return Err(reject("reserved CLASS"));
     }
     Ok(Event::Fault(FaultRecord {
         smmu,
         stream,
-        iova: Iova::new(dw2),
-        access,
+        iova: Iova::new(input_addr),
+        access: access_of(dw1.rnw()),
         kind,
         level: None,
-        stall: stall.then_some(StallTag((dw1 & 0xffff) as u32)),
+        stall: stall.then_some(StallTag(u32::from(dw1.stag()))),
         syndrome,
     }))
 }
@@ -253,16 +337,16 @@ pub struct TlbConflict {
 /// missing break-before-make); no mapping fixes it, only an invalidation does.
 pub fn tlb_conflict(record: &FaultRecord) -> Option<TlbConflict> {
     let [dw0, dw1, _, dw3] = record.syndrome.0;
-    if record.smmu.flavour != SmmuFlavour::V3 || dw0 & 0xff != u64::from(id::F_TLB_CONFLICT) {
+    if record.smmu.flavour != SmmuFlavour::V3 || EventDword0(dw0).event_id() != id::F_TLB_CONFLICT {
         return None;
     }
-    let stage2 = dw1 & (1 << 39) != 0;
+    let dw1 = TlbConflictDword1(dw1);
     Some(TlbConflict {
-        reason: dw1 as u32,
-        stage2,
-        ipa: stage2.then_some(dw3 & 0x00ff_ffff_ffff_f000),
-        privileged: dw1 & (1 << 33) != 0,
-        instruction: dw1 & (1 << 34) != 0,
+        reason: dw1.reason(),
+        stage2: dw1.s2(),
+        ipa: dw1.s2().then_some(TlbConflictDword3(dw3).ipa() << 12),
+        privileged: dw1.pnu(),
+        instruction: dw1.ind(),
     })
 }
 
