@@ -1,30 +1,48 @@
 //! Builder-side descriptor encoding (VMSAv8-64, 4 KiB granule, 48-bit output addresses).
 //!
-//! Field positions: Arm ARM DDI0487 "Translation table descriptor formats" (D8.3 in M.a).
-//! The walker ([`crate::walk`]) decodes with its own code.
+//! Field positions: Arm ARM DDI0487 "Translation table descriptor formats" (D8.3 in M.a),
+//! declared once as a `bitfield` view ([`Descriptor`]) that the builder writes through.
+//! The walker ([`crate::walk`]) decodes with its own declaration, so the two still check
+//! each other.
 
+use bitfield::bitfield;
 use hal::PhysAddr;
 
 use super::attrs::{Attributes, Permissions, Shareability};
 
-/// Bit 0: valid.
-pub(crate) const VALID: u64 = 1 << 0;
-/// Bit 1: table (levels 0-2) or page (level 3); 0 = block at levels 1-2.
-pub(crate) const TABLE_OR_PAGE: u64 = 1 << 1;
-/// Output address / next-level table address, bits [47:12].
-pub(crate) const ADDR_MASK: u64 = 0x0000_ffff_ffff_f000;
-
-const ATTR_INDEX_SHIFT: u32 = 2;
-const AP1_UNPRIVILEGED: u64 = 1 << 6;
-const AP2_READ_ONLY: u64 = 1 << 7;
-const SH_SHIFT: u32 = 8;
-const AF: u64 = 1 << 10;
-const NOT_GLOBAL: u64 = 1 << 11;
-const PXN: u64 = 1 << 53;
-const UXN: u64 = 1 << 54;
-
-/// The bits [`Permissions`] covers, so they can be replaced in place.
-const PERMISSION_BITS: u64 = AP1_UNPRIVILEGED | AP2_READ_ONLY | AF | PXN | UXN;
+bitfield! {
+    /// A stage-1 VMSAv8-64 descriptor, 4 KiB granule, 48-bit addresses: the fields the
+    /// builder writes (Arm DDI0487 D8.3, "Translation table descriptor formats"; the
+    /// attributes are the stage-1 block and page descriptor fields). Table descriptors use
+    /// only Valid, the table bit and the address (APTable, XNTable, PXNTable stay 0).
+    #[derive(Clone, Copy)]
+    struct Descriptor(u64);
+    u64;
+    /// Valid, bit 0 (DDI0487 D8.3).
+    valid, set_valid: 0;
+    /// Bit 1 (DDI0487 D8.3): 1 is a table descriptor at levels 0-2 and a page at level 3;
+    /// 0 is a block at levels 1-2 (and reserved at level 3).
+    table_or_page, set_table_or_page: 1;
+    /// AttrIndx, bits \[4:2\] (DDI0487 D8.3): the MAIR field giving the memory type.
+    u8, _, set_attr_index: 4, 2;
+    /// AP\[1\], bit 6 (DDI0487 D8.3): unprivileged accesses allowed.
+    _, set_ap1: 6;
+    /// AP\[2\], bit 7 (DDI0487 D8.3): read-only.
+    _, set_ap2: 7;
+    /// SH, bits \[9:8\] (DDI0487 D8.3): shareability (0b00 non-, 0b10 outer, 0b11 inner).
+    u8, _, set_sh: 9, 8;
+    /// AF, bit 10 (DDI0487 D8.3): the access flag.
+    _, set_af: 10;
+    /// nG, bit 11 (DDI0487 D8.3): not global, TLB entries are tagged with the ASID.
+    _, set_ng: 11;
+    /// Bits \[47:12\] (DDI0487 D8.3): the output address of a block or page, or the
+    /// next-level table's address.
+    address, set_address: 47, 12;
+    /// PXN, bit 53 (DDI0487 D8.3): privileged execute-never.
+    _, set_pxn: 53;
+    /// UXN, bit 54 (DDI0487 D8.3): unprivileged execute-never.
+    _, set_uxn: 54;
+}
 
 /// What a descriptor at some level is, as the builder sees it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -41,12 +59,12 @@ pub(crate) enum Entry {
 
 /// Classifies `raw` found at `level`.
 pub(crate) fn classify(raw: u64, level: u8) -> Entry {
-    if raw & VALID == 0 {
+    let d = Descriptor(raw);
+    if !d.valid() {
         return Entry::Invalid;
     }
-    let table_or_page = raw & TABLE_OR_PAGE != 0;
-    match (level, table_or_page) {
-        (0..=2, true) => Entry::Table(PhysAddr::new(raw & ADDR_MASK)),
+    match (level, d.table_or_page()) {
+        (0..=2, true) => Entry::Table(PhysAddr::new(d.address() << 12)),
         (2, false) | (3, true) => Entry::Leaf(raw),
         _ => Entry::Reserved,
     }
@@ -55,58 +73,56 @@ pub(crate) fn classify(raw: u64, level: u8) -> Entry {
 /// A table descriptor pointing at `table` (APTable/XNTable/PXNTable left 0: no hierarchical
 /// restriction).
 pub(crate) fn table(table: PhysAddr) -> u64 {
-    (table.as_u64() & ADDR_MASK) | TABLE_OR_PAGE | VALID
+    let mut d = Descriptor(0);
+    d.set_address(table.as_u64() >> 12);
+    d.set_table_or_page(true);
+    d.set_valid(true);
+    d.0
 }
 
-fn permission_bits(p: &Permissions) -> u64 {
-    let mut bits = 0;
-    if p.unprivileged {
-        bits |= AP1_UNPRIVILEGED;
-    }
-    if !p.writable {
-        bits |= AP2_READ_ONLY;
-    }
-    if p.accessed {
-        bits |= AF;
-    }
-    if p.execute_never {
-        bits |= PXN | UXN;
-    }
-    bits
+/// Writes the fields [`Permissions`] covers: AP\[2:1\], AF, PXN and UXN.
+fn set_permissions(d: &mut Descriptor, p: &Permissions) {
+    d.set_ap1(p.unprivileged);
+    d.set_ap2(!p.writable);
+    d.set_af(p.accessed);
+    d.set_pxn(p.execute_never);
+    d.set_uxn(p.execute_never);
 }
 
 /// A leaf descriptor: a page at level 3, a block at level 2. `out` must be aligned to the
 /// entry's size (the caller checks).
 pub(crate) fn leaf(out: PhysAddr, attrs: &Attributes, level: u8) -> u64 {
-    let sh = match attrs.shareability {
+    let mut d = Descriptor(0);
+    d.set_valid(true);
+    d.set_table_or_page(level == 3);
+    d.set_attr_index(attrs.mair_index.get());
+    d.set_sh(match attrs.shareability {
         Shareability::NonShareable => 0b00,
         Shareability::OuterShareable => 0b10,
         Shareability::InnerShareable => 0b11,
-    };
-    let mut raw = (out.as_u64() & ADDR_MASK)
-        | VALID
-        | (u64::from(attrs.mair_index.get()) << ATTR_INDEX_SHIFT)
-        | (sh << SH_SHIFT)
-        | permission_bits(&attrs.permissions);
-    if attrs.not_global {
-        raw |= NOT_GLOBAL;
-    }
-    if level == 3 {
-        raw |= TABLE_OR_PAGE;
-    }
-    raw
+    });
+    set_permissions(&mut d, &attrs.permissions);
+    d.set_ng(attrs.not_global);
+    d.set_address(out.as_u64() >> 12);
+    d.0
 }
 
 /// `leaf` with its permission bits replaced by `p`.
 pub(crate) fn with_permissions(leaf: u64, p: &Permissions) -> u64 {
-    (leaf & !PERMISSION_BITS) | permission_bits(p)
+    let mut d = Descriptor(leaf);
+    set_permissions(&mut d, p);
+    d.0
 }
 
 /// The level-3 page descriptor for page `index` (0..512) of the level-2 block `block`: same
 /// attributes, output address advanced by `index` pages.
 pub(crate) fn page_of_block(block: u64, index: u64) -> u64 {
-    let base = block & ADDR_MASK & !0x1f_ffff;
-    (block & !ADDR_MASK) | TABLE_OR_PAGE | (base + (index << 12))
+    let mut d = Descriptor(block);
+    // The block's 2 MiB-aligned output address, in pages: address bits [20:12] cleared.
+    let base = d.address() & !0x1ff;
+    d.set_address(base + index);
+    d.set_table_or_page(true);
+    d.0
 }
 
 #[cfg(test)]
