@@ -585,6 +585,89 @@ mod tests {
     }
 
     #[test]
+    fn every_descriptor_field_decodes_from_its_own_bits() {
+        // Each field alone (DDI0487 D8.3): the leaf accessors and the table restrictions see
+        // exactly their bit, and the other attribute and upper bits leave them alone.
+        let leaf = |descriptor: u64| Leaf {
+            level: 3,
+            descriptor,
+            base: Iova::ZERO,
+            output: PhysAddr::ZERO,
+            size: PageSize::Size4K,
+            restrictions: TableRestrictions::default(),
+        };
+        let bits = |l: &Leaf| {
+            [
+                !l.writable(),
+                l.unprivileged(),
+                l.accessed(),
+                l.not_global(),
+                l.privileged_execute_never(),
+                l.unprivileged_execute_never(),
+            ]
+        };
+        for (i, bit) in [7, 6, 10, 11, 53, 54].into_iter().enumerate() {
+            let mut expected = [false; 6];
+            expected[i] = true;
+            assert_eq!(bits(&leaf(1 << bit)), expected, "bit {bit}");
+            let others = !(1u64 << bit);
+            let mut inverted = [true; 6];
+            inverted[i] = false;
+            assert_eq!(bits(&leaf(others)), inverted, "all but bit {bit}");
+        }
+        for index in 0..8u64 {
+            assert_eq!(leaf(index << 2).mair_index().get(), index as u8);
+            assert_eq!(
+                leaf(!(0b111 << 2) | (index << 2)).mair_index().get(),
+                index as u8
+            );
+        }
+        for (sh, expected) in [
+            (0b00, Some(Shareability::NonShareable)),
+            (0b01, None),
+            (0b10, Some(Shareability::OuterShareable)),
+            (0b11, Some(Shareability::InnerShareable)),
+        ] {
+            assert_eq!(leaf(sh << 8).shareability(), expected);
+            assert_eq!(leaf(!(0b11 << 8) | (sh << 8)).shareability(), expected);
+        }
+        // APTable[1] 62, APTable[0] 61, UXNTable 60, PXNTable 59.
+        let restrictions = |descriptor: u64| {
+            let mut r = TableRestrictions::default();
+            r.add(descriptor);
+            [
+                r.no_write,
+                r.no_unprivileged,
+                r.unprivileged_execute_never,
+                r.privileged_execute_never,
+            ]
+        };
+        for (i, bit) in [62, 61, 60, 59].into_iter().enumerate() {
+            let mut expected = [false; 4];
+            expected[i] = true;
+            assert_eq!(restrictions(1 << bit), expected, "bit {bit}");
+            assert_eq!(
+                restrictions(!(0b1111 << 59) | (1 << bit)),
+                expected,
+                "bit {bit} among the others"
+            );
+        }
+        // The output address is bits [47:12]: a page with every other bit set still maps to
+        // it, and a 2 MiB block drops address bits [20:12] as well.
+        let dma = memory();
+        set(&dma, L3 + 3 * 8, 0xffff_0001_2345_6fff);
+        let page = run(&dma, IOVA, &WalkConfig::SMMU_48).unwrap();
+        assert_eq!(page.output, PhysAddr::new(0x1_2345_6000));
+        set(&dma, L2 + 5 * 8, 0xffff_0008_003f_fffd);
+        let b2 = (1 << 39) | (1 << 30) | (5 << 21);
+        let block = run(&dma, b2, &WalkConfig::SMMU_48).unwrap();
+        assert_eq!(
+            (block.size, block.output),
+            (PageSize::Size2M, PhysAddr::new(0x8_0020_0000))
+        );
+    }
+
+    #[test]
     fn access_checks_access_flag_first_then_permissions() {
         let dma = memory();
         let leaf_with = |bits: u64| {
