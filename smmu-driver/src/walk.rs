@@ -3,7 +3,8 @@
 //! bank (SMMUv2) with `TG0` = 4 KiB.
 //!
 //! It shares no code with the table builder ([`crate::pagetable`]): it decodes descriptors
-//! itself, so a builder bug shows up as a walker disagreement in the property tests. The
+//! through a `bitfield` view of its own, so a builder bug shows up as a walker disagreement
+//! in the property tests. The
 //! simulator's MMU-500 model reuses it for its walks, so it reports faults the way the
 //! architecture does:
 //!
@@ -20,16 +21,61 @@
 //! Not modelled: 52-bit addresses, the Contiguous hint, hardware AF/dirty updates, PAN, WXN,
 //! and stage 2.
 
+use bitfield::bitfield;
 use hal::{Iova, PageSize, PhysAddr};
 
 use crate::fault::FaultKind;
 use crate::pagetable::{Attributes, MairIndex, Permissions, Shareability};
 use crate::{Result, SmmuError};
 
-const DESC_VALID: u64 = 1;
-const DESC_TABLE_OR_PAGE: u64 = 1 << 1;
-const DESC_ADDR: u64 = 0x0000_ffff_ffff_f000;
 const ENTRIES_SHIFT: u32 = 9;
+
+bitfield! {
+    /// A stage-1 VMSAv8-64 descriptor as the walker reads it, 4 KiB granule, 48-bit
+    /// addresses (Arm DDI0487 D8.3, "Translation table descriptor formats"). Declared apart
+    /// from the builder's view on purpose, so the two check each other.
+    #[derive(Clone, Copy)]
+    struct Descriptor(u64);
+    u64;
+    /// Valid, bit 0 (DDI0487 D8.3).
+    valid, _: 0;
+    /// Bit 1 (DDI0487 D8.3): a table (levels 0-2) or page (level 3); 0 is a block.
+    table_or_page, _: 1;
+    /// AttrIndx, bits \[4:2\] of a block or page (DDI0487 D8.3).
+    u8, attr_index, _: 4, 2;
+    /// AP\[1\], bit 6 of a block or page (DDI0487 D8.3): unprivileged access.
+    ap1, _: 6;
+    /// AP\[2\], bit 7 of a block or page (DDI0487 D8.3): read-only.
+    ap2, _: 7;
+    /// SH, bits \[9:8\] of a block or page (DDI0487 D8.3).
+    u8, sh, _: 9, 8;
+    /// AF, bit 10 of a block or page (DDI0487 D8.3).
+    af, _: 10;
+    /// nG, bit 11 of a block or page (DDI0487 D8.3).
+    ng, _: 11;
+    /// Bits \[47:12\] (DDI0487 D8.3): the output address or the next-level table.
+    address, _: 47, 12;
+    /// PXN, bit 53 of a block or page (DDI0487 D8.3).
+    pxn, _: 53;
+    /// UXN, bit 54 of a block or page (DDI0487 D8.3).
+    uxn, _: 54;
+    /// PXNTable, bit 59 of a table descriptor (DDI0487 D8.3).
+    pxn_table, _: 59;
+    /// UXNTable, bit 60 of a table descriptor (DDI0487 D8.3).
+    uxn_table, _: 60;
+    /// APTable\[0\], bit 61 of a table descriptor (DDI0487 D8.3): no unprivileged access
+    /// below.
+    ap_table0, _: 61;
+    /// APTable\[1\], bit 62 of a table descriptor (DDI0487 D8.3): no writes below.
+    ap_table1, _: 62;
+}
+
+impl Descriptor {
+    /// The address in bits \[47:12\], in place.
+    fn address_bits(&self) -> u64 {
+        self.address() << 12
+    }
+}
 
 /// The input and output address sizes of a walk (`T0SZ` and `IPS`/`PASIZE` of the context).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -111,10 +157,11 @@ pub struct TableRestrictions {
 
 impl TableRestrictions {
     fn add(&mut self, table_descriptor: u64) {
-        self.no_write |= table_descriptor & (1 << 62) != 0;
-        self.no_unprivileged |= table_descriptor & (1 << 61) != 0;
-        self.unprivileged_execute_never |= table_descriptor & (1 << 60) != 0;
-        self.privileged_execute_never |= table_descriptor & (1 << 59) != 0;
+        let d = Descriptor(table_descriptor);
+        self.no_write |= d.ap_table1();
+        self.no_unprivileged |= d.ap_table0();
+        self.unprivileged_execute_never |= d.uxn_table();
+        self.privileged_execute_never |= d.pxn_table();
     }
 }
 
@@ -142,41 +189,44 @@ impl Leaf {
         PhysAddr::new(self.output.as_u64() | iova.page_offset(self.size))
     }
 
+    fn fields(&self) -> Descriptor {
+        Descriptor(self.descriptor)
+    }
+
     /// AP\[2\] clear.
     pub fn writable(&self) -> bool {
-        self.descriptor & (1 << 7) == 0
+        !self.fields().ap2()
     }
 
     /// AP\[1\] set.
     pub fn unprivileged(&self) -> bool {
-        self.descriptor & (1 << 6) != 0
+        self.fields().ap1()
     }
 
     /// AF set.
     pub fn accessed(&self) -> bool {
-        self.descriptor & (1 << 10) != 0
+        self.fields().af()
     }
 
     /// UXN.
     pub fn unprivileged_execute_never(&self) -> bool {
-        self.descriptor & (1 << 54) != 0
+        self.fields().uxn()
     }
 
     /// PXN.
     pub fn privileged_execute_never(&self) -> bool {
-        self.descriptor & (1 << 53) != 0
+        self.fields().pxn()
     }
 
     /// The MAIR index (AttrIndx).
     pub fn mair_index(&self) -> MairIndex {
         // Three bits: always 0..=7.
-        MairIndex::new(((self.descriptor >> 2) & 0b111) as u8)
-            .unwrap_or(MairIndex::NORMAL_NON_CACHEABLE)
+        MairIndex::new(self.fields().attr_index()).unwrap_or(MairIndex::NORMAL_NON_CACHEABLE)
     }
 
     /// SH, or `None` for the reserved encoding 0b01.
     pub fn shareability(&self) -> Option<Shareability> {
-        match (self.descriptor >> 8) & 0b11 {
+        match self.fields().sh() {
             0b00 => Some(Shareability::NonShareable),
             0b10 => Some(Shareability::OuterShareable),
             0b11 => Some(Shareability::InnerShareable),
@@ -186,7 +236,7 @@ impl Leaf {
 
     /// nG.
     pub fn not_global(&self) -> bool {
-        self.descriptor & (1 << 11) != 0
+        self.fields().ng()
     }
 
     /// The leaf's attributes, or `None` if SH holds the reserved value. `execute_never` is
@@ -275,7 +325,8 @@ pub fn walk<E>(
     if iova.as_u64() >> config.input_bits != 0 {
         return Err(WalkFault::Translation { level: start });
     }
-    let root_addr = root.as_u64() & DESC_ADDR;
+    // The root is aligned as a table descriptor's address is: bits [47:12].
+    let root_addr = Descriptor(root.as_u64()).address_bits();
     if !config.fits_output(root.as_u64()) {
         return Err(WalkFault::AddressSize { level: start });
     }
@@ -289,12 +340,13 @@ pub fn walk<E>(
             level,
             descriptor: at,
         })?;
-        if raw & DESC_VALID == 0 {
+        let descriptor = Descriptor(raw);
+        if !descriptor.valid() {
             return Err(WalkFault::Translation { level });
         }
-        let table_or_page = raw & DESC_TABLE_OR_PAGE != 0;
+        let table_or_page = descriptor.table_or_page();
         if level < 3 && table_or_page {
-            let next = raw & DESC_ADDR;
+            let next = descriptor.address_bits();
             if !config.fits_output(next) {
                 return Err(WalkFault::AddressSize { level });
             }
@@ -309,7 +361,7 @@ pub fn walk<E>(
             // Level-3 0b01 is reserved; level-0 blocks need 52-bit descriptors (DS = 1).
             _ => return Err(WalkFault::Translation { level }),
         };
-        let output = raw & DESC_ADDR & !(size.bytes() - 1);
+        let output = descriptor.address_bits() & !(size.bytes() - 1);
         if !config.fits_output(output) {
             return Err(WalkFault::AddressSize { level });
         }
