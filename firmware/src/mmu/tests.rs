@@ -234,6 +234,49 @@ fn guard_pages_fault_and_everything_around_them_keeps_its_mapping() {
 }
 
 #[test]
+fn split_blocks_keep_their_descriptor_bits() {
+    // EL1, QEMU virt: the guard's 2 MiB block (level-2 entry 1 of the RAM GiB, Normal:
+    // AttrIndx 1 (0x4) | SH inner (0x300) | AF (0x400) | valid = 0x705) becomes a table of
+    // pages: the same bits plus bit 1 (0x707), the guard's entry 0 (D8.3 descriptor formats).
+    let ram = [MemRegion::new(0x4000_0000, 256 * MIB)];
+    let (mut tables, summary) = build(&ram, 44, Regime::El1, 4);
+    let block = tables[1].0[1];
+    assert_eq!(block, 0x4020_0705);
+    // The rest of that GiB stays Device (AttrIndx 0, AF, PXN and UXN) in 2 MiB blocks.
+    assert_eq!(tables[1].0[200], 0x0060_0000_5900_0401);
+    unmap_guard_pages(&mut tables, pa_of, summary.unwrap(), &[0x4024_9000]).unwrap();
+    assert_eq!(tables[1].0[1], pa_of(&tables[2]) | 0b11);
+    for (k, &e) in tables[2].0.iter().enumerate() {
+        let expected = if k == 0x49 {
+            0
+        } else {
+            0x4020_0707 + k as u64 * 0x1000
+        };
+        assert_eq!(e, expected, "page {k}");
+    }
+
+    // EL3, ZynqMP: a 1 GiB level-1 block (Normal, AP[1] RES1 (0x40): 0x745) split into
+    // 2 MiB blocks with the same bits, the first of them into pages (0x747).
+    let ddr = [MemRegion::new(0, 2 * GIB)];
+    let (mut tables, summary) = build(&ddr, 40, Regime::El3, 4);
+    assert_eq!(tables[0].0[0], 0x745);
+    unmap_guard_pages(&mut tables, pa_of, summary.unwrap(), &[0x10_0000]).unwrap();
+    assert_eq!(tables[0].0[0], pa_of(&tables[1]) | 0b11);
+    assert_eq!(tables[1].0[0], pa_of(&tables[2]) | 0b11);
+    for (j, &e) in tables[1].0.iter().enumerate().skip(1) {
+        assert_eq!(e, 0x745 + j as u64 * L2_BLOCK, "block {j}");
+    }
+    for (k, &e) in tables[2].0.iter().enumerate() {
+        let expected = if k == 0x100 {
+            0
+        } else {
+            0x747 + k as u64 * 0x1000
+        };
+        assert_eq!(e, expected, "page {k}");
+    }
+}
+
+#[test]
 fn small_pa_size_leaves_the_rest_unmapped() {
     let ram = [MemRegion::new(0x4000_0000, 256 * MIB)];
     let (tables, summary) = build(&ram, 36, Regime::El1, 2);
