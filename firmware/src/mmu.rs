@@ -19,7 +19,10 @@
 //!   there takes a translation fault.
 //!
 //! Everything is read/write at the current exception level; there is no EL0. The register
-//! values are computed here (host-tested); `rt` writes them for EL1, EL2 or EL3.
+//! values are computed here (host-tested); `rt` writes them for EL1, EL2 or EL3. The
+//! descriptors are written and read through a `bitfield` view ([`Descriptor`]).
+
+use bitfield::bitfield;
 
 use crate::error::{FirmwareError, Result};
 use crate::platform::MemRegion;
@@ -59,17 +62,42 @@ pub const ATTR_NORMAL_NC: u64 = 2;
 /// outer non-cacheable (0b0100 in each half).
 pub const MAIR: u64 = (0xff << (8 * ATTR_NORMAL)) | (0x44 << (8 * ATTR_NORMAL_NC));
 
-// Descriptor fields (D8.3.1 block/page descriptors, D8.3.2 table descriptors).
-const DESC_VALID: u64 = 1 << 0;
-const DESC_TABLE: u64 = 1 << 1; // at levels 0-2: 1 = table, 0 = block
-const DESC_ATTR_INDX_SHIFT: u32 = 2;
-const DESC_AP1: u64 = 1 << 6;
-const DESC_SH_INNER: u64 = 0b11 << 8;
-const DESC_SH_OUTER: u64 = 0b10 << 8;
-const DESC_AF: u64 = 1 << 10;
-const DESC_PXN: u64 = 1 << 53;
-const DESC_UXN_XN: u64 = 1 << 54;
-const DESC_ADDR_MASK: u64 = 0x0000_ffff_ffff_f000;
+/// SH for inner shareable (D8.3.1).
+const SH_INNER: u64 = 0b11;
+/// SH for outer shareable (D8.3.1).
+const SH_OUTER: u64 = 0b10;
+
+bitfield! {
+    /// A descriptor of the identity map (Arm DDI 0487 D8.3.1 block and page descriptors,
+    /// D8.3.2 table descriptors; 4 KiB granule, 48-bit output addresses): the fields the
+    /// map writes.
+    #[derive(Clone, Copy)]
+    struct Descriptor(u64);
+    u64;
+    /// Valid, bit 0 (D8.3).
+    valid, set_valid: 0;
+    /// Bit 1 (D8.3): at levels 0-2, 1 is a table descriptor and 0 a block; a level-3 page
+    /// has it set.
+    table, set_table: 1;
+    /// AttrIndx, bits \[4:2\] (D8.3.1): the MAIR attribute ([`ATTR_DEVICE`],
+    /// [`ATTR_NORMAL`], [`ATTR_NORMAL_NC`]).
+    attr_index, set_attr_index: 4, 2;
+    /// AP\[1\], bit 6 (D8.3.1): EL0 access in the EL1&0 regime; RES1 in the one-range
+    /// EL2/EL3 regimes (D8.4.1.2.1). AP\[2\] (bit 7) stays 0: read/write.
+    _, set_ap1: 6;
+    /// SH, bits \[9:8\] (D8.3.1): shareability.
+    _, set_sh: 9, 8;
+    /// AF, bit 10 (D8.3.1): the access flag.
+    _, set_af: 10;
+    /// Bits \[47:12\] (D8.3): the output address of a block or page, or the next-level
+    /// table's address.
+    address, set_address: 47, 12;
+    /// PXN, bit 53 (D8.3.1): privileged execute-never in the EL1&0 regime; RES0 at EL2/EL3.
+    _, set_pxn: 53;
+    /// UXN, bit 54 (D8.3.1): unprivileged execute-never in the EL1&0 regime; XN, the only
+    /// execute-never bit, at EL2/EL3.
+    _, set_uxn_xn: 54;
+}
 
 /// A translation table: 512 descriptors, aligned to its size as the walk requires.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -98,8 +126,8 @@ pub enum MemoryKind {
 impl MemoryKind {
     /// The kind a block or page descriptor encodes (by its AttrIndx, as [`MAIR`] defines
     /// them).
-    const fn of_descriptor(desc: u64) -> Self {
-        match (desc >> DESC_ATTR_INDX_SHIFT) & 0b111 {
+    fn of_descriptor(desc: u64) -> Self {
+        match Descriptor(desc).attr_index() {
             ATTR_NORMAL => MemoryKind::Normal,
             ATTR_NORMAL_NC => MemoryKind::NormalNonCacheable,
             _ => MemoryKind::Device,
@@ -132,33 +160,43 @@ impl Regime {
 }
 
 /// A level-1 or level-2 block descriptor for output address `pa`.
-pub const fn block_descriptor(pa: u64, kind: MemoryKind, regime: Regime) -> u64 {
+pub fn block_descriptor(pa: u64, kind: MemoryKind, regime: Regime) -> u64 {
+    let mut d = Descriptor(0);
+    d.set_address(pa >> 12);
+    d.set_valid(true);
+    d.set_af(true);
     // AP[2:1]: AP[2] = 0 is read/write. In the EL1&0 regime AP[1] = 0 keeps EL0 out; in
     // the one-range EL2/EL3 regimes AP[1] is RES1 (D8.4.1.2.1).
-    let ap = match regime {
-        Regime::El1 => 0,
-        Regime::El2 | Regime::El3 => DESC_AP1,
+    d.set_ap1(regime != Regime::El1);
+    // Shareability does not apply to Device memory.
+    let (attr, sh, execute_never) = match kind {
+        MemoryKind::Normal => (ATTR_NORMAL, SH_INNER, false),
+        MemoryKind::Device => (ATTR_DEVICE, 0, true),
+        MemoryKind::NormalNonCacheable => (ATTR_NORMAL_NC, SH_OUTER, true),
     };
+    d.set_attr_index(attr);
+    d.set_sh(sh);
     // Execute-never: EL1&0 has PXN and UXN; EL2/EL3 have one XN at bit 54 (bit 53 is RES0
     // there).
-    let xn = match regime {
-        Regime::El1 => DESC_PXN | DESC_UXN_XN,
-        Regime::El2 | Regime::El3 => DESC_UXN_XN,
-    };
-    let attrs = match kind {
-        MemoryKind::Normal => (ATTR_NORMAL << DESC_ATTR_INDX_SHIFT) | DESC_SH_INNER,
-        // Shareability does not apply to Device memory.
-        MemoryKind::Device => (ATTR_DEVICE << DESC_ATTR_INDX_SHIFT) | xn,
-        MemoryKind::NormalNonCacheable => {
-            (ATTR_NORMAL_NC << DESC_ATTR_INDX_SHIFT) | DESC_SH_OUTER | xn
-        }
-    };
-    (pa & DESC_ADDR_MASK) | attrs | ap | DESC_AF | DESC_VALID
+    d.set_uxn_xn(execute_never);
+    d.set_pxn(execute_never && regime == Regime::El1);
+    d.0
 }
 
 /// A table descriptor pointing at the next-level table at `table_pa`.
-pub const fn table_descriptor(table_pa: u64) -> u64 {
-    (table_pa & DESC_ADDR_MASK) | DESC_TABLE | DESC_VALID
+pub fn table_descriptor(table_pa: u64) -> u64 {
+    let mut d = Descriptor(0);
+    d.set_address(table_pa >> 12);
+    d.set_table(true);
+    d.set_valid(true);
+    d.0
+}
+
+/// What a descriptor found while splitting is: `Some(true)` a table, `Some(false)` a block,
+/// `None` invalid.
+fn table_or_block(desc: u64) -> Option<bool> {
+    let d = Descriptor(desc);
+    d.valid().then_some(d.table())
 }
 
 /// Physical address bits for ID_AA64MMFR0_EL1.PARange (D19.2 ID_AA64MMFR0_EL1), or `None`
@@ -312,7 +350,7 @@ pub fn unmap_guard_pages(
     let find = |tables: &[Table], desc: u64| {
         tables
             .iter()
-            .position(|t| table_pa(t) == desc & DESC_ADDR_MASK)
+            .position(|t| table_pa(t) == Descriptor(desc).address() << 12)
     };
     // Splits the block in `tables[table].0[entry]` (covering `block_bytes` from its output
     // address) into a new table of `block_bytes / 512` pieces; returns the new table.
@@ -323,15 +361,18 @@ pub fn unmap_guard_pages(
             .and_then(|t| t.0.get(entry))
             .copied()
             .ok_or(FirmwareError::PageTablesExhausted { available })?;
-        let base = desc & DESC_ADDR_MASK & !(piece * ENTRIES as u64 - 1);
-        let attrs = desc & !DESC_ADDR_MASK;
-        // A level-3 page descriptor has bit 1 set; a level-2 block has it clear.
-        let kind_bit = if page { DESC_TABLE } else { 0 };
+        let block = Descriptor(desc);
+        let base = (block.address() << 12) & !(piece * ENTRIES as u64 - 1);
         let new = tables
             .get_mut(index)
             .ok_or(FirmwareError::PageTablesExhausted { available })?;
         for (k, e) in new.0.iter_mut().enumerate() {
-            *e = attrs | kind_bit | ((base + k as u64 * piece) & DESC_ADDR_MASK);
+            // The block's bits, with its piece's address; a level-3 page descriptor has
+            // bit 1 set, a level-2 block has it clear.
+            let mut d = block;
+            d.set_table(page);
+            d.set_address((base + k as u64 * piece) >> 12);
+            *e = d.0;
         }
         let pa = table_pa(new);
         if let Some(e) = tables.get_mut(table).and_then(|t| t.0.get_mut(entry)) {
@@ -354,10 +395,10 @@ pub fn unmap_guard_pages(
             .and_then(|t| t.0.get(gib))
             .copied()
             .ok_or(fail)?;
-        let l2 = match l1 & 0b11 {
-            0b11 => find(tables, l1).ok_or(fail)?,
-            0b01 => split(tables, 0, gib, L2_BLOCK, false)?,
-            _ => return Err(fail),
+        let l2 = match table_or_block(l1) {
+            Some(true) => find(tables, l1).ok_or(fail)?,
+            Some(false) => split(tables, 0, gib, L2_BLOCK, false)?,
+            None => return Err(fail),
         };
         let j = ((guard % L1_BLOCK) / L2_BLOCK) as usize;
         let l2e = tables
@@ -365,10 +406,10 @@ pub fn unmap_guard_pages(
             .and_then(|t| t.0.get(j))
             .copied()
             .ok_or(fail)?;
-        let l3 = match l2e & 0b11 {
-            0b11 => find(tables, l2e).ok_or(fail)?,
-            0b01 => split(tables, l2, j, 4096, true)?,
-            _ => return Err(fail),
+        let l3 = match table_or_block(l2e) {
+            Some(true) => find(tables, l2e).ok_or(fail)?,
+            Some(false) => split(tables, l2, j, 4096, true)?,
+            None => return Err(fail),
         };
         let k = ((guard % L2_BLOCK) / 4096) as usize;
         if let Some(e) = tables.get_mut(l3).and_then(|t| t.0.get_mut(k)) {
