@@ -636,7 +636,7 @@ where
                         }
                     }
                     _ => {
-                        foreign.get_or_insert(((r.syndrome.0[0] & 0xff) as u8, iova));
+                        foreign.get_or_insert((Event::Fault(r).id(), iova));
                     }
                 }
             }
