@@ -681,7 +681,7 @@ impl<'a, B: RegisterBus + ?Sized, M: Deref<Target: DmaMemory>, D: DelayNs> Smmuv
         let reason = ((cons >> 24) & 0x7f) as u8;
         let index = self.cmdq_ring.index(cons);
         let at = index as usize * CMD_BYTES;
-        let opcode = (self.cmdq.read_u64(at)? & 0xff) as u8;
+        let opcode = cmd::CmdHeader(self.cmdq.read_u64(at)?).opcode();
         let sync = Command::Sync {
             signal: SyncSignal::None,
         }
