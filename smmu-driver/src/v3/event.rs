@@ -549,6 +549,36 @@ mod tests {
     }
 
     #[test]
+    fn a_fault_record_gives_the_access_the_tables_judge() {
+        // RnW 35, PnU 33 and InD 34 of dword 1 become the walker's access request: a read
+        // (RnW = 1), privileged, an instruction fetch; then an unprivileged data write.
+        let raw = [0x13 | (0x10 << 32), 0b111 << 33, 0x1000, 0];
+        let Event::Fault(r) = decode(raw, &qemu(), 0).unwrap() else {
+            panic!("not a fault");
+        };
+        assert_eq!(
+            r.access_request(),
+            crate::walk::AccessRequest {
+                write: false,
+                privileged: true,
+                instruction: true
+            }
+        );
+        let Event::Fault(w) = decode([0x13 | (0x10 << 32), 0, 0x1000, 0], &qemu(), 0).unwrap()
+        else {
+            panic!("not a fault");
+        };
+        assert_eq!(
+            w.access_request(),
+            crate::walk::AccessRequest {
+                write: true,
+                privileged: false,
+                instruction: false
+            }
+        );
+    }
+
+    #[test]
     fn stall_records_carry_the_stag() {
         // Stall (dw1 bit 31) with STAG 0xbeef in dw1[15:0].
         let raw = [0x10 | (0x4d0 << 32), (1 << 31) | 0xbeef, 0x8000_0000, 0];
