@@ -151,7 +151,10 @@ impl FaultRecord {
         let word = self.syndrome.0[1];
         let (privileged, instruction) = match self.smmu.flavour {
             SmmuFlavour::V2 => (word & 1 << 5 != 0, word & 1 << 6 != 0),
-            SmmuFlavour::V3 => (word & 1 << 33 != 0, word & 1 << 34 != 0),
+            SmmuFlavour::V3 => {
+                let dw1 = crate::v3::event::FaultDword1(word);
+                (dw1.pnu(), dw1.ind())
+            }
         };
         crate::walk::AccessRequest {
             write: self.is_write(),
