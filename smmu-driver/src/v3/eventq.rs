@@ -1,0 +1,86 @@
+//! The event queue: draining, decoding and overflow (IHI0070 §7.2, §7.4).
+
+use super::*;
+
+impl<'a, B: RegisterBus + ?Sized, M: Deref<Target: DmaMemory>, D: DelayNs> Smmuv3<'a, B, M, D> {
+    pub(super) fn write_eventq_cons(&self) {
+        self.regs
+            .eventq_cons()
+            .set(self.eventq_cons | (self.overflow_ack << 31));
+    }
+
+    /// Consumes every record in the event queue (at most twice its size per call, so a
+    /// babbling device cannot keep the caller here), handing each decoded record, or its
+    /// decoding error, to `sink`. Then checks the overflow signals (EVENTQ_PROD.OVFLG and
+    /// GERROR.EVENTQ_ABT_ERR) and acknowledges them.
+    ///
+    /// On silicon, issue [`sync`](Self::sync) before draining when you need every event of
+    /// transactions that already completed (§4.7.3); QEMU writes records synchronously.
+    pub fn drain_events(&mut self, mut sink: impl FnMut(Result<Event>)) -> Result<DrainSummary> {
+        let ring = self.eventq_ring;
+        let limit = ring.entries().saturating_mul(2);
+        let mut summary = DrainSummary::default();
+        loop {
+            let prod = self.regs.eventq_prod().get();
+            if ring.is_empty(prod, self.eventq_cons) || summary.records >= limit {
+                break;
+            }
+            self.dma.sync_for_cpu(self.eventq.region());
+            while !ring.is_empty(prod, self.eventq_cons) && summary.records < limit {
+                let at = ring.index(self.eventq_cons) as usize * EVENT_BYTES;
+                let raw = [
+                    self.eventq.read_u64(at)?,
+                    self.eventq.read_u64(at + 8)?,
+                    self.eventq.read_u64(at + 16)?,
+                    self.eventq.read_u64(at + 24)?,
+                ];
+                self.eventq_cons = ring.next(self.eventq_cons);
+                summary.records += 1;
+                self.stats.events += 1;
+                let decoded = event::decode(raw, &self.caps, self.config.instance);
+                match &decoded {
+                    Ok(Event::Fault(_)) => {
+                        summary.faults += 1;
+                        self.stats.fault_events += 1;
+                    }
+                    Ok(_) => self.stats.other_events += 1,
+                    Err(SmmuError::UnknownEvent { .. }) => {
+                        summary.rejected += 1;
+                        self.stats.unknown_events += 1;
+                    }
+                    Err(_) => {
+                        summary.rejected += 1;
+                        self.stats.malformed_events += 1;
+                    }
+                }
+                let stalled = match decoded {
+                    Err(SmmuError::MalformedStalledEvent { stream, stag, .. }) => {
+                        Some((StreamId(stream), StallTag(u32::from(stag))))
+                    }
+                    _ => None,
+                };
+                sink(decoded);
+                // Nobody can act on a record the driver rejected, but its transaction waits
+                // for an answer: terminate it with an abort to the master.
+                if let Some((stream, stag)) = stalled {
+                    self.resume(stream, stag, ResumeAction::Abort)?;
+                }
+                // Free space for the SMMU now and then while draining a long queue.
+                if summary.records % 64 == 0 {
+                    self.write_eventq_cons();
+                }
+            }
+            self.write_eventq_cons();
+        }
+        let ovflg = self.regs.eventq_prod().get() >> 31;
+        if ovflg != self.overflow_ack {
+            self.overflow_ack = ovflg;
+            self.events_lost = true;
+            self.stats.overflows += 1;
+            self.write_eventq_cons();
+        }
+        self.handle_global_errors()?;
+        summary.overflow = core::mem::take(&mut self.events_lost);
+        Ok(summary)
+    }
+}
