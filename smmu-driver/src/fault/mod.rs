@@ -45,7 +45,7 @@ pub use policy::{
     abort_reason,
 };
 pub use region::{RegionSet, RegisteredRegion};
-pub use service::FaultControl;
+pub use service::{FaultControl, FaultSource, FaultVisitor, TakenFault};
 
 use crate::pagetable::Attributes;
 

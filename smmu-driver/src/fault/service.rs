@@ -18,7 +18,10 @@
 //!    mapping is certainly visible (otherwise it is terminated).
 //!
 //! Callers that model time (the virtual QFDB) run the three steps at different moments;
-//! everyone else calls [`FaultHandler::service`].
+//! everyone else calls [`FaultHandler::service`], or [`FaultHandler::service_pending`], the
+//! loop over what a [`FaultSource`] reports (SMMUv2: the context banks' FSRs; SMMUv3: the
+//! event queue), with a [`FaultVisitor`] that says which records to service (attribution,
+//! docs/mmu500.md §2.3) and hears what became of each.
 
 use core::ops::Deref;
 
@@ -49,7 +52,72 @@ pub trait FaultControl {
     fn context_tlb(&mut self, record: &FaultRecord) -> Result<Self::Tlb<'_>>;
 }
 
+/// One fault as an SMMU reported it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TakenFault {
+    /// The decoded record; `None` when the SMMU said a fault happened but not which (SMMUv2
+    /// FSR.MULTI alone; an SMMUv3 record that does not decode).
+    pub record: Option<FaultRecord>,
+    /// Other faults' records were lost (SMMUv2 FSR.MULTI; SMMUv3 event-queue overflow).
+    pub lost: bool,
+}
+
+/// Where faults come from: the other half of the SMMU trait.
+pub trait FaultSource: FaultControl {
+    /// Takes the next fault the SMMU reported, `None` when none is pending. Taking it clears
+    /// it from the SMMU (SMMUv2: FSR written back; SMMUv3: the queue entry consumed).
+    fn take_fault(&mut self) -> Result<Option<TakenFault>>;
+}
+
+/// What the caller of [`FaultHandler::service_pending`] decides and learns.
+pub trait FaultVisitor {
+    /// Whether to service `fault`'s record. A record refused here is not decided on at all
+    /// (nothing is looked up by its stream or address); a stalled transaction of it is
+    /// terminated.
+    fn wants(&mut self, fault: &TakenFault) -> bool;
+
+    /// What became of `fault`: its outcome if it was serviced.
+    fn done(&mut self, fault: &TakenFault, outcome: Option<&FaultOutcome>);
+}
+
 impl<P: FaultPolicy> FaultHandler<P> {
+    /// Services at most `limit` pending faults of `smmu`, one by one: take, ask `visitor`,
+    /// [`service`](Self::service) or terminate, tell `visitor`. Returns how many were taken.
+    pub fn service_pending<S, R, M, V>(
+        &mut self,
+        smmu: &mut S,
+        resolver: &mut R,
+        table: &mut PageTable<M>,
+        limit: usize,
+        visitor: &mut V,
+    ) -> Result<usize>
+    where
+        S: FaultSource + ?Sized,
+        R: FaultResolver + ?Sized,
+        M: Deref<Target: DmaMemory>,
+        V: FaultVisitor + ?Sized,
+    {
+        for taken in 0..limit {
+            let Some(fault) = smmu.take_fault()? else {
+                return Ok(taken);
+            };
+            let outcome = match &fault.record {
+                Some(record) if visitor.wants(&fault) => {
+                    Some(self.service(smmu, record, resolver, table)?)
+                }
+                Some(record) => {
+                    if record.is_stalled() {
+                        smmu.answer_stall(record, false)?;
+                    }
+                    None
+                }
+                None => None,
+            };
+            visitor.done(&fault, outcome.as_ref());
+        }
+        Ok(limit)
+    }
+
     /// Services one record end to end: [`decide_for`](Self::decide_for),
     /// [`first_half`](Self::first_half), [`second_half`](Self::second_half) (module docs).
     ///

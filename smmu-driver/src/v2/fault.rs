@@ -34,7 +34,8 @@ use super::tlb::ContextTlb;
 use super::{ContextBank, SmmuV2};
 use crate::fault::{
     AccessKind, FaultControl, FaultDecision, FaultEstimate, FaultHandler, FaultKind, FaultPolicy,
-    FaultRecord, FaultResolver, RawSyndrome, ResolvedPage, SmmuId, StallTag, StreamId,
+    FaultRecord, FaultResolver, FaultSource, RawSyndrome, ResolvedPage, SmmuId, StallTag, StreamId,
+    TakenFault,
 };
 use crate::pagetable::PageTable;
 use crate::{Result, SmmuError};
@@ -481,5 +482,19 @@ impl<B: RegisterBus, D: DelayNs> FaultControl for SmmuV2<B, D> {
     fn context_tlb(&mut self, record: &FaultRecord) -> Result<ContextTlb<'_, B, D>> {
         let cb = self.record_context(record)?;
         Ok(ContextTlb::new(self, cb))
+    }
+}
+
+impl<B: RegisterBus, D: DelayNs> FaultSource for SmmuV2<B, D> {
+    /// The fault of the first allocated context bank whose FSR reports one
+    /// ([`SmmuV2::take_context_fault`]); FSR.MULTI marks others as lost.
+    fn take_fault(&mut self) -> Result<Option<TakenFault>> {
+        let Some(cb) = self.faulting_contexts().next() else {
+            return Ok(None);
+        };
+        Ok(self.take_context_fault(cb)?.map(|fault| TakenFault {
+            record: fault.record,
+            lost: fault.multi(),
+        }))
     }
 }

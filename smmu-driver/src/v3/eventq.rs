@@ -83,4 +83,73 @@ impl<'a, B: RegisterBus + ?Sized, M: Deref<Target: DmaMemory>, D: DelayNs> Smmuv
         summary.overflow = core::mem::take(&mut self.events_lost);
         Ok(summary)
     }
+
+    /// Takes the next fault from the event queue ([`FaultSource`]): other events are counted
+    /// and skipped; a record that does not decode is a fault without a record whose others
+    /// may be lost (a stalled one is terminated first, as in
+    /// [`drain_events`](Self::drain_events)); an overflow marks the next fault taken as
+    /// `lost`, or is reported alone once the queue is empty.
+    pub(super) fn next_fault(&mut self) -> Result<Option<TakenFault>> {
+        let ring = self.eventq_ring;
+        // Bounded as drain_events is: a babbling device cannot keep the caller here.
+        for _ in 0..ring.entries().saturating_mul(2) {
+            let prod = self.regs.eventq_prod().get();
+            if ring.is_empty(prod, self.eventq_cons) {
+                let ovflg = prod >> 31;
+                if ovflg != self.overflow_ack {
+                    self.overflow_ack = ovflg;
+                    self.events_lost = true;
+                    self.stats.overflows += 1;
+                    self.write_eventq_cons();
+                }
+                self.handle_global_errors()?;
+                return Ok(
+                    core::mem::take(&mut self.events_lost).then_some(TakenFault {
+                        record: None,
+                        lost: true,
+                    }),
+                );
+            }
+            self.dma.sync_for_cpu(self.eventq.region());
+            let at = ring.index(self.eventq_cons) as usize * EVENT_BYTES;
+            let raw = [
+                self.eventq.read_u64(at)?,
+                self.eventq.read_u64(at + 8)?,
+                self.eventq.read_u64(at + 16)?,
+                self.eventq.read_u64(at + 24)?,
+            ];
+            self.eventq_cons = ring.next(self.eventq_cons);
+            self.write_eventq_cons();
+            self.stats.events += 1;
+            match event::decode(raw, &self.caps, self.config.instance) {
+                Ok(Event::Fault(record)) => {
+                    self.stats.fault_events += 1;
+                    return Ok(Some(TakenFault {
+                        record: Some(record),
+                        lost: core::mem::take(&mut self.events_lost),
+                    }));
+                }
+                Ok(_) => self.stats.other_events += 1,
+                Err(e) => {
+                    if matches!(e, SmmuError::UnknownEvent { .. }) {
+                        self.stats.unknown_events += 1;
+                    } else {
+                        self.stats.malformed_events += 1;
+                    }
+                    if let SmmuError::MalformedStalledEvent { stream, stag, .. } = e {
+                        self.resume(
+                            StreamId(stream),
+                            StallTag(u32::from(stag)),
+                            ResumeAction::Abort,
+                        )?;
+                    }
+                    return Ok(Some(TakenFault {
+                        record: None,
+                        lost: true,
+                    }));
+                }
+            }
+        }
+        Ok(None)
+    }
 }

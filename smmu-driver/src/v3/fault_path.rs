@@ -81,3 +81,11 @@ impl<'a, B: RegisterBus + ?Sized, M: Deref<Target: DmaMemory>, D: DelayNs> Fault
         Ok(self.tlb(asid))
     }
 }
+
+impl<B: RegisterBus + ?Sized, M: Deref<Target: DmaMemory>, D: DelayNs> FaultSource
+    for Smmuv3<'_, B, M, D>
+{
+    fn take_fault(&mut self) -> Result<Option<TakenFault>> {
+        self.next_fault()
+    }
+}

@@ -87,8 +87,8 @@ pub use ste::{
 pub use tlb::AsidTlb;
 
 use crate::fault::{
-    FaultControl, FaultHandler, FaultOutcome, FaultPolicy, FaultRecord, FaultResolver, SmmuFlavour,
-    SmmuId, StallTag, StreamFaultConfig, StreamId,
+    FaultControl, FaultHandler, FaultOutcome, FaultPolicy, FaultRecord, FaultResolver, FaultSource,
+    SmmuFlavour, SmmuId, StallTag, StreamFaultConfig, StreamId, TakenFault,
 };
 use crate::pagetable::{Invalidations, PageTable, STANDARD_MAIR, TlbMaintenance};
 use crate::{Result, SmmuError};

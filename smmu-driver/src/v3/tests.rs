@@ -978,3 +978,77 @@ proptest! {
         );
     }
 }
+
+/// Every fault `take_fault` gives until the queue is empty.
+fn take_all(smmu: &mut Driver<'_>) -> Vec<crate::fault::TakenFault> {
+    use crate::fault::FaultSource;
+    let mut out = Vec::new();
+    while let Some(f) = smmu.take_fault().unwrap() {
+        out.push(f);
+        assert!(out.len() < 1000, "take_fault never ran dry");
+    }
+    out
+}
+
+#[test]
+fn take_fault_gives_the_fault_records_one_by_one_and_skips_other_events() {
+    let mem = memory();
+    let bus = bus_with(&mem, IdRegisters::QEMU_7_2);
+    let mut smmu = driver(&bus, &mem, Smmuv3Config::default());
+    {
+        let mut m = bus.lock();
+        // Unknown, malformed fault, good fault, configuration event.
+        m.inject_event([0x00, 0, 0, 0]);
+        m.inject_event([0x10 | (1 << 11) | (0x10 << 32), 1 << 35, 0x1000, 0]);
+        m.inject_event([0x10 | (0x10 << 32), 1 << 35, 0x2000, 0]);
+        m.inject_event([0x04 | (0x11 << 32), 0, 0, 0]);
+    }
+    let taken = take_all(&mut smmu);
+    // A record that does not decode may have been a fault: no record, others lost.
+    assert_eq!(taken.len(), 3);
+    assert_eq!((taken[0].record, taken[0].lost), (None, true));
+    assert_eq!((taken[1].record, taken[1].lost), (None, true));
+    let record = taken[2].record.unwrap();
+    assert_eq!(
+        (record.iova, record.stream, taken[2].lost),
+        (Iova::new(0x2000), SID, false)
+    );
+    let s = smmu.stats();
+    assert_eq!(
+        (
+            s.unknown_events,
+            s.malformed_events,
+            s.fault_events,
+            s.other_events
+        ),
+        (1, 1, 1, 1)
+    );
+}
+
+#[test]
+fn take_fault_reports_an_overflow_once_and_keeps_working() {
+    let mem = memory();
+    let bus = bus_with(&mem, IdRegisters::QEMU_7_2);
+    let mut smmu = driver(
+        &bus,
+        &mem,
+        Smmuv3Config {
+            eventq_log2: 2,
+            ..Smmuv3Config::default()
+        },
+    );
+    let pt = table(&mem);
+    smmu.attach(SID, &ContextConfig::for_table(1, &pt)).unwrap();
+    // 64 faulting bytes: 16 records, 4 fit; the overflow shows once the queue is empty.
+    bus.lock().dma_read(0x10, WINDOW, &mut [0u8; 64]);
+    let taken = take_all(&mut smmu);
+    assert_eq!(taken.len(), 5);
+    assert!(taken[..4].iter().all(|t| t.record.is_some()));
+    assert_eq!((taken[4].record, taken[4].lost), (None, true));
+    assert!(take_all(&mut smmu).is_empty(), "reported once");
+    bus.lock().dma_read(0x10, WINDOW, &mut [0u8; 8]);
+    let taken = take_all(&mut smmu);
+    assert_eq!(taken.len(), 2);
+    assert!(taken.iter().all(|t| t.record.is_some() && !t.lost));
+    assert_eq!(smmu.stats().overflows, 1);
+}

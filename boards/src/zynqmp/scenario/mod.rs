@@ -45,7 +45,7 @@ use hal::dma::DmaMemory;
 use hal::regs::RegisterBus;
 use smmu_driver::SmmuError;
 use smmu_driver::fault::{
-    AccessKind, Attribution, FaultControl, FaultCost, FaultDecision, FaultHandler, InFlightAccess,
+    AccessKind, Attribution, FaultCost, FaultDecision, FaultHandler, InFlightAccess,
     StandardPolicy, StreamFaultConfig, StreamId, attribute,
 };
 use smmu_driver::pagetable::{PageTable, PageTableConfig};

@@ -1,5 +1,6 @@
 //! The scenario's rig: its drivers, the phases' set-up and tear-down, and what each phase does.
 
+mod attribution;
 mod transfer;
 
 use super::*;

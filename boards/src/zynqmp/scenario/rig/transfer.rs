@@ -1,6 +1,7 @@
 //! Running transfers: starting them, servicing the bank's faults with attribution, and
 //! ending each attempt (complete, re-sent or aborted).
 
+use super::attribution::Attributor;
 use super::*;
 
 impl<'m, S, Z, M, D> Rig<'m, S, Z, M, D>
@@ -243,10 +244,11 @@ where
 
     /// Services every pending fault of the phase's context; returns whether there was one.
     ///
-    /// Each record is attributed first (docs/mmu500.md §2.3). Only an attributed record goes
-    /// through the fault service ([`FaultHandler::service`]); an unattributed one makes every
-    /// transfer in flight suspect, and its stalled transaction (if any) is terminated without
-    /// deciding anything on its stream or address.
+    /// The fault service's loop ([`FaultHandler::service_pending`]) with the scenario's
+    /// [`Attributor`]: each record is attributed first (docs/mmu500.md §2.3); only an
+    /// attributed record is serviced; an unattributed one makes every transfer in flight
+    /// suspect, and its stalled transaction (if any) is terminated without deciding anything
+    /// on its stream or address.
     pub(super) fn service(
         &mut self,
         space: &mut Space<'m, M>,
@@ -260,102 +262,20 @@ where
                 stream: g.stream().0,
             });
         }
-        let mut any = false;
-        for _ in 0..MAX_SERVICE_PER_CALL {
-            let Some(fault) = self.smmu.take_context_fault(space.cb)? else {
-                break;
-            };
-            any = true;
-            let n = specs.len().min(2);
-            // What is in flight: each running transfer's source and destination.
-            // At most two transfers of two ranges each, so the pushes cannot fail.
-            let mut ranges: heapless::Vec<InFlightAccess, 4> = heapless::Vec::new();
-            let mut transfer_of: heapless::Vec<usize, 4> = heapless::Vec::new();
-            for (i, s) in specs.iter().enumerate().take(n) {
-                if running[i].outcome.is_some() {
-                    continue;
-                }
-                let stream = self.streams[s.channel];
-                for start in [s.src, s.dst] {
-                    let _ = ranges.push(InFlightAccess {
-                        stream,
-                        start: Iova::new(start),
-                        len: u64::from(s.len),
-                    });
-                    let _ = transfer_of.push(i);
-                }
-            }
-            let owner = match attribute(fault.record.as_ref(), &ranges) {
-                Attribution::Access(k) => transfer_of.get(k).copied(),
-                Attribution::Bank(_) => None,
-            };
-            if owner.is_none() {
-                space.counters.unattributed += 1;
-            }
-            for (i, r) in running[..n].iter_mut().enumerate() {
-                if r.outcome.is_none() {
-                    r.log.bank_faulted = true;
-                    r.log.foreign_fault |= owner.is_some_and(|o| o != i);
-                }
-            }
-            if fault.multi() {
-                space.counters.multi += 1;
-            }
-            if owner.is_none() || fault.multi() {
-                // Some fault's stream or address is unknown: every transfer in flight on the
-                // bank is suspect (docs/mmu500.md §2.3).
-                for r in running[..n].iter_mut().filter(|r| r.outcome.is_none()) {
-                    r.log.suspect = true;
-                }
-            }
-            // A stalled transaction without a record (FSR.MULTI with SS) waits for the RESUME
-            // of the record taken before it, which the fault service writes.
-            let Some(record) = fault.record else {
-                continue;
-            };
-            space.counters.faults += 1;
-            if fault.stalled() {
-                space.counters.stalls += 1;
-            }
-            // A fault no running transfer explains counts against all of them, towards a
-            // fault storm; an attempt already doomed (aborted, terminated or suspect) is not
-            // counted: an engine that carries on after an error response faults on each of
-            // its remaining bursts, and the attempt ends with the transfer anyway.
-            for (i, r) in running[..n].iter_mut().enumerate() {
-                let doomed = r.log.abort.is_some() || r.log.needs_resend();
-                if r.outcome.is_none() && !doomed && owner.is_none_or(|o| o == i) {
-                    r.log.faults += 1;
-                }
-            }
-            let Some(owner) = owner else {
-                // Nobody's fault: nothing is decided on its stream or address.
-                if record.is_stalled() {
-                    self.smmu.answer_stall(&record, false)?;
-                }
-                continue;
-            };
-            let outcome = self.handler.service(
-                &mut self.smmu,
-                &record,
-                &mut space.pager,
-                &mut space.table,
-            )?;
-            match outcome.mapped.map(|p| p.cost) {
-                Some(FaultCost::Minor) => space.counters.minor += 1,
-                Some(FaultCost::Major) => space.counters.major += 1,
-                None => {}
-            }
-            match outcome.decision {
-                FaultDecision::Resume => {
-                    space.counters.resumes += 1;
-                    if outcome.mapped.is_some_and(|p| p.cost == FaultCost::Major) {
-                        space.counters.resumed_major += 1;
-                    }
-                }
-                FaultDecision::TerminateAndRetransmit => running[owner].log.terminated = true,
-                FaultDecision::Abort(error) => running[owner].log.abort = Some(error),
-            }
-        }
-        Ok(any)
+        let mut visitor = Attributor {
+            specs,
+            running,
+            streams: self.streams,
+            counters: &mut space.counters,
+            owner: None,
+        };
+        let taken = self.handler.service_pending(
+            &mut self.smmu,
+            &mut space.pager,
+            &mut space.table,
+            MAX_SERVICE_PER_CALL,
+            &mut visitor,
+        )?;
+        Ok(taken > 0)
     }
 }
