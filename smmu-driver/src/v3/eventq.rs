@@ -9,6 +9,37 @@ impl<'a, B: RegisterBus + ?Sized, M: Deref<Target: DmaMemory>, D: DelayNs> Smmuv
             .set(self.eventq_cons | (self.overflow_ack << 31));
     }
 
+    /// Consumes the record at the consumer index (the caller has seen it published and synced
+    /// the queue for the CPU): decodes it, counts it, and terminates the stalled transaction of
+    /// a record the driver rejects (nobody can act on it, but it waits for an answer). The
+    /// caller writes EVENTQ_CONS.
+    fn pop_event(&mut self) -> Result<Result<Event>> {
+        let at = self.eventq_ring.index(self.eventq_cons) as usize * EVENT_BYTES;
+        let raw = [
+            self.eventq.read_u64(at)?,
+            self.eventq.read_u64(at + 8)?,
+            self.eventq.read_u64(at + 16)?,
+            self.eventq.read_u64(at + 24)?,
+        ];
+        self.eventq_cons = self.eventq_ring.next(self.eventq_cons);
+        self.stats.events += 1;
+        let decoded = event::decode(raw, &self.caps, self.config.instance);
+        match &decoded {
+            Ok(Event::Fault(_)) => self.stats.fault_events += 1,
+            Ok(_) => self.stats.other_events += 1,
+            Err(SmmuError::UnknownEvent { .. }) => self.stats.unknown_events += 1,
+            Err(_) => self.stats.malformed_events += 1,
+        }
+        if let Err(SmmuError::MalformedStalledEvent { stream, stag, .. }) = decoded {
+            self.resume(
+                StreamId(stream),
+                StallTag(u32::from(stag)),
+                ResumeAction::Abort,
+            )?;
+        }
+        Ok(decoded)
+    }
+
     /// Consumes every record in the event queue (at most twice its size per call, so a
     /// babbling device cannot keep the caller here), handing each decoded record, or its
     /// decoding error, to `sink`. Then checks the overflow signals (EVENTQ_PROD.OVFLG and
@@ -27,44 +58,14 @@ impl<'a, B: RegisterBus + ?Sized, M: Deref<Target: DmaMemory>, D: DelayNs> Smmuv
             }
             self.dma.sync_for_cpu(self.eventq.region());
             while !ring.is_empty(prod, self.eventq_cons) && summary.records < limit {
-                let at = ring.index(self.eventq_cons) as usize * EVENT_BYTES;
-                let raw = [
-                    self.eventq.read_u64(at)?,
-                    self.eventq.read_u64(at + 8)?,
-                    self.eventq.read_u64(at + 16)?,
-                    self.eventq.read_u64(at + 24)?,
-                ];
-                self.eventq_cons = ring.next(self.eventq_cons);
+                let decoded = self.pop_event()?;
                 summary.records += 1;
-                self.stats.events += 1;
-                let decoded = event::decode(raw, &self.caps, self.config.instance);
                 match &decoded {
-                    Ok(Event::Fault(_)) => {
-                        summary.faults += 1;
-                        self.stats.fault_events += 1;
-                    }
-                    Ok(_) => self.stats.other_events += 1,
-                    Err(SmmuError::UnknownEvent { .. }) => {
-                        summary.rejected += 1;
-                        self.stats.unknown_events += 1;
-                    }
-                    Err(_) => {
-                        summary.rejected += 1;
-                        self.stats.malformed_events += 1;
-                    }
+                    Ok(Event::Fault(_)) => summary.faults += 1,
+                    Ok(_) => {}
+                    Err(_) => summary.rejected += 1,
                 }
-                let stalled = match decoded {
-                    Err(SmmuError::MalformedStalledEvent { stream, stag, .. }) => {
-                        Some((StreamId(stream), StallTag(u32::from(stag))))
-                    }
-                    _ => None,
-                };
                 sink(decoded);
-                // Nobody can act on a record the driver rejected, but its transaction waits
-                // for an answer: terminate it with an abort to the master.
-                if let Some((stream, stag)) = stalled {
-                    self.resume(stream, stag, ResumeAction::Abort)?;
-                }
                 // Free space for the SMMU now and then while draining a long queue.
                 if summary.records % 64 == 0 {
                     self.write_eventq_cons();
@@ -111,38 +112,18 @@ impl<'a, B: RegisterBus + ?Sized, M: Deref<Target: DmaMemory>, D: DelayNs> Smmuv
                 );
             }
             self.dma.sync_for_cpu(self.eventq.region());
-            let at = ring.index(self.eventq_cons) as usize * EVENT_BYTES;
-            let raw = [
-                self.eventq.read_u64(at)?,
-                self.eventq.read_u64(at + 8)?,
-                self.eventq.read_u64(at + 16)?,
-                self.eventq.read_u64(at + 24)?,
-            ];
-            self.eventq_cons = ring.next(self.eventq_cons);
+            let decoded = self.pop_event()?;
             self.write_eventq_cons();
-            self.stats.events += 1;
-            match event::decode(raw, &self.caps, self.config.instance) {
+            match decoded {
                 Ok(Event::Fault(record)) => {
-                    self.stats.fault_events += 1;
                     return Ok(Some(TakenFault {
                         record: Some(record),
                         lost: core::mem::take(&mut self.events_lost),
                     }));
                 }
-                Ok(_) => self.stats.other_events += 1,
-                Err(e) => {
-                    if matches!(e, SmmuError::UnknownEvent { .. }) {
-                        self.stats.unknown_events += 1;
-                    } else {
-                        self.stats.malformed_events += 1;
-                    }
-                    if let SmmuError::MalformedStalledEvent { stream, stag, .. } = e {
-                        self.resume(
-                            StreamId(stream),
-                            StallTag(u32::from(stag)),
-                            ResumeAction::Abort,
-                        )?;
-                    }
+                Ok(_) => {}
+                // A record that does not decode may have been a fault.
+                Err(_) => {
                     return Ok(Some(TakenFault {
                         record: None,
                         lost: true,
