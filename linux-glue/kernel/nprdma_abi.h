@@ -20,7 +20,7 @@
 #include <stddef.h>
 #endif
 
-#define NPRDMA_ABI_VERSION 2u
+#define NPRDMA_ABI_VERSION 3u
 /* The misc device's name: the node is /dev/nprdma-glue (abi.rs DEVICE_NODE). */
 #define NPRDMA_DEVICE_NAME "nprdma-glue"
 /* Unassigned in Documentation/userspace-api/ioctl/ioctl-number.rst as read. */
@@ -42,6 +42,7 @@ struct nprdma_version_args {
 #define NPRDMA_FEATURE_HUGE (1u << 0)    /* fault-in and resolve report 2 MiB blocks */
 #define NPRDMA_FEATURE_RING (1u << 1)    /* the invalidation ring exists */
 #define NPRDMA_FEATURE_RESOLVE (1u << 2) /* IOC_RESOLVE returns frames */
+#define NPRDMA_FEATURE_DMA (1u << 3)     /* IOC_DMA_ATTACH and IOC_DMA (ABI 3) */
 
 #define NPRDMA_ACCESS_READ 1u
 #define NPRDMA_ACCESS_WRITE 2u
@@ -117,6 +118,47 @@ struct nprdma_resolve_args {
 	__u32 status;        /* out */
 };
 
+/*
+ * IOC_DMA_ATTACH (ABI 3): the module's DMA device in an IOMMU domain of this open file, IOVA =
+ * virtual address. Errnos: ENODEV (no device bound, or none behind an IOMMU), EBUSY (another
+ * open file holds it), EALREADY (this one does).
+ */
+struct nprdma_dma_attach_args {
+	struct nprdma_abi_header hdr;
+	__u32 flags;          /* 0 */
+	__u32 status;         /* out */
+	__u64 pgsize_bitmap;  /* out: the domain's page sizes */
+	__u64 aperture_end;   /* out: the last IOVA the domain translates */
+	__u32 pci_address;    /* out: domain << 16 | bus << 8 | devfn */
+	__u32 reserved;
+};
+
+#define NPRDMA_DMA_TO_DEVICE 1u   /* the device reads memory */
+#define NPRDMA_DMA_FROM_DEVICE 2u /* the device writes memory */
+#define NPRDMA_DMA_BUFFER_BYTES 4096u
+
+/*
+ * IOC_DMA (ABI 3): one transfer between [addr, addr + len) of a region and the device's buffer,
+ * waited for on the device's interrupt. Errnos: ENODEV, ENOTCONN (not attached), ETIMEDOUT,
+ * EINTR (fatal signal; the module waits for the transfer before unmapping anything).
+ */
+struct nprdma_dma_args {
+	struct nprdma_abi_header hdr;
+	__u64 region_id;
+	__u64 addr;              /* IOVA = virtual address, any alignment */
+	__u32 len;               /* 1 to NPRDMA_DMA_BUFFER_BYTES */
+	__u32 direction;         /* NPRDMA_DMA_* */
+	__u32 dev_offset;        /* in the device's buffer */
+	__u32 flags;             /* 0 */
+	__u32 pages;             /* out: 1 or 2 */
+	__u32 present_before;    /* out: bit i = page i present at the start */
+	__u32 version_before[2]; /* out */
+	__u32 version_after[2];  /* out */
+	__u64 elapsed_ns;        /* out */
+	__u32 stale;             /* out: 1 = may have used the scratch page: re-send */
+	__u32 status;            /* out */
+};
+
 /* The event ring's header; producer and consumer each on a 64-byte line of its own. */
 struct nprdma_ring_header {
 	struct nprdma_abi_header hdr;
@@ -173,6 +215,8 @@ struct nprdma_table_header {
 #define NPRDMA_IOC_FAULT_IN _IOWR(NPRDMA_IOCTL_MAGIC, 0x03, struct nprdma_fault_in_args)
 #define NPRDMA_IOC_RING_SETUP _IOWR(NPRDMA_IOCTL_MAGIC, 0x04, struct nprdma_ring_setup_args)
 #define NPRDMA_IOC_RESOLVE _IOWR(NPRDMA_IOCTL_MAGIC, 0x05, struct nprdma_resolve_args)
+#define NPRDMA_IOC_DMA_ATTACH _IOWR(NPRDMA_IOCTL_MAGIC, 0x06, struct nprdma_dma_attach_args)
+#define NPRDMA_IOC_DMA _IOWR(NPRDMA_IOCTL_MAGIC, 0x07, struct nprdma_dma_args)
 
 /* Status codes: linux-glue's GlueError::code() values. */
 #define NPRDMA_ST_OK 0u
@@ -255,5 +299,25 @@ NPRDMA_SIZE(struct nprdma_table_header, 32);
 NPRDMA_PIN(struct nprdma_table_header, region_id, 8);
 NPRDMA_PIN(struct nprdma_table_header, entries, 16);
 NPRDMA_PIN(struct nprdma_table_header, generation, 24);
+NPRDMA_SIZE(struct nprdma_dma_attach_args, 40);
+NPRDMA_PIN(struct nprdma_dma_attach_args, flags, 8);
+NPRDMA_PIN(struct nprdma_dma_attach_args, status, 12);
+NPRDMA_PIN(struct nprdma_dma_attach_args, pgsize_bitmap, 16);
+NPRDMA_PIN(struct nprdma_dma_attach_args, aperture_end, 24);
+NPRDMA_PIN(struct nprdma_dma_attach_args, pci_address, 32);
+NPRDMA_SIZE(struct nprdma_dma_args, 80);
+NPRDMA_PIN(struct nprdma_dma_args, region_id, 8);
+NPRDMA_PIN(struct nprdma_dma_args, addr, 16);
+NPRDMA_PIN(struct nprdma_dma_args, len, 24);
+NPRDMA_PIN(struct nprdma_dma_args, direction, 28);
+NPRDMA_PIN(struct nprdma_dma_args, dev_offset, 32);
+NPRDMA_PIN(struct nprdma_dma_args, flags, 36);
+NPRDMA_PIN(struct nprdma_dma_args, pages, 40);
+NPRDMA_PIN(struct nprdma_dma_args, present_before, 44);
+NPRDMA_PIN(struct nprdma_dma_args, version_before, 48);
+NPRDMA_PIN(struct nprdma_dma_args, version_after, 56);
+NPRDMA_PIN(struct nprdma_dma_args, elapsed_ns, 64);
+NPRDMA_PIN(struct nprdma_dma_args, stale, 72);
+NPRDMA_PIN(struct nprdma_dma_args, status, 76);
 
 #endif /* NPRDMA_ABI_H */

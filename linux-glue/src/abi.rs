@@ -33,6 +33,14 @@
 //! [`cause::PROTECTION`], [`cause::RELEASED`]), [`RECORD_NONBLOCKING`], and made the
 //! page-state table a read-only mapping (the ring stays read-write: user space writes
 //! `consumer`).
+//!
+//! ABI 3 added device DMA behind an IOMMU ([`FEATURE_DMA`]): [`IOC_DMA_ATTACH`] gives the
+//! open file the module's DMA device (QEMU's `edu`) in an unmanaged IOMMU domain where IOVA =
+//! the process's virtual address, every page of a registered region mapped either to its
+//! frame (present in the table) or to the file's scratch page (absent); [`IOC_DMA`] runs one
+//! transfer between a registered buffer and the device and reports the page versions seen
+//! before and after it, so user space re-sends a transfer that may have used the scratch
+//! page (NP-RDMA's scheme; docs/linux-glue.md, "The IOMMU half").
 
 use std::mem::offset_of;
 use std::sync::atomic::AtomicU64;
@@ -40,7 +48,7 @@ use std::sync::atomic::AtomicU64;
 use crate::sys::{IOC_READ, IOC_WRITE, ioc};
 
 /// The ABI version this crate speaks.
-pub const ABI_VERSION: u32 = 2;
+pub const ABI_VERSION: u32 = 3;
 /// The module's character device.
 pub const DEVICE_NODE: &str = "/dev/nprdma-glue";
 /// ioctl type byte. Unassigned in Documentation/userspace-api/ioctl/ioctl-number.rst as read
@@ -85,6 +93,9 @@ pub const FEATURE_HUGE: u32 = 1 << 0;
 pub const FEATURE_RING: u32 = 1 << 1;
 /// Module feature: `IOC_RESOLVE` returns frames (ABI 2).
 pub const FEATURE_RESOLVE: u32 = 1 << 2;
+/// Module feature: `IOC_DMA_ATTACH` and `IOC_DMA` exist (ABI 3; whether a device is bound is
+/// the attach's answer).
+pub const FEATURE_DMA: u32 = 1 << 3;
 
 /// Device access: read (device reads memory).
 pub const ACCESS_READ: u32 = 1;
@@ -221,6 +232,78 @@ pub struct RingSetupArgs {
     pub status: u32,
     /// Padding, 0.
     pub reserved: u32,
+}
+
+/// `IOC_DMA_ATTACH` (ABI 3): give this open file the module's DMA device in an IOMMU domain of
+/// its own where IOVA = virtual address. Errnos: `ENODEV` no device is bound (or it sits behind
+/// no IOMMU), `EBUSY` another open file holds it, `EALREADY` this one does. Every page of every
+/// region of the file is then mapped for the device, to its frame or to the scratch page; the
+/// tables' entries start absent (their versions bumped).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DmaAttachArgs {
+    /// In.
+    pub hdr: AbiHeader,
+    /// In: reserved, 0.
+    pub flags: u32,
+    /// Out: 0 or an error code.
+    pub status: u32,
+    /// Out: the domain's page sizes (`iommu_domain.pgsize_bitmap`).
+    pub pgsize_bitmap: u64,
+    /// Out: the last IOVA the domain translates (`geometry.aperture_end`).
+    pub aperture_end: u64,
+    /// Out: the device's PCI address, `domain << 16 | bus << 8 | devfn`.
+    pub pci_address: u32,
+    /// Padding, 0.
+    pub reserved: u32,
+}
+
+/// [`DmaArgs::direction`]: the device reads memory (RAM to the device's buffer).
+pub const DMA_TO_DEVICE: u32 = 1;
+/// [`DmaArgs::direction`]: the device writes memory (its buffer to RAM).
+pub const DMA_FROM_DEVICE: u32 = 2;
+/// The device's buffer (QEMU `edu`: 4 KiB at offset 0x40000 of its DMA space).
+pub const DMA_BUFFER_BYTES: u32 = 4096;
+
+/// `IOC_DMA` (ABI 3): one transfer between `[addr, addr + len)` of a region (IOVA = address)
+/// and the device's buffer at `dev_offset`, waited for on the device's interrupt. Errnos:
+/// `ENODEV` no device, `ENOTCONN` this file has not attached it, `ETIMEDOUT` no completion
+/// within 5 s, `EINTR` a fatal signal (the transfer may still run; the module waits for it
+/// before unmapping anything it could touch). Statuses: 8 unknown region, 9 the range is not
+/// inside the region, 5 a device write to a read-only region or to a page present read-only
+/// (fault it in for write first), 21 bad length, offset, direction or flags.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DmaArgs {
+    /// In.
+    pub hdr: AbiHeader,
+    /// In: the region.
+    pub region_id: u64,
+    /// In: first byte (any alignment; the IOVA the device uses).
+    pub addr: u64,
+    /// In: bytes, 1 to [`DMA_BUFFER_BYTES`].
+    pub len: u32,
+    /// In: [`DMA_TO_DEVICE`] or [`DMA_FROM_DEVICE`].
+    pub direction: u32,
+    /// In: offset in the device's buffer; `dev_offset + len <= DMA_BUFFER_BYTES`.
+    pub dev_offset: u32,
+    /// In: reserved, 0.
+    pub flags: u32,
+    /// Out: pages the transfer touches (1 or 2).
+    pub pages: u32,
+    /// Out: bit i set = page i was present (mapped to its frame) when the transfer started.
+    pub present_before: u32,
+    /// Out: the pages' table versions when the transfer started.
+    pub version_before: [u32; 2],
+    /// Out: the pages' table versions at its completion.
+    pub version_after: [u32; 2],
+    /// Out: from the start to the completion interrupt, in ns of the kernel's clock.
+    pub elapsed_ns: u64,
+    /// Out: 1 = a page was absent at the start or changed before the completion: the device
+    /// may have used the scratch page; fault in and re-send.
+    pub stale: u32,
+    /// Out: 0 or an error code.
+    pub status: u32,
 }
 
 /// The shared header of the event ring. `producer` and `consumer` sit on their own 64-byte
@@ -397,6 +480,21 @@ pub const IOC_RESOLVE: u32 = ioc(
     size_of::<ResolveArgs>(),
 );
 
+/// `IOC_DMA_ATTACH = _IOWR(0xD7, 0x06, DmaAttachArgs)` (ABI 3).
+pub const IOC_DMA_ATTACH: u32 = ioc(
+    IOC_READ | IOC_WRITE,
+    IOCTL_MAGIC,
+    0x06,
+    size_of::<DmaAttachArgs>(),
+);
+/// `IOC_DMA = _IOWR(0xD7, 0x07, DmaArgs)` (ABI 3).
+pub const IOC_DMA: u32 = ioc(
+    IOC_READ | IOC_WRITE,
+    IOCTL_MAGIC,
+    0x07,
+    size_of::<DmaArgs>(),
+);
+
 // Layout pins: a change here is an ABI break and needs ABI_VERSION + 1.
 const _: () = {
     assert!(size_of::<AbiHeader>() == 8);
@@ -439,6 +537,26 @@ const _: () = {
     assert!(size_of::<TableHeader>() == 32);
     assert!(offset_of!(TableHeader, generation) == 24);
     assert!(size_of::<PageStateEntry>() == 8);
+    assert!(size_of::<DmaAttachArgs>() == 40);
+    assert!(offset_of!(DmaAttachArgs, flags) == 8);
+    assert!(offset_of!(DmaAttachArgs, status) == 12);
+    assert!(offset_of!(DmaAttachArgs, pgsize_bitmap) == 16);
+    assert!(offset_of!(DmaAttachArgs, aperture_end) == 24);
+    assert!(offset_of!(DmaAttachArgs, pci_address) == 32);
+    assert!(size_of::<DmaArgs>() == 80);
+    assert!(offset_of!(DmaArgs, region_id) == 8);
+    assert!(offset_of!(DmaArgs, addr) == 16);
+    assert!(offset_of!(DmaArgs, len) == 24);
+    assert!(offset_of!(DmaArgs, direction) == 28);
+    assert!(offset_of!(DmaArgs, dev_offset) == 32);
+    assert!(offset_of!(DmaArgs, flags) == 36);
+    assert!(offset_of!(DmaArgs, pages) == 40);
+    assert!(offset_of!(DmaArgs, present_before) == 44);
+    assert!(offset_of!(DmaArgs, version_before) == 48);
+    assert!(offset_of!(DmaArgs, version_after) == 56);
+    assert!(offset_of!(DmaArgs, elapsed_ns) == 64);
+    assert!(offset_of!(DmaArgs, stale) == 72);
+    assert!(offset_of!(DmaArgs, status) == 76);
 };
 
 /// Plain-old-data ABI structs that may be viewed as bytes and rebuilt from bytes.
@@ -504,6 +622,14 @@ unsafe impl AbiStruct for ResolveArgs {
     const NAME: &'static str = "ResolveArgs";
 }
 // SAFETY: as above.
+unsafe impl AbiStruct for DmaAttachArgs {
+    const NAME: &'static str = "DmaAttachArgs";
+}
+// SAFETY: as above.
+unsafe impl AbiStruct for DmaArgs {
+    const NAME: &'static str = "DmaArgs";
+}
+// SAFETY: as above.
 unsafe impl AbiStruct for InvalidationRecord {
     const NAME: &'static str = "InvalidationRecord";
 }
@@ -521,6 +647,8 @@ mod tests {
         assert_eq!(IOC_FAULT_IN, 0xC040_D703);
         assert_eq!(IOC_RING_SETUP, 0xC028_D704);
         assert_eq!(IOC_RESOLVE, 0xC040_D705);
+        assert_eq!(IOC_DMA_ATTACH, 0xC028_D706);
+        assert_eq!(IOC_DMA, 0xC050_D707);
     }
 
     #[test]

@@ -8,7 +8,9 @@ use std::sync::Arc;
 use common::*;
 use hal::{AlignedRange, PageSize, VirtAddr};
 use linux_glue::abi::{self, AbiHeader, AbiStruct, FaultInArgs, InvalidationRecord};
-use linux_glue::kmod::{FAKE_PFN_BASE, FakeModule, ModuleBackend, ModuleClient, RealModule};
+use linux_glue::kmod::{
+    DmaDirection, FAKE_PFN_BASE, FakeModule, ModuleBackend, ModuleClient, RealModule,
+};
 use linux_glue::{Access, FaultKind, GlueError};
 
 const BASE: u64 = 0x7f00_0000_0000;
@@ -37,7 +39,35 @@ fn the_handshake_refuses_another_abi_version() {
     let (_, c) = client();
     assert_eq!(
         c.features(),
-        abi::FEATURE_HUGE | abi::FEATURE_RING | abi::FEATURE_RESOLVE
+        abi::FEATURE_HUGE | abi::FEATURE_RING | abi::FEATURE_RESOLVE | abi::FEATURE_DMA
+    );
+}
+
+#[test]
+fn dma_without_a_device_is_enodev_after_the_usual_checks() {
+    let (fake, c) = client();
+    let enodev = GlueError::Os {
+        op: "nprdma-glue ioctl",
+        errno: libc::ENODEV,
+    };
+    assert_eq!(c.dma_attach().unwrap_err(), enodev);
+    let r = c
+        .register(VirtAddr::new(BASE), 0x2000, Access::Write)
+        .unwrap();
+    let e = c
+        .dma(&r, VirtAddr::new(BASE + 8), 64, DmaDirection::FromDevice, 0)
+        .unwrap_err();
+    assert_eq!(e, enodev);
+    let mut old = abi::DmaArgs {
+        hdr: AbiHeader {
+            abi_version: 2,
+            struct_size: 80,
+        },
+        ..Default::default()
+    };
+    assert_eq!(
+        fake.ioctl(abi::IOC_DMA, old.as_bytes_mut()),
+        Err(libc::EPROTO)
     );
 }
 

@@ -399,7 +399,8 @@ impl ModuleBackend for FakeModule {
             abi::IOC_VERSION => {
                 let mut v: VersionArgs = self.decode(arg, false)?;
                 v.module_version = self.version;
-                v.features = abi::FEATURE_HUGE | abi::FEATURE_RING | abi::FEATURE_RESOLVE;
+                v.features =
+                    abi::FEATURE_HUGE | abi::FEATURE_RING | abi::FEATURE_RESOLVE | abi::FEATURE_DMA;
                 Self::encode(v, arg);
             }
             abi::IOC_REGISTER => {
@@ -431,6 +432,16 @@ impl ModuleBackend for FakeModule {
                 let mut a: RingSetupArgs = self.decode(arg, true)?;
                 self.do_ring_setup(&mut a);
                 Self::encode(a, arg);
+            }
+            // The fake has the ioctls but no device behind them, as the module on a machine
+            // without one: ENODEV after the usual checks.
+            abi::IOC_DMA_ATTACH => {
+                let _: abi::DmaAttachArgs = self.decode(arg, true)?;
+                return Err(libc::ENODEV);
+            }
+            abi::IOC_DMA => {
+                let _: abi::DmaArgs = self.decode(arg, true)?;
+                return Err(libc::ENODEV);
             }
             _ => return Err(libc::ENOTTY),
         }

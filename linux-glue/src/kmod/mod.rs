@@ -12,8 +12,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use hal::{AlignedRange, PageSize, VirtAddr};
 
 use crate::abi::{
-    self, ABI_VERSION, AbiHeader, AbiStruct, FaultInArgs, InvalidationRecord, PageStateEntry,
-    RegisterArgs, ResolveArgs, RingSetupArgs, UnregisterArgs, VersionArgs,
+    self, ABI_VERSION, AbiHeader, AbiStruct, DmaArgs, DmaAttachArgs, FaultInArgs,
+    InvalidationRecord, PageStateEntry, RegisterArgs, ResolveArgs, RingSetupArgs, UnregisterArgs,
+    VersionArgs,
 };
 use crate::registry::Access;
 use crate::resolver::FaultKind;
@@ -276,6 +277,53 @@ pub struct ModuleFaultIn {
     pub major_faults: u32,
     /// 2 MiB blocks mapped.
     pub huge_blocks: u32,
+}
+
+/// The module's DMA device as [`ModuleClient::dma_attach`] found it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DmaDevice {
+    /// The IOMMU domain's page sizes.
+    pub pgsize_bitmap: u64,
+    /// The last IOVA the domain translates.
+    pub aperture_end: u64,
+    /// `domain << 16 | bus << 8 | devfn`.
+    pub pci_address: u32,
+}
+
+/// Direction of a device transfer ([`ModuleClient::dma`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DmaDirection {
+    /// The device reads memory into its buffer.
+    ToDevice,
+    /// The device writes its buffer to memory.
+    FromDevice,
+}
+
+impl DmaDirection {
+    /// The access the transfer needs of the memory side.
+    pub fn access(self) -> Access {
+        match self {
+            Self::ToDevice => Access::Read,
+            Self::FromDevice => Access::Write,
+        }
+    }
+}
+
+/// One transfer as the module reports it ([`ModuleClient::dma`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DmaOutcome {
+    /// Pages touched (1 or 2).
+    pub pages: u32,
+    /// Bit i: page i was present when the transfer started.
+    pub present_before: u32,
+    /// Table versions at the start.
+    pub version_before: [u32; 2],
+    /// Table versions at the completion.
+    pub version_after: [u32; 2],
+    /// Start to completion interrupt, ns.
+    pub elapsed_ns: u64,
+    /// The device may have used the scratch page: fault in and re-send.
+    pub stale: bool,
 }
 
 /// The user-space half: registration, fault-in, table checks and the event ring.
@@ -619,6 +667,100 @@ impl<B: ModuleBackend> ModuleClient<B> {
             kind,
             version: a.version,
         })
+    }
+
+    /// Takes the module's DMA device for this open file (`IOC_DMA_ATTACH`, ABI 3): an IOMMU
+    /// domain of its own where IOVA = virtual address. `Os { errno: ENODEV }` when no device is
+    /// bound, `EBUSY` when another file holds it, `EALREADY` when this one does.
+    pub fn dma_attach(&self) -> Result<DmaDevice> {
+        let mut a = DmaAttachArgs {
+            hdr: AbiHeader::for_struct::<DmaAttachArgs>(),
+            ..Default::default()
+        };
+        self.call(abi::IOC_DMA_ATTACH, &mut a)?;
+        if a.status != 0 {
+            return Err(status_error(a.status, 0, 0, 0));
+        }
+        Ok(DmaDevice {
+            pgsize_bitmap: a.pgsize_bitmap,
+            aperture_end: a.aperture_end,
+            pci_address: a.pci_address,
+        })
+    }
+
+    /// One device transfer between `[addr, addr + len)` of `region` and the device's buffer at
+    /// `dev_offset` (`IOC_DMA`), as it ran: pages absent at the start hit the scratch page, and
+    /// [`DmaOutcome::stale`] says so. No fault-in here: see [`ModuleClient::dma_resend`].
+    pub fn dma(
+        &self,
+        region: &ModuleRegion,
+        addr: VirtAddr,
+        len: u32,
+        direction: DmaDirection,
+        dev_offset: u32,
+    ) -> Result<DmaOutcome> {
+        let mut a = DmaArgs {
+            hdr: AbiHeader::for_struct::<DmaArgs>(),
+            region_id: region.id,
+            addr: addr.as_u64(),
+            len,
+            direction: match direction {
+                DmaDirection::ToDevice => abi::DMA_TO_DEVICE,
+                DmaDirection::FromDevice => abi::DMA_FROM_DEVICE,
+            },
+            dev_offset,
+            ..Default::default()
+        };
+        self.call(abi::IOC_DMA, &mut a)?;
+        if a.status != 0 {
+            return Err(status_error(
+                a.status,
+                region.id,
+                addr.as_u64(),
+                u64::from(len),
+            ));
+        }
+        if !(1..=2).contains(&a.pages) {
+            return Err(GlueError::Malformed {
+                what: "DmaArgs reply",
+                detail: format!("{} pages", a.pages),
+            });
+        }
+        Ok(DmaOutcome {
+            pages: a.pages,
+            present_before: a.present_before,
+            version_before: a.version_before,
+            version_after: a.version_after,
+            elapsed_ns: a.elapsed_ns,
+            stale: a.stale != 0,
+        })
+    }
+
+    /// NP-RDMA's send loop for one transfer: fault in the pages it touches (only the absent
+    /// ones, [`ModuleClient::ensure_present`]), run it, and while the module says it may have
+    /// used the scratch page, fault in again and re-send, up to `max_sends` transfers. Returns
+    /// the clean outcome and how many transfers were re-sent; [`GlueError::Contended`] if every
+    /// send was stale.
+    pub fn dma_resend(
+        &self,
+        region: &ModuleRegion,
+        addr: VirtAddr,
+        len: u32,
+        direction: DmaDirection,
+        dev_offset: u32,
+        max_sends: u32,
+    ) -> Result<(DmaOutcome, u32)> {
+        let first = addr.as_u64() & !(PAGE - 1);
+        let end = (addr.as_u64() + u64::from(len.max(1)) + PAGE - 1) & !(PAGE - 1);
+        let pages = AlignedRange::new(VirtAddr::new(first), end - first, PageSize::Size4K)?;
+        for sent in 0..max_sends {
+            self.ensure_present(region, pages, direction.access())?;
+            let out = self.dma(region, addr, len, direction, dev_offset)?;
+            if !out.stale {
+                return Ok((out, sent));
+            }
+        }
+        Err(GlueError::Contended { retries: max_sends })
     }
 
     /// Creates the event ring with `entries` records (a power of two) and maps it.
