@@ -1,8 +1,10 @@
 //! The Debian guest machinery shared by `cargo xtask rxe-test` and `cargo xtask
 //! kernel-test`: Debian packages fetched with `apt-get download` and unpacked under `target/`,
 //! the kernel's module order, the shared libraries a host-built binary needs inside the guest,
-//! a newc initramfs, and one boot of `qemu-system-x86_64` with the serial console as the test
-//! protocol.
+//! a newc initramfs, and one boot of `qemu-system-x86_64` (or, for kernel-test's arm64 guest,
+//! `qemu-system-aarch64`) with the serial console as the test protocol. Packages of another
+//! architecture come through a private apt state under `target/` ([`AptState`]), so the
+//! machine's own apt configuration is never changed.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
@@ -102,6 +104,96 @@ impl Wanted {
 /// Downloads the `wanted` packages into `dir` with `apt-get download` unless a `.deb` of each
 /// is already there; returns their files in the order asked.
 pub fn fetch_packages(dir: &Path, wanted: &[Wanted]) -> Result<Vec<PathBuf>, XtaskError> {
+    fetch_packages_from(dir, wanted, None)
+}
+
+/// An apt state of its own (package lists and cache under `root`) for one foreign
+/// architecture: `apt-get -o Dir::State::Lists=... -o APT::Architecture=arm64 ...` reads the
+/// machine's sources but keeps its lists apart, so nothing of the machine's apt or dpkg
+/// configuration changes (no `dpkg --add-architecture`).
+pub struct AptState {
+    root: PathBuf,
+    arch: &'static str,
+}
+
+impl AptState {
+    /// The state under `root` for Debian architecture `arch`.
+    pub fn new(root: PathBuf, arch: &'static str) -> Self {
+        Self { root, arch }
+    }
+
+    /// The `-o` options that select this state.
+    pub fn options(&self) -> Vec<String> {
+        vec![
+            "-o".into(),
+            format!("Dir::State::Lists={}", self.root.join("lists").display()),
+            "-o".into(),
+            format!("Dir::Cache={}", self.root.join("cache").display()),
+            "-o".into(),
+            format!("APT::Architecture={}", self.arch),
+            "-o".into(),
+            format!("APT::Architectures::={}", self.arch),
+        ]
+    }
+
+    /// `apt-get update` of this state, once per process, or when it has no lists yet.
+    pub fn update(&self, force: bool) -> Result<(), XtaskError> {
+        static DONE: std::sync::Mutex<bool> = std::sync::Mutex::new(false);
+        let mut done = DONE.lock().unwrap_or_else(|p| p.into_inner());
+        let lists = self.root.join("lists");
+        let has_lists = std::fs::read_dir(&lists)
+            .map(|d| {
+                d.filter_map(|e| e.ok())
+                    .any(|e| e.file_name().to_string_lossy().contains("Packages"))
+            })
+            .unwrap_or(false);
+        if has_lists && (*done || !force) {
+            return Ok(());
+        }
+        for d in [
+            lists.join("partial"),
+            self.root.join("cache/archives/partial"),
+        ] {
+            std::fs::create_dir_all(&d).map_err(|e| other(format!("{}: {e}", d.display())))?;
+        }
+        println!(
+            "xtask: apt-get update ({} lists in {})",
+            self.arch,
+            self.root.display()
+        );
+        run_status(
+            &format!("apt-get update ({})", self.arch),
+            Command::new("apt-get")
+                .args(["-q", "-o", "Dpkg::Use-Pty=0"])
+                .args(self.options())
+                .arg("update")
+                .stdout(Stdio::null())
+                .env("DEBIAN_FRONTEND", "noninteractive"),
+        )?;
+        *done = true;
+        Ok(())
+    }
+
+    /// The line `apt-cache <args>` prints, through this state.
+    pub fn cache_query(&self, args: &[&str]) -> Result<String, XtaskError> {
+        let out = Command::new("apt-cache")
+            .args(self.options())
+            .args(args)
+            .output()
+            .map_err(|error| XtaskError::Spawn {
+                what: "apt-cache".into(),
+                error,
+            })?;
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+}
+
+/// [`fetch_packages`] through `state` (a foreign architecture), or the machine's apt.
+pub fn fetch_packages_from(
+    dir: &Path,
+    wanted: &[Wanted],
+    state: Option<&AptState>,
+) -> Result<Vec<PathBuf>, XtaskError> {
     std::fs::create_dir_all(dir).map_err(|e| other(format!("{}: {e}", dir.display())))?;
     let have = |w: &Wanted| -> Option<PathBuf> {
         let prefix = w.file_prefix();
@@ -120,9 +212,11 @@ pub fn fetch_packages(dir: &Path, wanted: &[Wanted]) -> Result<Vec<PathBuf>, Xta
         .collect();
     if !missing.is_empty() {
         println!("xtask: apt-get download {} package(s)", missing.len());
+        let options = state.map(AptState::options).unwrap_or_default();
         let download = || {
             Command::new("apt-get")
                 .current_dir(dir)
+                .args(&options)
                 .arg("download")
                 .args(&missing)
                 .output()
@@ -133,7 +227,10 @@ pub fn fetch_packages(dir: &Path, wanted: &[Wanted]) -> Result<Vec<PathBuf>, Xta
         };
         let mut out = download()?;
         if !out.status.success() {
-            apt_update_once();
+            match state {
+                Some(s) => s.update(true)?,
+                None => apt_update_once(),
+            }
             out = download()?;
         }
         if !out.status.success() {
@@ -575,13 +672,31 @@ pub struct Vm<'a> {
 /// other output on the same console line begins at its `NPRDMA-` marker). Fails if QEMU fails
 /// or the VM outlives its timeout.
 pub fn run_vm(vm: &Vm<'_>) -> Result<Vec<String>, XtaskError> {
-    let mut cmd = Command::new(vm.qemu);
-    if vm.accel == "kvm" {
-        cmd.args(["-accel", "kvm", "-cpu", "host"]);
+    let mut machine: Vec<String> = if vm.accel == "kvm" {
+        vec!["-accel".into(), "kvm".into(), "-cpu".into(), "host".into()]
     } else {
-        cmd.args(["-accel", "tcg,thread=multi", "-cpu", "max"]);
-    }
-    cmd.args(["-machine", "q35", "-smp", &vm.smp.to_string()])
+        vec![
+            "-accel".into(),
+            "tcg,thread=multi".into(),
+            "-cpu".into(),
+            "max".into(),
+        ]
+    };
+    machine.extend(["-machine".into(), "q35".into()]);
+    run_vm_on(vm, &machine)
+}
+
+/// [`run_vm`] on another machine: `machine` replaces the accelerator, CPU and machine
+/// options (`vm.accel` is then only reported), e.g. `qemu-system-aarch64`'s `-M virt,...`.
+pub fn run_vm_on(vm: &Vm<'_>, machine: &[String]) -> Result<Vec<String>, XtaskError> {
+    let qemu_name = vm
+        .qemu
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "qemu".into());
+    let mut cmd = Command::new(vm.qemu);
+    cmd.args(machine)
+        .args(["-smp", &vm.smp.to_string()])
         .args(["-m", &vm.memory_mib.to_string()])
         .args([
             "-nographic",
@@ -605,7 +720,7 @@ pub fn run_vm(vm: &Vm<'_>) -> Result<Vec<String>, XtaskError> {
         vm.accel
     );
     let mut child = cmd.spawn().map_err(|error| XtaskError::Spawn {
-        what: "qemu-system-x86_64".into(),
+        what: qemu_name.clone(),
         error,
     })?;
     let stdout = child.stdout.take();
@@ -651,7 +766,7 @@ pub fn run_vm(vm: &Vm<'_>) -> Result<Vec<String>, XtaskError> {
             Ok(None) => std::thread::sleep(Duration::from_millis(100)),
             Err(error) => {
                 return Err(XtaskError::Spawn {
-                    what: "qemu-system-x86_64 (wait)".into(),
+                    what: format!("{qemu_name} (wait)"),
                     error,
                 });
             }

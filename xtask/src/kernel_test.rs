@@ -14,6 +14,17 @@
 //! kernel log for WARNING, BUG, Oops, call traces and lockdep reports, reloads the module
 //! once, and ends with `NPRDMA-KMOD: VERDICT PASS|FAIL`. The command fails on any FAIL, a
 //! missing verdict, or a guest that outlives its timeout.
+//!
+//! `--arch arm64` (also run by default, after x86_64) is the IOMMU half: the module
+//! cross-built with Debian's `gcc-12-aarch64-linux-gnu` against `linux-headers-<abi>-arm64`
+//! (fetched through a private apt state under `target/kernel-test-arm64/apt`, no change to
+//! the machine's apt), Debian's arm64 kernel on `qemu-system-aarch64 -M virt,iommu=smmuv3`
+//! with QEMU's `edu` behind the SMMUv3 (icount, so edu's 100 ms transfers cost little), and
+//! `linux-glue-dma-test` plus `linux-glue-kmod-test` cross-built for
+//! `aarch64-unknown-linux-gnu` with Debian's rustc-web and its arm64 standard library
+//! (`libstd-rust-web-dev:arm64`), linked statically with `libc6-dev-arm64-cross`. The swap
+//! soak runs in that guest too (`--soak N` transfers; zram swap, a cgroup v2 `memory.max`
+//! below the buffer).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -26,10 +37,10 @@ use crate::util::{XtaskError, require_tool, run_status, section, workspace_root}
 const GUEST_PACKAGES: &[&str] = &["busybox-static", "libc6", "libgcc-s1"];
 
 /// Files of linux-glue/kernel that the out-of-tree build needs.
-const MODULE_SOURCES: &[&str] = &["Kbuild", "nprdma.c", "nprdma_abi.h"];
+pub(crate) const MODULE_SOURCES: &[&str] = &["Kbuild", "nprdma.c", "nprdma_abi.h"];
 
 /// Kernel functions that take page references or pins (mm/gup.c): the module must import none.
-const PINNING_SYMBOLS: &[&str] = &[
+pub(crate) const PINNING_SYMBOLS: &[&str] = &[
     "get_user_pages",
     "pin_user_pages",
     "get_user_pages_fast",
@@ -41,8 +52,12 @@ const PINNING_SYMBOLS: &[&str] = &[
     "get_user_page_vma_remote",
 ];
 
-/// Default wall-clock limit for the guest (it needs about a minute under TCG).
+/// Default wall-clock limit for the x86_64 guest (it needs about a minute under TCG).
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
+/// Default wall-clock limit for the arm64 guest (checks, the CI soak and the 38 checks).
+pub const DEFAULT_TIMEOUT_ARM64: Duration = Duration::from_secs(900);
+/// Transfers of the swap soak in CI (`--soak`; docs/linux-glue.md has the long run).
+pub const CI_SOAK: u64 = 10_000;
 
 /// The guest's /init.
 const GUEST_INIT: &str = r#"#!/bin/busybox sh
@@ -83,16 +98,43 @@ sync
 poweroff -f
 "#;
 
+/// The guest architectures kernel-test knows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Arch {
+    /// q35, no IOMMU, no DMA device: the mm half.
+    X86_64,
+    /// virt with an SMMUv3 and edu: the mm half and the IOMMU half.
+    Arm64,
+}
+
+impl Arch {
+    /// Parses `--arch`'s value.
+    pub fn parse(s: &str) -> Option<Vec<Arch>> {
+        match s {
+            "x86_64" | "x86" | "amd64" => Some(vec![Arch::X86_64]),
+            "arm64" | "aarch64" => Some(vec![Arch::Arm64]),
+            "all" => Some(vec![Arch::X86_64, Arch::Arm64]),
+            _ => None,
+        }
+    }
+}
+
 /// Options of `cargo xtask kernel-test`.
 pub struct Options {
-    /// Wall-clock limit for the guest.
-    pub timeout: Duration,
+    /// Wall-clock limit for each guest (`None`: the architecture's default).
+    pub timeout: Option<Duration>,
+    /// The guests to run, in order.
+    pub arches: Vec<Arch>,
+    /// Transfers of the arm64 swap soak (0: none).
+    pub soak: u64,
 }
 
 impl Default for Options {
     fn default() -> Self {
         Self {
-            timeout: DEFAULT_TIMEOUT,
+            timeout: None,
+            arches: vec![Arch::X86_64, Arch::Arm64],
+            soak: CI_SOAK,
         }
     }
 }
@@ -135,7 +177,7 @@ fn wanted_packages() -> Result<Vec<Wanted>, XtaskError> {
 
 /// The headers package's Makefile includes the `-common` headers by their absolute path under
 /// /usr/src; in the copy unpacked under `root` it must include the unpacked one.
-fn rebase_includes(makefile: &str, root: &Path) -> String {
+pub(crate) fn rebase_includes(makefile: &str, root: &Path) -> String {
     makefile
         .lines()
         .map(|l| match l.strip_prefix("include /usr/src/") {
@@ -147,7 +189,7 @@ fn rebase_includes(makefile: &str, root: &Path) -> String {
         + "\n"
 }
 
-fn fix_headers_makefile(hdir: &Path, root: &Path) -> Result<(), XtaskError> {
+pub(crate) fn fix_headers_makefile(hdir: &Path, root: &Path) -> Result<(), XtaskError> {
     let path = hdir.join("Makefile");
     let text =
         std::fs::read_to_string(&path).map_err(|e| other(format!("{}: {e}", path.display())))?;
@@ -160,7 +202,11 @@ fn fix_headers_makefile(hdir: &Path, root: &Path) -> Result<(), XtaskError> {
 
 /// Copies the module's sources into `dir` (a file whose content did not change keeps its
 /// time, so make rebuilds only what changed) and builds nprdma.ko there.
-fn build_module(hdir: &Path, dir: &Path) -> Result<PathBuf, XtaskError> {
+pub(crate) fn build_module(
+    hdir: &Path,
+    dir: &Path,
+    make_args: &[&str],
+) -> Result<PathBuf, XtaskError> {
     let src = workspace_root().join("linux-glue").join("kernel");
     std::fs::create_dir_all(dir).map_err(|e| other(format!("{}: {e}", dir.display())))?;
     for f in MODULE_SOURCES {
@@ -177,6 +223,8 @@ fn build_module(hdir: &Path, dir: &Path) -> Result<PathBuf, XtaskError> {
             .arg(hdir)
             .arg(format!("M={}", dir.display()))
             .arg("KCFLAGS=-Werror")
+            .arg("W=1")
+            .args(make_args)
             .arg("modules"),
     )?;
     let ko = dir.join("nprdma.ko");
@@ -188,7 +236,7 @@ fn build_module(hdir: &Path, dir: &Path) -> Result<PathBuf, XtaskError> {
 }
 
 /// The kernel symbols the module imports (`nm -u`).
-fn imported_symbols(ko: &Path) -> Result<Vec<String>, XtaskError> {
+pub(crate) fn imported_symbols(ko: &Path) -> Result<Vec<String>, XtaskError> {
     let out = Command::new("nm")
         .arg("-u")
         .arg(ko)
@@ -210,7 +258,7 @@ fn imported_symbols(ko: &Path) -> Result<Vec<String>, XtaskError> {
 }
 
 /// The kernel configuration's debugging options that decide what the guest's log can show.
-fn debug_config_note(hdir: &Path) -> String {
+pub(crate) fn debug_config_note(hdir: &Path) -> String {
     let config = std::fs::read_to_string(hdir.join(".config")).unwrap_or_default();
     let on = |opt: &str| config.lines().any(|l| l == format!("{opt}=y"));
     let list = |opts: &[&str], want: bool| -> String {
@@ -268,7 +316,7 @@ fn build_initramfs(stage: &Path, ko: &Path, test_bin: &Path, out: &Path) -> Resu
 
 /// The guest's verdict: every `NPRDMA-KMOD:` line counted, any FAIL or a missing
 /// `VERDICT PASS` (or test summary) is a failure.
-fn evaluate(lines: &[String]) -> Result<(), XtaskError> {
+pub(crate) fn evaluate(lines: &[String]) -> Result<(), XtaskError> {
     let protocol: Vec<&str> = lines
         .iter()
         .filter_map(|l| l.strip_prefix("NPRDMA-KMOD: "))
@@ -306,8 +354,28 @@ fn evaluate(lines: &[String]) -> Result<(), XtaskError> {
     Ok(())
 }
 
-/// Runs the whole test; fails if the build, any guest check or the kernel log failed.
+/// Runs every guest `opts` names; fails if the build, any guest check or a kernel log failed.
 pub fn run(opts: &Options) -> Result<(), XtaskError> {
+    let mut failed = Vec::new();
+    for arch in &opts.arches {
+        let r = match arch {
+            Arch::X86_64 => run_x86(opts),
+            Arch::Arm64 => crate::kernel_test_arm64::run(opts),
+        };
+        if let Err(e) = r {
+            eprintln!("xtask: kernel-test ({arch:?}) failed: {e}");
+            failed.push(format!("kernel-test {arch:?}: {e}"));
+        }
+    }
+    if failed.is_empty() {
+        Ok(())
+    } else {
+        Err(XtaskError::Checks(failed))
+    }
+}
+
+/// The x86_64 guest: the mm half (no IOMMU, no DMA device).
+fn run_x86(opts: &Options) -> Result<(), XtaskError> {
     let started = Instant::now();
     let qemu = require_tool("qemu-system-x86_64", "qemu-system-x86")?;
     require_tool("apt-get", "apt")?;
@@ -348,7 +416,7 @@ pub fn run(opts: &Options) -> Result<(), XtaskError> {
     section(&format!(
         "kernel-test: build nprdma.ko against linux-headers-{kver} (host gcc-12)"
     ));
-    let ko = build_module(&hdir, &cache.join("module"))?;
+    let ko = build_module(&hdir, &cache.join("module"), &[])?;
     let imports = imported_symbols(&ko)?;
     let pins: Vec<&String> = imports
         .iter()
@@ -393,7 +461,7 @@ pub fn run(opts: &Options) -> Result<(), XtaskError> {
         smp: 2,
         memory_mib: 1024,
         append: "console=ttyS0 panic=-1 loglevel=3".into(),
-        timeout: opts.timeout,
+        timeout: opts.timeout.unwrap_or(DEFAULT_TIMEOUT),
         log: &log,
         show: |line| {
             line.starts_with("NPRDMA-")

@@ -20,6 +20,7 @@
 mod firmware;
 mod guest;
 mod kernel_test;
+mod kernel_test_arm64;
 mod layers;
 mod rxe;
 mod setup;
@@ -48,11 +49,14 @@ commands:
                               --candidate: also a second build of the library, in the same
                               rounds, compared run by run with this one;
                               --boots: boot n times and pool the latency ratios)
-  kernel-test [--timeout <seconds>]
-                              build nprdma.ko against Debian's headers and test it in a Debian
-                              guest (qemu-system-x86_64, -smp 2): handshake, registration
+  kernel-test [--arch x86_64|arm64|all] [--soak <transfers>] [--timeout <seconds>]
+                              build nprdma.ko against Debian's headers and test it in Debian
+                              guests (qemu-system-x86_64, -smp 2): handshake, registration
                               without pinning, frames vs pagemap, invalidations, bad input,
-                              teardown, rmmod; fails on any WARNING/BUG/Oops in the guest log
+                              teardown, rmmod; arm64 (qemu-system-aarch64 virt + SMMUv3 + edu):
+                              edu DMA in an IOMMU domain with IOVA = VA, the scratch page and
+                              re-sends, a swap soak (default 10000 transfers); fails on any
+                              WARNING/BUG/Oops or SMMU event in a guest log (default: all)
   test [--skip-setup]         everything CI checks: fmt, the layering rule, clippy, host tests,
                               a small nprdma demo, no_std cross builds, every firmware test on
                               QEMU, rxe-test, kernel-test
@@ -142,7 +146,15 @@ fn run(args: &[String]) -> Result<(), XtaskError> {
         "kernel-test" => {
             let mut o = kernel_test::Options::default();
             if let Some(s) = opts.value_u64("--timeout")? {
-                o.timeout = std::time::Duration::from_secs(s.max(1));
+                o.timeout = Some(std::time::Duration::from_secs(s.max(1)));
+            }
+            if let Some(a) = opts.value_str("--arch")? {
+                o.arches = kernel_test::Arch::parse(&a).ok_or_else(|| {
+                    XtaskError::Usage(format!("--arch {a}: x86_64, arm64 or all"))
+                })?;
+            }
+            if let Some(n) = opts.value_u64("--soak")? {
+                o.soak = n;
             }
             opts.finish()?;
             kernel_test::run(&o)

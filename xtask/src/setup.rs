@@ -51,6 +51,14 @@ pub const ALL_PACKAGES: &[Package] = &[
         why: "the compiler Debian's kernel headers name (CC = gcc-12): kernel-test builds nprdma.ko with it",
     },
     Package {
+        name: "gcc-aarch64-linux-gnu",
+        why: "aarch64-linux-gnu-gcc(-12) and binutils: kernel-test cross-builds nprdma.ko for Debian's arm64 kernel and links the arm64 guest's test binaries",
+    },
+    Package {
+        name: "libc6-dev-arm64-cross",
+        why: "the arm64 glibc the arm64 guest's test binaries are linked statically against",
+    },
+    Package {
         name: "make",
         why: "kbuild: kernel-test builds nprdma.ko out of tree against Debian's headers",
     },

@@ -119,7 +119,7 @@ pub fn run_all(skip_setup: bool) -> Result<(), XtaskError> {
         failed.push("rxe-test".into());
     }
 
-    section("nprdma.ko in a Debian guest (cargo xtask kernel-test)");
+    section("nprdma.ko in Debian guests, x86_64 and arm64 + SMMUv3 (cargo xtask kernel-test)");
     if let Err(e) = crate::kernel_test::run(&crate::kernel_test::Options::default()) {
         eprintln!("xtask: step `kernel-test` failed: {e}");
         failed.push("kernel-test".into());
