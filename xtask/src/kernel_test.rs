@@ -57,7 +57,7 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
 /// Default wall-clock limit for the arm64 guest (checks, the CI soak and the 38 checks).
 pub const DEFAULT_TIMEOUT_ARM64: Duration = Duration::from_secs(900);
 /// Transfers of the swap soak in CI (`--soak`; docs/linux-glue.md has the long run).
-pub const CI_SOAK: u64 = 10_000;
+pub const CI_SOAK: u64 = 3_000;
 
 /// The guest's /init.
 const GUEST_INIT: &str = r#"#!/bin/busybox sh
