@@ -9,6 +9,7 @@ use crate::zynqmp::scenario::Phase;
 /// Errors of board set-up and of the fault scenario. Codes are stable ([`BoardError::code`]):
 /// firmware prints them in its verdict line.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
 #[non_exhaustive]
 pub enum BoardError {
     /// The hardware seam failed.

@@ -6,6 +6,7 @@ use protocol::ProtocolError;
 /// Errors of the DMA engine drivers (zDMA and NPE). Codes are stable (see [`DmaError::code`]): they end up in
 /// transfer status words and logs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
 #[non_exhaustive]
 pub enum DmaError {
     /// The hardware seam failed (register window, timeout bookkeeping).

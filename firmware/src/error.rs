@@ -7,6 +7,7 @@ use crate::pci::Bdf;
 /// Everything the runtime and the probe logic can fail with. Codes are stable
 /// (see [`FirmwareError::code`]); a program's FAIL verdict prints the message.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[cfg_attr(target_os = "none", derive(defmt::Format))]
 #[non_exhaustive]
 pub enum FirmwareError {
     /// A register block did not fit its bus window, or an array index was out of range.

@@ -74,6 +74,19 @@ impl Bdf {
     }
 }
 
+#[cfg(target_os = "none")]
+impl defmt::Format for Bdf {
+    fn format(&self, f: defmt::Formatter<'_>) {
+        defmt::write!(
+            f,
+            "{=u8:02x}:{=u8:02x}.{=u8:x}",
+            self.bus,
+            self.device,
+            self.function
+        )
+    }
+}
+
 impl fmt::Display for Bdf {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(

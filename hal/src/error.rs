@@ -2,6 +2,7 @@
 
 /// Errors of the hardware seam. Codes are stable (see [`HalError::code`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
 #[non_exhaustive]
 pub enum HalError {
     /// Address arithmetic overflowed the 64-bit address space.

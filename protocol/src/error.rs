@@ -6,6 +6,7 @@
 /// report them to peers' logs) and the C ABI of the server-path library. Ranges: 1–19 wire
 /// encoding, 20–29 page-state table, 30–49 transfer state machines. 0 is never used.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
 #[non_exhaustive]
 pub enum ProtocolError {
     /// The buffer ends before the message does.

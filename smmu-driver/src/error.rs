@@ -9,6 +9,7 @@ use crate::fault::FaultKind;
 /// Codes are stable (see [`SmmuError::code`]): fault-path errors end up in transfer status
 /// words and logs, so a number never changes meaning. New variants get new numbers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
 #[non_exhaustive]
 pub enum SmmuError {
     /// The hardware seam failed (DMA memory, physical access, timeout).

@@ -82,6 +82,7 @@ pub enum AccessKind {
 
 /// What went wrong, in the terms both SMMU flavours share.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub enum FaultKind {
     /// No valid translation (SMMUv3 `F_TRANSLATION` 0x10, SMMUv2 FSR.TF).
     Translation,

@@ -81,6 +81,7 @@ const MAX_SERVICE_PER_CALL: usize = 64;
 
 /// One part of the scenario (see the module docs).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub enum Phase {
     /// Minor faults on a stalling context: stall, resolve, resume.
     MinorStallResume,
