@@ -13,6 +13,14 @@ pub fn write_crlf(text: &str, mut put_byte: impl FnMut(u8) -> bool) {
     }
 }
 
+/// Writes `text` to the console as it is, without `core::fmt` (the defmt logger's path).
+#[cfg(all(target_arch = "aarch64", target_os = "none"))]
+pub fn write_str(text: &str) {
+    crate::rt::with_console(|console| {
+        let _ = console.write_str(text);
+    });
+}
+
 /// Writes formatted text to the console; used by the print macros.
 #[cfg(all(target_arch = "aarch64", target_os = "none"))]
 pub fn _print(args: core::fmt::Arguments<'_>) {
@@ -30,7 +38,7 @@ pub struct Console;
 #[cfg(all(target_arch = "aarch64", target_os = "none"))]
 impl core::fmt::Write for Console {
     fn write_str(&mut self, s: &str) -> core::fmt::Result {
-        _print(format_args!("{s}"));
+        write_str(s);
         Ok(())
     }
 }

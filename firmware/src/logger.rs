@@ -1,63 +1,113 @@
 //! defmt on the console: the transport of `hal`'s logging shim on the target.
 //!
-//! defmt frames are binary (format-string indices and raw arguments, rzCOBS-encoded), so they
-//! cannot share a text console as they are. Each frame is sent as one text line:
-//! `NPRDMA-DEFMT: <hex bytes of the encoded frame>`. `cargo xtask qemu` decodes these lines
-//! with the program's ELF (which holds the format strings) and prints the log message in
-//! their place; on a board, any serial terminal capture can be decoded the same way. Text lines
-//! (`println!`, the verdict) are unaffected, and a frame is never split across lines because
-//! the logger holds the console for the whole frame.
+//! defmt defers formatting to the host: a log call sends the index of its format string (the
+//! strings stay in the ELF's non-loaded `.defmt` section) and its arguments as raw bytes, and
+//! the host formats them with the ELF's table. defmt 1 has two wire encodings, `encoding-raw`
+//! and `encoding-rzcobs` (the default, framed and lightly compressed), both binary; it has no
+//! text mode that a terminal could show without a decoder (defmt's Cargo features; the
+//! `defmt-decoder` crate is what `defmt-print` and probe-rs use to turn frames back into text).
+//!
+//! A binary frame cannot share a text console as it is: an rzCOBS frame may hold any byte but
+//! 0, newlines and control characters included. So each frame goes out as one text line,
+//! `NPRDMA-DEFMT: <hex of the rzCOBS-encoded frame>` ([`FRAME_PREFIX`], [`FrameLines`]).
+//! `cargo xtask qemu` decodes these lines with `defmt-decoder` and the program's ELF and prints
+//! the message in their place; a capture of a board's UART can be decoded the same way. Text
+//! lines (the runtime's boot lines, exception reports, the verdict) are unaffected, and a
+//! frame is never split across lines because the logger holds the console for the whole
+//! frame. Nothing on this path uses `core::fmt`: bytes are turned into hex digits here and
+//! written to the UART as they are.
 //!
 //! Which levels are compiled in is chosen at build time by `DEFMT_LOG` (xtask sets `info`).
 
 /// Prefix of a defmt frame line.
 pub const FRAME_PREFIX: &str = "NPRDMA-DEFMT: ";
 
-/// Collects the bytes of one encoded frame as hex text, in fixed-size chunks so no heap is
-/// needed: `push` returns a full chunk to print whenever the buffer fills.
-#[derive(Debug)]
-pub struct HexChunker {
-    buf: [u8; 64],
-    len: usize,
-}
+/// Hex digits per console write: the chunk a [`HexChunker`] collects before handing it on.
+pub const HEX_CHUNK: usize = 64;
 
-impl Default for HexChunker {
-    fn default() -> Self {
-        Self::new()
-    }
+/// Collects the bytes of one encoded frame as hex text, in fixed-size chunks so no heap is
+/// needed: `push` hands every full chunk to `emit`.
+#[derive(Debug, Default)]
+pub struct HexChunker {
+    hex: heapless::String<HEX_CHUNK>,
 }
 
 impl HexChunker {
     /// An empty chunker.
     pub const fn new() -> Self {
         Self {
-            buf: [0; 64],
-            len: 0,
+            hex: heapless::String::new(),
         }
     }
 
     /// Adds `bytes`, calling `emit` with every full chunk of hex text.
-    pub fn push(&mut self, bytes: &[u8], mut emit: impl FnMut(&str)) {
+    pub fn push(&mut self, bytes: &[u8], emit: &mut impl FnMut(&str)) {
         const HEX: &[u8; 16] = b"0123456789abcdef";
         for b in bytes {
-            if self.len + 2 > self.buf.len() {
-                self.flush(&mut emit);
+            if self.hex.len() + 2 > HEX_CHUNK {
+                self.flush(emit);
             }
-            self.buf[self.len] = HEX[usize::from(b >> 4)];
-            self.buf[self.len + 1] = HEX[usize::from(b & 0xf)];
-            self.len += 2;
+            for digit in [b >> 4, b & 0xf] {
+                // Cannot fail: a chunk is flushed above before it could overflow.
+                let _ = self.hex.push(char::from(HEX[usize::from(digit)]));
+            }
         }
     }
 
     /// Emits what is left.
-    pub fn flush(&mut self, mut emit: impl FnMut(&str)) {
-        if self.len > 0 {
-            // Only ASCII hex digits are ever stored.
-            if let Ok(s) = core::str::from_utf8(&self.buf[..self.len]) {
-                emit(s);
-            }
-            self.len = 0;
+    pub fn flush(&mut self, emit: &mut impl FnMut(&str)) {
+        if !self.hex.is_empty() {
+            emit(&self.hex);
+            self.hex.clear();
         }
+    }
+}
+
+/// Turns defmt frames into console lines: [`FRAME_PREFIX`], the hex of the rzCOBS-encoded
+/// frame, a newline. The global logger drives one of these between defmt's `acquire` and
+/// `release`; host tests drive it with hand-made frames.
+#[cfg(any(test, target_os = "none"))]
+pub struct FrameLines {
+    encoder: defmt::Encoder,
+    hex: HexChunker,
+}
+
+#[cfg(any(test, target_os = "none"))]
+impl Default for FrameLines {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+#[cfg(any(test, target_os = "none"))]
+impl FrameLines {
+    /// Ready for the first frame.
+    pub const fn new() -> Self {
+        Self {
+            encoder: defmt::Encoder::new(),
+            hex: HexChunker::new(),
+        }
+    }
+
+    /// Starts a frame's line.
+    pub fn start(&mut self, emit: &mut impl FnMut(&str)) {
+        emit(FRAME_PREFIX);
+        let Self { encoder, hex } = self;
+        encoder.start_frame(|bytes| hex.push(bytes, emit));
+    }
+
+    /// Adds raw frame bytes (defmt's `Logger::write`).
+    pub fn write(&mut self, bytes: &[u8], emit: &mut impl FnMut(&str)) {
+        let Self { encoder, hex } = self;
+        encoder.write(bytes, |encoded| hex.push(encoded, emit));
+    }
+
+    /// Ends the frame and its line.
+    pub fn end(&mut self, emit: &mut impl FnMut(&str)) {
+        let Self { encoder, hex } = self;
+        encoder.end_frame(|encoded| hex.push(encoded, emit));
+        hex.flush(emit);
+        emit("\n");
     }
 }
 
@@ -65,7 +115,7 @@ impl HexChunker {
 mod target {
     use core::sync::atomic::{AtomicBool, Ordering};
 
-    use super::{FRAME_PREFIX, HexChunker};
+    use super::FrameLines;
 
     #[defmt::global_logger]
     struct ConsoleLogger;
@@ -74,21 +124,24 @@ mod target {
     static TAKEN: AtomicBool = AtomicBool::new(false);
     /// Saved DAIF of the acquiring context, restored on release.
     static mut SAVED_DAIF: u64 = 0;
-    static mut ENCODER: defmt::Encoder = defmt::Encoder::new();
-    static mut CHUNKER: HexChunker = HexChunker::new();
+    static mut LINES: FrameLines = FrameLines::new();
 
     fn emit(s: &str) {
-        crate::console::_print(format_args!("{s}"));
+        crate::console::write_str(s);
     }
 
-    fn encoded(bytes: &[u8]) {
-        // SAFETY: only called between acquire and release, which serialise access.
-        let chunker = unsafe { &mut *core::ptr::addr_of_mut!(CHUNKER) };
-        chunker.push(bytes, emit);
+    /// The frame writer.
+    ///
+    /// # Safety
+    /// Only between acquire and release, which serialise access (TAKEN, interrupts masked),
+    /// and never twice at once.
+    unsafe fn lines() -> &'static mut FrameLines {
+        // SAFETY: the caller holds the logger, so nothing else uses `LINES` meanwhile.
+        unsafe { &mut *core::ptr::addr_of_mut!(LINES) }
     }
 
-    // SAFETY: acquire masks interrupts and refuses re-entry (TAKEN), so `ENCODER` and
-    // `CHUNKER` are used by one frame at a time, as defmt's `Logger` contract requires.
+    // SAFETY: acquire masks interrupts and refuses re-entry (TAKEN), so `LINES` is used by one
+    // frame at a time, as defmt's `Logger` contract requires.
     unsafe impl defmt::Logger for ConsoleLogger {
         fn acquire() {
             let daif: u64;
@@ -103,8 +156,7 @@ mod target {
             // SAFETY: we hold the logger (TAKEN) with interrupts masked.
             unsafe {
                 SAVED_DAIF = daif;
-                emit(FRAME_PREFIX);
-                (*core::ptr::addr_of_mut!(ENCODER)).start_frame(encoded);
+                lines().start(&mut emit);
             }
         }
 
@@ -112,11 +164,7 @@ mod target {
 
         unsafe fn release() {
             // SAFETY: called after acquire by defmt's contract.
-            unsafe {
-                (*core::ptr::addr_of_mut!(ENCODER)).end_frame(encoded);
-                (*core::ptr::addr_of_mut!(CHUNKER)).flush(emit);
-            }
-            emit("\n");
+            unsafe { lines().end(&mut emit) };
             TAKEN.store(false, Ordering::Release);
             // SAFETY: restores the interrupt mask saved in acquire.
             unsafe {
@@ -127,7 +175,7 @@ mod target {
 
         unsafe fn write(bytes: &[u8]) {
             // SAFETY: called between acquire and release by defmt's contract.
-            unsafe { (*core::ptr::addr_of_mut!(ENCODER)).write(bytes, encoded) };
+            unsafe { lines().write(bytes, &mut emit) };
         }
     }
 
@@ -141,24 +189,105 @@ mod target {
 mod tests {
     use super::*;
 
+    fn unhex(hex: &str) -> Vec<u8> {
+        (0..hex.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap())
+            .collect()
+    }
+
     #[test]
     fn hex_chunks_concatenate_to_the_frame() {
         let frame: Vec<u8> = (0..=255u8).chain([0x00, 0x7f, 0x80]).collect();
         let mut out = String::new();
         let mut c = HexChunker::new();
-        c.push(&frame[..10], |s| out.push_str(s));
-        c.push(&frame[10..], |s| {
-            assert!(s.len() <= 64);
+        c.push(&frame[..10], &mut |s| out.push_str(s));
+        c.push(&frame[10..], &mut |s| {
+            assert!(s.len() <= HEX_CHUNK);
             out.push_str(s)
         });
-        c.flush(|s| out.push_str(s));
+        c.flush(&mut |s| out.push_str(s));
         assert_eq!(out.len(), frame.len() * 2);
         assert!(out.starts_with("000102030405"));
         assert!(out.ends_with("ff007f80"));
-        let back: Vec<u8> = (0..out.len())
-            .step_by(2)
-            .map(|i| u8::from_str_radix(&out[i..i + 2], 16).unwrap())
+        assert_eq!(unhex(&out), frame);
+    }
+
+    /// A defmt table with one log string and the firmware's timestamp, as `defmt-decoder`
+    /// would read it from an ELF (built through its serde form: the table's fields are private).
+    fn table(index: u16, format: &str) -> defmt_decoder::Table {
+        let json = serde_json::json!({
+            "timestamp": {
+                "string": { "tag": "Timestamp", "string": "{=u64:us}" },
+                "raw_symbol": "timestamp"
+            },
+            "entries": {
+                index.to_string(): {
+                    "string": { "tag": "Info", "string": format },
+                    "raw_symbol": "message"
+                }
+            },
+            "bitflags": {},
+            "encoding": "Rzcobs"
+        });
+        serde_json::from_value(json).unwrap()
+    }
+
+    /// The raw frame defmt writes for `info!(format, a, b)` with `{=u32}` and `{=u8:02x}`
+    /// arguments: string index, timestamp, arguments, all little-endian.
+    fn raw_frame(index: u16, micros: u64, a: u32, b: u8) -> Vec<u8> {
+        let mut f = index.to_le_bytes().to_vec();
+        f.extend_from_slice(&micros.to_le_bytes());
+        f.extend_from_slice(&a.to_le_bytes());
+        f.push(b);
+        f
+    }
+
+    /// The console lines for `frames`, written in pieces as defmt's `Logger::write` calls come.
+    fn lines_for(frames: &[Vec<u8>]) -> String {
+        let mut out = String::new();
+        let mut lines = FrameLines::new();
+        for frame in frames {
+            lines.start(&mut |s| out.push_str(s));
+            for piece in frame.chunks(3) {
+                lines.write(piece, &mut |s| out.push_str(s));
+            }
+            lines.end(&mut |s| out.push_str(s));
+        }
+        out
+    }
+
+    #[test]
+    fn a_frame_line_decodes_back_to_its_message() {
+        let format = "zDMA GDMA{=u32} copy: byte {=u8:02x} exact";
+        let table = table(7, format);
+        let out = lines_for(&[
+            raw_frame(7, 1_500_000, 1, 0x0a),
+            // Zeros everywhere: what rzCOBS compresses, and what must never end a frame early.
+            raw_frame(7, 0, 0, 0),
+        ]);
+        let decoded: Vec<String> = out
+            .lines()
+            .map(|line| {
+                let hex = line.strip_prefix(FRAME_PREFIX).expect("one frame per line");
+                assert!(hex.bytes().all(|b| b.is_ascii_hexdigit()), "{line}");
+                let mut decoder = table.new_stream_decoder();
+                decoder.received(&unhex(hex));
+                let text = decoder.decode().unwrap().display(false).to_string();
+                assert_eq!(
+                    decoder.decode().unwrap_err(),
+                    defmt_decoder::DecodeError::UnexpectedEof,
+                    "one frame per line"
+                );
+                text
+            })
             .collect();
-        assert_eq!(back, frame);
+        assert_eq!(
+            decoded,
+            [
+                "1.500000 INFO zDMA GDMA1 copy: byte 0a exact",
+                "0.000000 INFO zDMA GDMA0 copy: byte 00 exact",
+            ]
+        );
     }
 }

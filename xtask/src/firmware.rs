@@ -712,6 +712,63 @@ fn check_programs(
 mod tests {
     use super::*;
 
+    /// The decoder with a table of one log string (index 7) and the firmware's timestamp, as
+    /// `defmt-decoder` reads them from an ELF (built through its serde form).
+    fn decoder_with_one_string() -> DefmtLines {
+        let table = serde_json::json!({
+            "timestamp": {
+                "string": { "tag": "Timestamp", "string": "{=u64:us}" },
+                "raw_symbol": "timestamp"
+            },
+            "entries": {
+                "7": {
+                    "string": { "tag": "Info", "string": "zDMA GDMA{=u32} copy: byte {=u8:02x} exact" },
+                    "raw_symbol": "message"
+                }
+            },
+            "bitflags": {},
+            "encoding": "Rzcobs"
+        });
+        DefmtLines {
+            table: Some(serde_json::from_value(table).unwrap()),
+            elf: "program".into(),
+        }
+    }
+
+    #[test]
+    fn defmt_frame_lines_are_shown_as_their_messages() {
+        let mut d = decoder_with_one_string();
+        // What firmware::logger writes for that string with 1 and 0x0a at 1.5 s (its own test
+        // decodes the same line).
+        assert_eq!(
+            d.render("NPRDMA-DEFMT: 000760e3166201770a7e00\r")
+                .as_deref(),
+            Some("1.500000 INFO zDMA GDMA1 copy: byte 0a exact")
+        );
+        assert_eq!(
+            d.render("NPRDMA-VERDICT: PASS ok"),
+            None,
+            "text lines pass through"
+        );
+        assert_eq!(
+            d.render("NPRDMA-DEFMT: 00076").as_deref(),
+            Some("[malformed defmt line] 00076")
+        );
+        // Index 8 is not in the table.
+        assert_eq!(
+            d.render("NPRDMA-DEFMT: 000860e3166201770a7e00").as_deref(),
+            Some("[undecodable defmt frame] 000860e3166201770a7e00")
+        );
+        let mut without = DefmtLines {
+            table: None,
+            elf: "program".into(),
+        };
+        assert_eq!(
+            without.render("NPRDMA-DEFMT: 00").as_deref(),
+            Some("[defmt frame, no format table in program] 00")
+        );
+    }
+
     #[test]
     fn the_stack_overflow_fault_must_be_in_the_guard_page() {
         let said = |far: &str| {
