@@ -12,7 +12,7 @@ use hal::regs::RegisterBus;
 use tock_registers::interfaces::{Readable, Writeable};
 
 use crate::error::{FirmwareError, Result};
-use crate::pci::{self, AssignedBar, Ecam, Function, MmioAllocator};
+use crate::pci::{self, AssignedBar, Bdf, Ecam, Function, MmioAllocator};
 
 /// PCI vendor ID (QEMU).
 pub const VENDOR_ID: u16 = 0x1234;
@@ -122,14 +122,133 @@ impl fmt::Display for EduReport {
     }
 }
 
+/// A progress line of [`probe`]. The target logs it through defmt (`defmt::Format`); its
+/// [`fmt::Display`] is the same line as text, for host tests (nothing on the target formats it
+/// with `core::fmt`). Keep the two wordings alike.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ProbeLine {
+    /// The buses scanned and the functions found on them.
+    Enumerated {
+        /// First bus of the ECAM window.
+        first_bus: u8,
+        /// Last bus of the ECAM window.
+        last_bus: u8,
+        /// Functions found.
+        functions: usize,
+    },
+    /// One function found.
+    Found(Function),
+    /// edu's BAR0 as assigned.
+    Bar0 {
+        /// The edu function.
+        bdf: Bdf,
+        /// The BAR and where it went.
+        bar: AssignedBar,
+    },
+    /// Memory decoding and bus mastering enabled.
+    Enabled {
+        /// The edu function.
+        bdf: Bdf,
+        /// The command register read back.
+        command: u16,
+    },
+    /// Identification and liveness checked through BAR0.
+    Checked {
+        /// The identification register.
+        identification: u32,
+        /// Liveness patterns checked.
+        liveness_checks: usize,
+    },
+}
+
+impl fmt::Display for ProbeLine {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ProbeLine::Enumerated {
+                first_bus,
+                last_bus,
+                functions,
+            } => write!(
+                f,
+                "buses {first_bus:02x}-{last_bus:02x}: {functions} function(s)"
+            ),
+            ProbeLine::Found(function) => write!(f, "  {function}"),
+            ProbeLine::Bar0 { bdf, bar } => write!(
+                f,
+                "{bdf}: BAR0 {} {} KiB at PCI {:#x} / CPU {:#x}",
+                bar.bar.kind.name(),
+                bar.bar.size / 1024,
+                bar.at.pci,
+                bar.at.cpu
+            ),
+            ProbeLine::Enabled { bdf, command } => write!(
+                f,
+                "{bdf}: command {command:#06x} (memory space, bus master)"
+            ),
+            ProbeLine::Checked {
+                identification,
+                liveness_checks,
+            } => write!(
+                f,
+                "edu: identification {identification:#010x}, liveness {liveness_checks} patterns"
+            ),
+        }
+    }
+}
+
+#[cfg(target_os = "none")]
+impl defmt::Format for ProbeLine {
+    fn format(&self, f: defmt::Formatter<'_>) {
+        match self {
+            ProbeLine::Enumerated {
+                first_bus,
+                last_bus,
+                functions,
+            } => defmt::write!(
+                f,
+                "buses {=u8:02x}-{=u8:02x}: {=usize} function(s)",
+                first_bus,
+                last_bus,
+                functions
+            ),
+            ProbeLine::Found(function) => defmt::write!(f, "  {}", function),
+            ProbeLine::Bar0 { bdf, bar } => defmt::write!(
+                f,
+                "{}: BAR0 {=str} {=u64} KiB at PCI {=u64:#x} / CPU {=u64:#x}",
+                bdf,
+                bar.bar.kind.name(),
+                bar.bar.size / 1024,
+                bar.at.pci,
+                bar.at.cpu
+            ),
+            ProbeLine::Enabled { bdf, command } => defmt::write!(
+                f,
+                "{}: command {=u16:#06x} (memory space, bus master)",
+                bdf,
+                command
+            ),
+            ProbeLine::Checked {
+                identification,
+                liveness_checks,
+            } => defmt::write!(
+                f,
+                "edu: identification {=u32:#010x}, liveness {=usize} patterns",
+                identification,
+                liveness_checks
+            ),
+        }
+    }
+}
+
 /// The `pci-probe` flow: enumerate, find edu, size and assign BAR0 from `allocator`, route it
 /// through any bridges, enable memory decoding and bus mastering, then check identification
 /// and liveness through BAR0. `open_bar(cpu_address, size)` gives a bus for the BAR's
-/// registers (an MMIO window on the target, a model on the host). Progress lines go to `log`.
+/// registers (an MMIO window on the target, a model on the host). Progress goes to `log`, one
+/// [`ProbeLine`] at a time (defmt on the target; see `firmware::logger::info`).
 pub fn probe<B, E, F>(
     ecam: &Ecam<'_, B>,
     allocator: &mut MmioAllocator,
-    log: &mut dyn fmt::Write,
+    log: &mut dyn FnMut(ProbeLine),
     open_bar: F,
 ) -> Result<EduReport>
 where
@@ -138,16 +257,13 @@ where
     F: FnOnce(u64, u64) -> Result<E>,
 {
     let functions = pci::enumerate(ecam)?;
-    // Log lines are best effort: a failing console must not change the verdict.
-    let _ = writeln!(
-        log,
-        "buses {:02x}-{:02x}: {} function(s)",
-        ecam.first_bus(),
-        ecam.last_bus(),
-        functions.len()
-    );
+    log(ProbeLine::Enumerated {
+        first_bus: ecam.first_bus(),
+        last_bus: ecam.last_bus(),
+        functions: functions.len(),
+    });
     for f in &functions {
-        let _ = writeln!(log, "  {f}");
+        log(ProbeLine::Found(*f));
     }
     let (index, function) = functions
         .iter()
@@ -160,31 +276,24 @@ where
         })?;
     let header = ecam.header(function.bdf)?;
     let bar0 = pci::assign_bar32(&header, function.bdf, 0, allocator)?;
-    let _ = writeln!(
-        log,
-        "{}: BAR0 {} {} KiB at PCI {:#x} / CPU {:#x}",
-        function.bdf,
-        bar0.bar.kind.name(),
-        bar0.bar.size / 1024,
-        bar0.at.pci,
-        bar0.at.cpu
-    );
+    log(ProbeLine::Bar0 {
+        bdf: function.bdf,
+        bar: bar0,
+    });
     pci::route_to(ecam, &functions, index, bar0.at.pci, bar0.bar.size)?;
     let command = pci::enable(&header, function.bdf)?;
-    let _ = writeln!(
-        log,
-        "{}: command {command:#06x} (memory space, bus master)",
-        function.bdf
-    );
+    log(ProbeLine::Enabled {
+        bdf: function.bdf,
+        command,
+    });
     let bus = open_bar(bar0.at.cpu, bar0.bar.size)?;
     let regs = EduRegs::new(&bus, 0)?;
     let identification = check_identification(&regs)?;
     let liveness_checks = check_liveness(&regs)?;
-    hal::info!(
-        "edu: identification {:#x}, liveness {} patterns",
+    log(ProbeLine::Checked {
         identification,
-        liveness_checks
-    );
+        liveness_checks,
+    });
     Ok(EduReport {
         function,
         bar0,

@@ -111,6 +111,75 @@ impl FrameLines {
     }
 }
 
+/// Logs `line` at info level through defmt: the sink a program hands to the library's
+/// progress reporting (`edu::probe`, `smmuv3_faults::run_scenario`, `zynqmp_zdma::run_copies`)
+/// on the target. Host tests pass a closure that collects the lines instead.
+#[cfg(target_os = "none")]
+pub fn info<L: defmt::Format>(line: L) {
+    defmt::info!("{}", line);
+}
+
+/// defmt's side of the exception decoder's types, for program logs (the runtime's exception
+/// reports stay plain text, through their `fmt::Display` in `exception`). Same wording.
+#[cfg(target_os = "none")]
+mod exception_formats {
+    use crate::exception::{FaultStatus, ProbeFault, Syndrome, class_name};
+
+    impl defmt::Format for FaultStatus {
+        fn format(&self, f: defmt::Formatter<'_>) {
+            match *self {
+                FaultStatus::AddressSize(l) => {
+                    defmt::write!(f, "address size fault, level {=u8}", l)
+                }
+                FaultStatus::Translation(l) => {
+                    defmt::write!(f, "translation fault, level {=u8}", l)
+                }
+                FaultStatus::AccessFlag(l) => defmt::write!(f, "access flag fault, level {=u8}", l),
+                FaultStatus::Permission(l) => defmt::write!(f, "permission fault, level {=u8}", l),
+                FaultStatus::ExternalAbort => defmt::write!(f, "synchronous external abort"),
+                FaultStatus::ExternalAbortOnWalk(l) => defmt::write!(
+                    f,
+                    "synchronous external abort on table walk, level {=u8}",
+                    l
+                ),
+                FaultStatus::Alignment => defmt::write!(f, "alignment fault"),
+                FaultStatus::TlbConflict => defmt::write!(f, "TLB conflict abort"),
+                FaultStatus::Other(code) => defmt::write!(f, "fault status {=u8:#04x}", code),
+            }
+        }
+    }
+
+    /// What an abort's syndrome says: its fault status, else its exception class.
+    struct Cause(Syndrome);
+
+    impl defmt::Format for Cause {
+        fn format(&self, f: defmt::Formatter<'_>) {
+            match self.0.fault_status() {
+                Some(status) => defmt::write!(f, "{}", status),
+                None => defmt::write!(f, "{=str}", class_name(self.0.class())),
+            }
+        }
+    }
+
+    impl defmt::Format for ProbeFault {
+        fn format(&self, f: defmt::Formatter<'_>) {
+            match *self {
+                ProbeFault::Abort { esr, far } if Syndrome(esr).far_valid() => defmt::write!(
+                    f,
+                    "{}, ESR {=u64:#x}, FAR {=u64:#x}",
+                    Cause(Syndrome(esr)),
+                    esr,
+                    far
+                ),
+                ProbeFault::Abort { esr, .. } => {
+                    defmt::write!(f, "{}, ESR {=u64:#x}", Cause(Syndrome(esr)), esr)
+                }
+                ProbeFault::SErrorPending => defmt::write!(f, "SError pending after the read"),
+            }
+        }
+    }
+}
+
 #[cfg(all(target_arch = "aarch64", target_os = "none"))]
 mod target {
     use core::sync::atomic::{AtomicBool, Ordering};

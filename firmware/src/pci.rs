@@ -322,6 +322,44 @@ impl fmt::Display for Function {
     }
 }
 
+/// The same line as [`fmt::Display`]'s, for defmt (one `write!` per value: the decoder reads
+/// one format string for it).
+#[cfg(target_os = "none")]
+impl defmt::Format for Function {
+    fn format(&self, f: defmt::Formatter<'_>) {
+        let class = class_name(self.class, self.subclass);
+        match self.buses {
+            None => defmt::write!(
+                f,
+                "{} {=u16:04x}:{=u16:04x} class {=u8:02x}{=u8:02x}{=u8:02x} ({=str}) rev {=u8:02x}",
+                self.bdf,
+                self.vendor_id,
+                self.device_id,
+                self.class,
+                self.subclass,
+                self.prog_if,
+                class,
+                self.revision
+            ),
+            Some((secondary, subordinate)) => defmt::write!(
+                f,
+                "{} {=u16:04x}:{=u16:04x} class {=u8:02x}{=u8:02x}{=u8:02x} ({=str}) rev {=u8:02x}, \
+                 buses {=u8:02x}-{=u8:02x}",
+                self.bdf,
+                self.vendor_id,
+                self.device_id,
+                self.class,
+                self.subclass,
+                self.prog_if,
+                class,
+                self.revision,
+                secondary,
+                subordinate
+            ),
+        }
+    }
+}
+
 /// The functions found, in scan order.
 pub type FunctionList = heapless::Vec<Function, MAX_FUNCTIONS>;
 

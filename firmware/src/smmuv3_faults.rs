@@ -427,6 +427,37 @@ impl fmt::Display for Report {
     }
 }
 
+/// The same line as [`fmt::Display`]'s, for defmt.
+#[cfg(target_os = "none")]
+impl defmt::Format for Report {
+    fn format(&self, f: defmt::Formatter<'_>) {
+        defmt::write!(
+            f,
+            "{=str}: {=u64} transfers ({=u32} copies), {=u64} faults, {=u64} retransmissions, \
+             {=u64} events ({=u64} fault records, {=u64} rejected), {=u64} overflow recoveries \
+             ({=u64} pages re-validated), {=u64} evictions, {=u64} cmdq recoveries, TLBI {=u64} \
+             by VA / {=u64} by ASID, {=u64} syncs, {=u64} bytes differ in {=u64} pages",
+            self.name,
+            self.transfers,
+            self.copies,
+            self.faults,
+            self.retransmissions,
+            self.events,
+            self.fault_records,
+            self.rejected_events,
+            self.overflow_recoveries,
+            self.revalidated_pages,
+            self.evictions,
+            self.cmdq_recoveries,
+            self.tlbi.0,
+            self.tlbi.1,
+            self.syncs,
+            self.mismatched_bytes,
+            self.mismatched_pages
+        )
+    }
+}
+
 /// What the program runs against.
 pub struct Hardware<'h, B: RegisterBus + ?Sized, E: RegisterBus + ?Sized, M, D> {
     /// The SMMUv3 register frame.
@@ -845,12 +876,117 @@ where
     Ok(recovered)
 }
 
-/// Runs a scenario of random copies on `hw`, logging progress to `log`.
+/// A progress line of [`run_scenario`]. The target logs it through defmt (`defmt::Format`);
+/// its [`fmt::Display`] is the same line as text, for host tests. Keep the two wordings alike.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ScenarioLine {
+    /// The SMMU is up and the window's table initialised.
+    Up {
+        /// Scenario name.
+        scenario: &'static str,
+    },
+    /// The pages resident at the start are in place.
+    Resident {
+        /// Scenario name.
+        scenario: &'static str,
+        /// Pages made resident.
+        pages: usize,
+        /// Frames left free.
+        free_frames: usize,
+    },
+    /// Every 200 copies.
+    Progress {
+        /// Scenario name.
+        scenario: &'static str,
+        /// Copies done.
+        copies: u32,
+        /// Faults so far.
+        faults: u64,
+        /// Event records so far.
+        events: u64,
+    },
+    /// The copies are done; the window is compared with the reference.
+    Verifying {
+        /// Scenario name.
+        scenario: &'static str,
+    },
+}
+
+impl fmt::Display for ScenarioLine {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ScenarioLine::Up { scenario } => {
+                write!(f, "  {scenario}: SMMU up, window initialised")
+            }
+            ScenarioLine::Resident {
+                scenario,
+                pages,
+                free_frames,
+            } => write!(
+                f,
+                "  {scenario}: {pages} pages resident, {free_frames} frames free"
+            ),
+            ScenarioLine::Progress {
+                scenario,
+                copies,
+                faults,
+                events,
+            } => write!(
+                f,
+                "  {scenario}: {copies} copies, {faults} faults, {events} events so far"
+            ),
+            ScenarioLine::Verifying { scenario } => {
+                write!(f, "  {scenario}: copies done, verifying")
+            }
+        }
+    }
+}
+
+#[cfg(target_os = "none")]
+impl defmt::Format for ScenarioLine {
+    fn format(&self, f: defmt::Formatter<'_>) {
+        match self {
+            ScenarioLine::Up { scenario } => {
+                defmt::write!(f, "  {=str}: SMMU up, window initialised", scenario)
+            }
+            ScenarioLine::Resident {
+                scenario,
+                pages,
+                free_frames,
+            } => defmt::write!(
+                f,
+                "  {=str}: {=usize} pages resident, {=usize} frames free",
+                scenario,
+                pages,
+                free_frames
+            ),
+            ScenarioLine::Progress {
+                scenario,
+                copies,
+                faults,
+                events,
+            } => defmt::write!(
+                f,
+                "  {=str}: {=u32} copies, {=u64} faults, {=u64} events so far",
+                scenario,
+                copies,
+                faults,
+                events
+            ),
+            ScenarioLine::Verifying { scenario } => {
+                defmt::write!(f, "  {=str}: copies done, verifying", scenario)
+            }
+        }
+    }
+}
+
+/// Runs a scenario of random copies on `hw`, reporting progress to `log` one
+/// [`ScenarioLine`] at a time (defmt on the target; see `firmware::logger::info`).
 pub fn run_scenario<B, E, M, D>(
     hw: &mut Hardware<'_, B, E, M, D>,
     bufs: &mut Buffers<'_>,
     scenario: &Scenario,
-    log: &mut dyn fmt::Write,
+    log: &mut dyn FnMut(ScenarioLine),
 ) -> Result<Report>
 where
     B: RegisterBus + ?Sized,
@@ -875,7 +1011,9 @@ where
         scenario.seed,
         scenario.name,
     )?;
-    let _ = writeln!(log, "  {}: SMMU up, window initialised", scenario.name);
+    log(ScenarioLine::Up {
+        scenario: scenario.name,
+    });
     if scenario.check_command_error {
         s.report.cmdq_recoveries = check_command_error(&mut s.smmu)?;
     }
@@ -887,13 +1025,11 @@ where
             placed += 1;
         }
     }
-    let _ = writeln!(
-        log,
-        "  {}: {} pages resident, {} frames free",
-        scenario.name,
-        scenario.resident_at_start,
-        s.pager.free_frames()
-    );
+    log(ScenarioLine::Resident {
+        scenario: scenario.name,
+        pages: scenario.resident_at_start,
+        free_frames: s.pager.free_frames(),
+    });
     for copy in 0..scenario.copies {
         let evictions = s.rng.below(u64::from(scenario.max_evictions) + 1);
         for _ in 0..evictions {
@@ -907,17 +1043,17 @@ where
         s.reference_copy(a, b, len);
         s.report.copies += 1;
         if (copy + 1) % 200 == 0 {
-            let _ = writeln!(
-                log,
-                "  {}: {} copies, {} faults, {} events so far",
-                scenario.name,
-                copy + 1,
-                s.report.faults,
-                s.report.events
-            );
+            log(ScenarioLine::Progress {
+                scenario: scenario.name,
+                copies: copy + 1,
+                faults: s.report.faults,
+                events: s.report.events,
+            });
         }
     }
-    let _ = writeln!(log, "  {}: copies done, verifying", scenario.name);
+    log(ScenarioLine::Verifying {
+        scenario: scenario.name,
+    });
     s.verify()?;
     s.finish(&dma)
 }
@@ -962,6 +1098,25 @@ impl fmt::Display for StaleTlbReport {
             f,
             "with TLBI: {} of 2 pages differ, {} write faults; without TLBI: {} of 2 pages \
              differ, {} write faults, frame reused: {}; other pages differing: {}",
+            self.control_mismatched_pages,
+            self.control_write_faults,
+            self.stale_mismatched_pages,
+            self.stale_write_faults,
+            self.frame_reused,
+            self.other_mismatched_pages
+        )
+    }
+}
+
+/// The same line as [`fmt::Display`]'s, for defmt.
+#[cfg(target_os = "none")]
+impl defmt::Format for StaleTlbReport {
+    fn format(&self, f: defmt::Formatter<'_>) {
+        defmt::write!(
+            f,
+            "with TLBI: {=u64} of 2 pages differ, {=u64} write faults; without TLBI: {=u64} of 2 \
+             pages differ, {=u64} write faults, frame reused: {=bool}; other pages differing: \
+             {=u64}",
             self.control_mismatched_pages,
             self.control_write_faults,
             self.stale_mismatched_pages,

@@ -134,6 +134,29 @@ impl fmt::Display for Absence {
     }
 }
 
+/// The same text as [`fmt::Display`]'s, for defmt.
+#[cfg(target_os = "none")]
+impl defmt::Format for Absence {
+    fn format(&self, f: defmt::Formatter<'_>) {
+        match self {
+            Absence::ReadFault { register, fault } => {
+                defmt::write!(f, "reading {=str}: {}", register, fault)
+            }
+            Absence::ReadsZero => defmt::write!(f, "IDR0/1/2/7 read 0"),
+            Absence::ReadsOnes => defmt::write!(f, "IDR0/1/2/7 read all ones"),
+            Absence::Implausible { what, ids } => defmt::write!(
+                f,
+                "{=str} (IDR0 {=u32:#x}, IDR1 {=u32:#x}, IDR2 {=u32:#x}, IDR7 {=u32:#x})",
+                what,
+                ids.idr0,
+                ids.idr1,
+                ids.idr2,
+                ids.idr7
+            ),
+        }
+    }
+}
+
 /// What the ID registers say.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SmmuPresence {
@@ -323,6 +346,57 @@ pub struct BusErrorProbe {
     pub written: Option<u32>,
 }
 
+/// A line of [`run_copies`]: one per transfer. The target logs it through defmt
+/// (`defmt::Format`); its [`fmt::Display`] is the same line as text, for host tests. Keep the
+/// two wordings alike.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ZdmaLine {
+    /// A checked copy came out exact with its guards intact.
+    Copied {
+        /// Its number (1 for the first copy of the run).
+        number: u32,
+        /// What was copied.
+        case: CopyCase,
+    },
+    /// A transfer to the undecoded address ended.
+    BusError(BusErrorProbe),
+}
+
+impl fmt::Display for ZdmaLine {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ZdmaLine::Copied { number, case: c } => write!(
+                f,
+                "zDMA GDMA{} copy {number}: {} bytes, source +{}, destination +{}: exact, \
+                 guards intact",
+                c.channel, c.len, c.src_offset, c.dst_offset
+            ),
+            ZdmaLine::BusError(probe) => write!(f, "zDMA GDMA{} {probe}", probe.channel),
+        }
+    }
+}
+
+#[cfg(target_os = "none")]
+impl defmt::Format for ZdmaLine {
+    fn format(&self, f: defmt::Formatter<'_>) {
+        match self {
+            ZdmaLine::Copied { number, case: c } => defmt::write!(
+                f,
+                "zDMA GDMA{=u8} copy {=u32}: {=u32} bytes, source +{=u32}, destination +{=u32}: \
+                 exact, guards intact",
+                c.channel,
+                number,
+                c.len,
+                c.src_offset,
+                c.dst_offset
+            ),
+            ZdmaLine::BusError(probe) => {
+                defmt::write!(f, "zDMA GDMA{=u8} {}", probe.channel, probe)
+            }
+        }
+    }
+}
+
 /// What [`run_copies`] did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ZdmaReport {
@@ -401,7 +475,7 @@ fn first_difference(
 
 impl<B: RegisterBus, D: DelayNs, M: DmaMemory> Rig<'_, B, D, M> {
     /// Runs one checked copy; returns the bytes compared.
-    fn copy(&mut self, number: u32, c: &CopyCase, out: &mut dyn fmt::Write) -> Result<u64> {
+    fn copy(&mut self, number: u32, c: &CopyCase, log: &mut dyn FnMut(ZdmaLine)) -> Result<u64> {
         let len = c.len as usize;
         let src_at = GUARD + c.src_offset as usize;
         let dst_at = GUARD + c.dst_offset as usize;
@@ -461,13 +535,7 @@ impl<B: RegisterBus, D: DelayNs, M: DmaMemory> Rig<'_, B, D, M> {
                 counted: completion.bytes,
             });
         }
-        writeln!(
-            out,
-            "zDMA GDMA{} copy {number:>2}: {:>7} bytes, source +{}, destination +{}: exact, \
-             guards intact",
-            c.channel, c.len, c.src_offset, c.dst_offset
-        )
-        .ok();
+        log(ZdmaLine::Copied { number, case: *c });
         Ok(u64::from(c.len))
     }
 
@@ -477,7 +545,7 @@ impl<B: RegisterBus, D: DelayNs, M: DmaMemory> Rig<'_, B, D, M> {
         channel: u8,
         side: Side,
         addr: u64,
-        out: &mut dyn fmt::Write,
+        log: &mut dyn FnMut(ZdmaLine),
     ) -> Result<BusErrorProbe> {
         let len = UNDECODED as usize;
         let seed = 0xbad;
@@ -541,7 +609,7 @@ impl<B: RegisterBus, D: DelayNs, M: DmaMemory> Rig<'_, B, D, M> {
             outcome,
             written,
         };
-        writeln!(out, "zDMA GDMA{channel} {probe}").ok();
+        log(ZdmaLine::BusError(probe));
         Ok(probe)
     }
 }
@@ -567,14 +635,58 @@ impl fmt::Display for BusErrorProbe {
     }
 }
 
+/// The same text as [`fmt::Display`]'s, for defmt.
+#[cfg(target_os = "none")]
+impl defmt::Format for BusErrorProbe {
+    fn format(&self, f: defmt::Formatter<'_>) {
+        let what = match self.side {
+            Side::Read => "read from",
+            Side::Write => "write to",
+        };
+        match self.written {
+            Some(n) => defmt::write!(
+                f,
+                "{=str} undecoded {=u64:#x}: {}, {=u32} of {=u32} destination bytes changed",
+                what,
+                self.addr,
+                self.outcome,
+                n,
+                UNDECODED
+            ),
+            None => defmt::write!(
+                f,
+                "{=str} undecoded {=u64:#x}: {}",
+                what,
+                self.addr,
+                self.outcome
+            ),
+        }
+    }
+}
+
+#[cfg(target_os = "none")]
+impl defmt::Format for BusErrorOutcome {
+    fn format(&self, f: defmt::Formatter<'_>) {
+        match self {
+            BusErrorOutcome::Reported(e) => defmt::write!(f, "bus error reported ({})", e),
+            BusErrorOutcome::NotReported { bytes } => defmt::write!(
+                f,
+                "completed, no bus error reported ({=u32} bytes counted)",
+                bytes
+            ),
+        }
+    }
+}
+
 /// Runs [`COPIES`], then the bus-error transfers at `undecoded` (channel 0 reads from it,
 /// channel 1 writes to it) and one more checked copy per channel, on `channels` (GDMA 0 and
-/// 1, initialised here) with buffers from `dma`. Prints one line per transfer to `out`.
+/// 1, initialised here) with buffers from `dma`. Reports one [`ZdmaLine`] per transfer to `log`
+/// (defmt on the target; see `firmware::logger::info`).
 pub fn run_copies<B: RegisterBus, D: DelayNs, M: DmaMemory>(
     channels: &mut [ZdmaChannel<B, D>; 2],
     dma: &M,
     undecoded: u64,
-    out: &mut dyn fmt::Write,
+    log: &mut dyn FnMut(ZdmaLine),
 ) -> Result<ZdmaReport> {
     for ch in channels.iter_mut() {
         ch.init()?;
@@ -594,7 +706,7 @@ pub fn run_copies<B: RegisterBus, D: DelayNs, M: DmaMemory>(
         src,
         dst,
     };
-    let result = run_on(&mut rig, undecoded, out);
+    let result = run_on(&mut rig, undecoded, log);
     let Rig { src, dst, .. } = rig;
     // A refused free leaks the region; nothing else is lost (the pool is the program's).
     let freed = dma.free(src).is_ok() & dma.free(dst).is_ok();
@@ -610,21 +722,21 @@ pub fn run_copies<B: RegisterBus, D: DelayNs, M: DmaMemory>(
 fn run_on<B: RegisterBus, D: DelayNs, M: DmaMemory>(
     rig: &mut Rig<'_, B, D, M>,
     undecoded: u64,
-    out: &mut dyn fmt::Write,
+    log: &mut dyn FnMut(ZdmaLine),
 ) -> Result<ZdmaReport> {
     let mut report = ZdmaReport::default();
     let mut number = 0;
     for c in &COPIES {
         number += 1;
-        report.bytes += rig.copy(number, c, out)?;
+        report.bytes += rig.copy(number, c, log)?;
         report.copies[usize::from(c.channel)] += 1;
     }
     for (channel, side) in [(0u8, Side::Read), (1u8, Side::Write)] {
-        let probe = rig.bus_error(channel, side, undecoded, out)?;
+        let probe = rig.bus_error(channel, side, undecoded, log)?;
         report.bus_errors[usize::from(channel)] = Some(probe);
         number += 1;
         let again = case(channel, RECOVERY_LEN, 5, 9);
-        report.bytes += rig.copy(number, &again, out)?;
+        report.bytes += rig.copy(number, &again, log)?;
         report.copies[usize::from(channel)] += 1;
     }
     Ok(report)
@@ -895,7 +1007,8 @@ mod tests {
         let soc = Soc::zynqmp().unwrap();
         let mut channels = gdma(&soc);
         let mut out = String::new();
-        let report = run_copies(&mut channels, &**soc.dram(), UNDECODED_ADDR, &mut out).unwrap();
+        let mut log = |line: ZdmaLine| out.push_str(&format!("{line}\n"));
+        let report = run_copies(&mut channels, &**soc.dram(), UNDECODED_ADDR, &mut log).unwrap();
         let per_channel: u32 = COPIES.len() as u32 / 2 + 1;
         assert_eq!(report.copies, [per_channel, per_channel]);
         let bytes: u64 =
@@ -972,7 +1085,8 @@ mod tests {
         // The first copy (1 byte at +0) lands 0 bytes early (the destination is 64-aligned
         // plus 64): exact. The second (7 bytes at +3) lands 3 bytes early, into the guard.
         let mut out = String::new();
-        let err = run_copies(&mut channels, &**soc.dram(), UNDECODED_ADDR, &mut out).unwrap_err();
+        let mut log = |line: ZdmaLine| out.push_str(&format!("{line}\n"));
+        let err = run_copies(&mut channels, &**soc.dram(), UNDECODED_ADDR, &mut log).unwrap_err();
         assert!(
             matches!(
                 err,
@@ -999,7 +1113,7 @@ mod tests {
         );
         // The pool got both buffers back: a second run can allocate them again.
         let mut fine = gdma(&soc);
-        run_copies(&mut fine, &**soc.dram(), UNDECODED_ADDR, &mut String::new()).unwrap();
+        run_copies(&mut fine, &**soc.dram(), UNDECODED_ADDR, &mut |_| {}).unwrap();
     }
 
     fn qemu_like_report() -> ZdmaReport {

@@ -9,7 +9,7 @@
 #[cfg(all(target_arch = "aarch64", target_os = "none"))]
 mod target {
     use firmware::platform::virt;
-    use firmware::{Boot, Verdict, println};
+    use firmware::{Boot, Verdict};
 
     firmware::program!("fault-probe", virt::PLATFORM, run);
 
@@ -17,9 +17,10 @@ mod target {
         // The first address past the mapped range: beyond 2^39 there are no translation
         // tables, so the load takes a translation fault at the current EL.
         let addr = boot.map.mapped_limit;
-        println!(
-            "fault-probe: reading {addr:#x} (outside the identity map); \
-             expect a data abort report and a FAIL verdict"
+        defmt::info!(
+            "fault-probe: reading {=u64:#x} (outside the identity map); expect a data abort \
+             report and a FAIL verdict",
+            addr
         );
         let value: u64;
         // SAFETY: deliberately faulting load. It is inline assembly, not a Rust

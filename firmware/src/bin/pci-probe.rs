@@ -13,7 +13,7 @@ mod target {
     use firmware::edu::{self, EduReport};
     use firmware::pci::{self, Ecam, MmioAllocator, PciHost};
     use firmware::platform::virt;
-    use firmware::{Boot, FirmwareError, Result, Verdict, println};
+    use firmware::{Boot, FirmwareError, Result, Verdict};
     use hal::regs::MmioBus;
 
     firmware::program!("pci-probe", virt::PLATFORM, run);
@@ -52,14 +52,20 @@ mod target {
 
     fn probe(boot: &Boot) -> Result<EduReport> {
         let (host, source) = host_bridge(boot)?;
-        println!(
-            "PCIe ECAM {:#x}+{:#x}, buses {:02x}-{:02x} ({source})",
-            host.ecam.base, host.ecam.size, host.first_bus, host.last_bus
+        defmt::info!(
+            "PCIe ECAM {=u64:#x}+{=u64:#x}, buses {=u8:02x}-{=u8:02x} ({=str})",
+            host.ecam.base,
+            host.ecam.size,
+            host.first_bus,
+            host.last_bus,
+            source
         );
         let window = host.mmio32.ok_or(FirmwareError::PciNoMemoryWindow)?;
-        println!(
-            "32-bit MMIO window: CPU {:#x} = PCI {:#x}, {:#x} bytes",
-            window.cpu_base, window.pci_base, window.size
+        defmt::info!(
+            "32-bit MMIO window: CPU {=u64:#x} = PCI {=u64:#x}, {=u64:#x} bytes",
+            window.cpu_base,
+            window.pci_base,
+            window.size
         );
         let ecam_bus = device_window(boot, host.ecam.base, host.ecam.size)?;
         let ecam = Ecam::new(&ecam_bus, host.first_bus, host.last_bus)?;
@@ -67,11 +73,12 @@ mod target {
         let report = edu::probe(
             &ecam,
             &mut allocator,
-            &mut firmware::console::Console,
+            &mut firmware::logger::info,
             |base, size| device_window(boot, base, size),
         )?;
-        println!(
-            "edu at {} (requester ID {:#06x}): vendor {:04x} device {:04x} class {:02x}{:02x}{:02x}",
+        defmt::info!(
+            "edu at {} (requester ID {=u16:#06x}): vendor {=u16:04x} device {=u16:04x} class \
+             {=u8:02x}{=u8:02x}{=u8:02x}",
             report.function.bdf,
             report.function.bdf.requester_id(),
             report.function.vendor_id,
@@ -80,9 +87,13 @@ mod target {
             report.function.subclass,
             report.function.prog_if
         );
-        println!(
-            "edu BAR0 {:#x}, size {:#x}; identification {:#010x}; liveness {} patterns ok",
-            report.bar0.at.cpu, report.bar0.bar.size, report.identification, report.liveness_checks
+        defmt::info!(
+            "edu BAR0 {=u64:#x}, size {=u64:#x}; identification {=u32:#010x}; liveness {=usize} \
+             patterns ok",
+            report.bar0.at.cpu,
+            report.bar0.bar.size,
+            report.identification,
+            report.liveness_checks
         );
         Ok(report)
     }

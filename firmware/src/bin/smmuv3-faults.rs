@@ -26,15 +26,15 @@ mod target {
         self, Buffers, CounterWait, EduDma, Hardware, Report, Scenario, StaleTlbReport,
         WINDOW_BYTES,
     };
-    use firmware::{Boot, FirmwareError, Result, Verdict, println};
+    use firmware::{Boot, FirmwareError, Result, Verdict};
     use firmware::{gic, timer};
     use hal::delay::CounterDelay;
     use hal::dma::{DmaDirection, DmaMemory, DmaRegion, PoolDma};
     use hal::regs::MmioBus;
     use hal::{HalError, PhysAddr};
     use smmu_driver::fault::StreamId;
-    use smmu_driver::v3::Smmuv3;
     use smmu_driver::v3::regs::offset::FRAME_SIZE;
+    use smmu_driver::v3::{Smmuv3, StallModel};
     use tock_registers::interfaces::Readable;
 
     firmware::program!("smmuv3-faults", virt::PLATFORM, run);
@@ -149,13 +149,18 @@ mod target {
         let report = edu::probe(
             &ecam,
             &mut allocator,
-            &mut firmware::console::Console,
+            &mut firmware::logger::info,
             |base, size| device_window(boot, base, size),
         )?;
         let bdf = report.function.bdf;
         let stream = StreamId(u32::from(bdf.requester_id()));
         let pin = ecam.header(bdf)?.interrupt_pin().get();
-        println!("edu at {bdf}: StreamID {:#x}, INTx pin {pin}", stream.0);
+        defmt::info!(
+            "edu at {}: StreamID {=u32:#x}, INTx pin {=u8}",
+            bdf,
+            stream.0,
+            pin
+        );
 
         // The edu interrupt wakes `wfi`; see the crate docs of firmware::gic.
         let gicd = dt_reg(
@@ -182,11 +187,12 @@ mod target {
         // The virtual timer ends a `wfi` whose interrupt never comes (a lost DMA).
         gic::enable_ppi(&gicr_bus, timer::VIRTUAL_TIMER_INTID)?;
         gic::enable_cpu_interface(boot.el)?;
-        println!(
-            "GICv3 {:#x}/{:#x}: INTID {intid} -> this CPU (wfi wake-up), virtual timer INTID {} \
-             as backstop",
+        defmt::info!(
+            "GICv3 {=u64:#x}/{=u64:#x}: INTID {=u32} -> this CPU (wfi wake-up), virtual timer \
+             INTID {=u32} as backstop",
             gicd.base,
             gicr.base,
+            intid,
             timer::VIRTUAL_TIMER_INTID
         );
 
@@ -198,12 +204,18 @@ mod target {
         );
         let smmu_bus = device_window(boot, smmu_reg.base, FRAME_SIZE as u64)?;
         let caps = Smmuv3::<MmioBus, &PoolDma<POOL_WORDS>, CounterDelay>::probe(&smmu_bus)?;
-        println!(
-            "SMMUv3 at {:#x}: v3.{}, stall model {:?}, abort-only {}, {}-bit StreamIDs, OAS {} bits, \
-             RIL {}, cmdq 2^{}, eventq 2^{}",
+        // StallModel (smmu-driver's v3::caps) has no defmt::Format of its own.
+        let stall_model = match caps.stall_model {
+            StallModel::StallAndTerminate => "StallAndTerminate",
+            StallModel::TerminateOnly => "TerminateOnly",
+            StallModel::StallForced => "StallForced",
+        };
+        defmt::info!(
+            "SMMUv3 at {=u64:#x}: v3.{=u8}, stall model {=str}, abort-only {=bool}, {=u8}-bit \
+             StreamIDs, OAS {=u8} bits, RIL {=bool}, cmdq 2^{=u8}, eventq 2^{=u8}",
             smmu_reg.base,
             caps.minor_version,
-            caps.stall_model,
+            stall_model,
             caps.abort_only,
             caps.sid_bits,
             caps.output_bits,
@@ -219,8 +231,8 @@ mod target {
         // identity mapped as normal write-back memory, used by nothing else; QEMU's SMMUv3
         // and PCI devices are cache coherent with the CPU, so bus = physical address works.
         let pool = unsafe { PoolDma::<POOL_WORDS>::new(cpu, PhysAddr::new(pool_base), pages) }?;
-        println!(
-            "DMA pool {:#x}..{:#x}",
+        defmt::info!(
+            "DMA pool {=u64:#x}..{=u64:#x}",
             pool_base,
             pool_base + (pages * 4096) as u64
         );
@@ -246,27 +258,27 @@ mod target {
             backing: buffer(&mut backing_region),
             reference: buffer(&mut reference_region),
         };
-        let log = &mut firmware::console::Console;
+        let log = &mut firmware::logger::info;
 
-        println!(
-            "scenario 1: {} copies over a 4 MiB window",
+        defmt::info!(
+            "scenario 1: {=u32} copies over a 4 MiB window",
             Scenario::MAIN.copies
         );
         let main = smmuv3_faults::run_scenario(&mut hw, &mut bufs, &Scenario::MAIN, log)?;
-        println!("  {main}");
-        println!(
-            "scenario 2: {} copies with a 2^{}-entry event queue",
+        defmt::info!("  {}", main);
+        defmt::info!(
+            "scenario 2: {=u32} copies with a 2^{=u8}-entry event queue",
             Scenario::TINY_EVENT_QUEUE.copies,
             Scenario::TINY_EVENT_QUEUE.eventq_log2
         );
         let tiny =
             smmuv3_faults::run_scenario(&mut hw, &mut bufs, &Scenario::TINY_EVENT_QUEUE, log)?;
-        println!("  {tiny}");
-        println!("scenario 3: evicting a page without TLB invalidation");
+        defmt::info!("  {}", tiny);
+        defmt::info!("scenario 3: evicting a page without TLB invalidation");
         let stale = smmuv3_faults::run_stale_tlb_probe(&mut hw, &mut bufs)?;
-        println!("  {stale}");
-        println!(
-            "  stale TLB {}",
+        defmt::info!("  {}", stale);
+        defmt::info!(
+            "  stale TLB {=str}",
             if stale.detected() {
                 "detected by the final data check"
             } else {

@@ -37,7 +37,7 @@ mod target {
     use firmware::exception::ProbeFault;
     use firmware::platform::zynqmp;
     use firmware::zynqmp_zdma::{self, Absence, SmmuPresence};
-    use firmware::{Boot, FirmwareError, Result, Verdict, println, rt, zynqmp_smmu_faults};
+    use firmware::{Boot, FirmwareError, Result, Verdict, rt, zynqmp_smmu_faults};
     use hal::PhysAddr;
     use hal::delay::CounterDelay;
     use hal::dma::{DMA_PAGE, PoolDma};
@@ -74,8 +74,8 @@ mod target {
 
     fn run_scenario(boot: &Boot) -> Result<Verdict> {
         if boot.el != 3 {
-            println!(
-                "note: running at EL{}; the boot image should start this program at EL3",
+            defmt::warn!(
+                "running at EL{=u8}; the boot image should start this program at EL3",
                 boot.el
             );
         }
@@ -87,17 +87,19 @@ mod target {
         let pool = dma_pool(boot)?;
         match zynqmp_zdma::probe_smmu(SMMU.regs.base, SMMU.regs.size, rt::probe_read32) {
             SmmuPresence::Absent(why) => {
-                println!(
-                    "SMMU absent at {:#x}: {why}; running the zDMA copies without it",
-                    SMMU.regs.base
+                defmt::info!(
+                    "SMMU absent at {=u64:#x}: {}; running the zDMA copies without it",
+                    SMMU.regs.base,
+                    why
                 );
                 return Ok(without_smmu(gdma0, gdma1, &pool, &why, &abort_check));
             }
             SmmuPresence::Present {
                 ids,
                 matches_zynqmp,
-            } => println!(
-                "SMMU at {:#x}: IDR0 {:#x}, IDR1 {:#x}{}, IDR2 {:#x}, IDR7 {:#x} (r{}p{})",
+            } => defmt::info!(
+                "SMMU at {=u64:#x}: IDR0 {=u32:#x}, IDR1 {=u32:#x}{=str}, IDR2 {=u32:#x}, IDR7 \
+                 {=u32:#x} (r{=u32}p{=u32})",
                 SMMU.regs.base,
                 ids.idr0,
                 ids.idr1,
@@ -112,9 +114,9 @@ mod target {
                 ids.idr7 & 0xf
             ),
         }
-        println!(
-            "MMU-500 at {:#x}, GDMA 0/1 at {:#x}/{:#x} (stream IDs {:#x}/{:#x}), DMA pool \
-             {:#x}+{:#x} non-cacheable",
+        defmt::info!(
+            "MMU-500 at {=u64:#x}, GDMA 0/1 at {=u64:#x}/{=u64:#x} (stream IDs {=u32:#x}/{=u32:#x}), \
+             DMA pool {=u64:#x}+{=u64:#x} non-cacheable",
             SMMU.regs.base,
             GDMA[0].regs.base,
             GDMA[1].regs.base,
@@ -132,9 +134,13 @@ mod target {
         );
         let (used, size) = stack_used(stack);
         if let Ok(report) = &result {
-            let _ = zynqmp_smmu_faults::write_report(&mut firmware::console::Console, report);
+            zynqmp_smmu_faults::report_lines(report).for_each(firmware::logger::info);
         }
-        println!("program stack high-water mark: {used} of {size} bytes");
+        defmt::info!(
+            "program stack high-water mark: {=u64} of {=u64} bytes",
+            used,
+            size
+        );
         Ok(zynqmp_smmu_faults::verdict(&config, &result))
     }
 
@@ -146,11 +152,19 @@ mod target {
         let addr = boot.map.mapped_limit;
         match rt::probe_read32(addr) {
             Err(fault) => {
-                println!("abort check: reading {addr:#x} faulted and was survived ({fault})");
+                defmt::info!(
+                    "abort check: reading {=u64:#x} faulted and was survived ({})",
+                    addr,
+                    fault
+                );
                 Ok(fault)
             }
             Ok(value) => {
-                println!("abort check: reading {addr:#x} returned {value:#x} without faulting");
+                defmt::warn!(
+                    "abort check: reading {=u64:#x} returned {=u32:#x} without faulting",
+                    addr,
+                    value
+                );
                 Err(value)
             }
         }
@@ -173,7 +187,7 @@ mod target {
                     &mut channels,
                     pool,
                     RESERVED_HOLE.base,
-                    &mut firmware::console::Console,
+                    &mut firmware::logger::info,
                 )
             });
         zynqmp_zdma::verdict(why, abort_check, &result)
@@ -184,12 +198,12 @@ mod target {
     fn check_counter() -> Result<()> {
         let hz = hal::sysreg::counter_frequency();
         if hz == 0 {
-            println!(
-                "warning: CNTFRQ_EL0 is 0 (not set by the FSBL): delays assume 1 MHz, so \
-                 timeouts are shorter than configured"
+            defmt::warn!(
+                "CNTFRQ_EL0 is 0 (not set by the FSBL): delays assume 1 MHz, so timeouts are \
+                 shorter than configured"
             );
         } else {
-            println!("system counter: CNTFRQ_EL0 = {hz} Hz");
+            defmt::info!("system counter: CNTFRQ_EL0 = {=u64} Hz", hz);
         }
         let start = hal::sysreg::counter();
         for _ in 0..1_000_000 {

@@ -734,9 +734,9 @@ fn edu_probe_on_virt() {
     let ecam = Ecam::new(&bus, 0, 255).unwrap();
     let mut alloc = MmioAllocator::new(virt_window());
     let edu_bus = ModelBus::new(EduModel::new());
-    let mut log = String::new();
+    let mut lines = Vec::new();
     let mut opened = None;
-    let report = edu::probe(&ecam, &mut alloc, &mut log, |cpu, size| {
+    let report = edu::probe(&ecam, &mut alloc, &mut |l| lines.push(l), |cpu, size| {
         opened = Some((cpu, size));
         Ok(&edu_bus)
     })
@@ -756,9 +756,22 @@ fn edu_probe_on_virt() {
     let mut m = bus.into_inner();
     assert_eq!(m.at(0, 2, 0).bar(0), 0x1000_0000);
     assert_eq!(m.at(0, 2, 0).command(), 0x0006);
+    let log: String = lines.iter().map(|l| format!("{l}\n")).collect();
     assert!(log.contains("00:02.0 1234:11e8 class 00ff00"), "{log}");
     assert!(
         log.contains("00:00.0 1b36:0008 class 060000 (host bridge)"),
+        "{log}"
+    );
+    assert_eq!(lines.len(), 6, "{log}");
+    assert_eq!(
+        lines[5],
+        edu::ProbeLine::Checked {
+            identification: 0x0100_00ed,
+            liveness_checks: 6
+        }
+    );
+    assert!(
+        log.ends_with("edu: identification 0x010000ed, liveness 6 patterns\n"),
         "{log}"
     );
 }
@@ -774,7 +787,7 @@ fn edu_probe_behind_bridges_opens_their_windows() {
     let ecam = Ecam::new(&bus, 0, 255).unwrap();
     let mut alloc = MmioAllocator::new(virt_window());
     let edu_bus = ModelBus::new(EduModel::new());
-    let report = edu::probe(&ecam, &mut alloc, &mut String::new(), |_, _| Ok(&edu_bus)).unwrap();
+    let report = edu::probe(&ecam, &mut alloc, &mut |_| {}, |_, _| Ok(&edu_bus)).unwrap();
     assert_eq!(report.function.bdf, bdf(2, 0, 0));
     assert_eq!(report.function.bdf.requester_id(), 0x200);
     let mut m = bus.into_inner();
@@ -794,7 +807,7 @@ fn edu_probe_failures_are_typed() {
         let ecam = Ecam::new(&bus, 0, 255).unwrap();
         let mut alloc = MmioAllocator::new(virt_window());
         let edu_bus = ModelBus::new(edu);
-        edu::probe(&ecam, &mut alloc, &mut String::new(), |_, _| Ok(&edu_bus))
+        edu::probe(&ecam, &mut alloc, &mut |_| {}, |_, _| Ok(&edu_bus))
     };
     let mut not_inverting = EduModel::new();
     not_inverting.inverts = false;

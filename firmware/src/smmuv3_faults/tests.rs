@@ -232,9 +232,9 @@ fn random_copies_with_faults_end_exact() {
         copies: 120,
         ..Scenario::MAIN
     };
-    let mut log = String::new();
+    let mut log = Vec::new();
     let report = rig
-        .run(|hw, bufs| run_scenario(hw, bufs, &scenario, &mut log))
+        .run(|hw, bufs| run_scenario(hw, bufs, &scenario, &mut |line| log.push(line)))
         .unwrap();
     assert!(report.exact(), "{report}");
     assert_eq!((report.copies, report.transfers), (120, 240));
@@ -254,6 +254,24 @@ fn random_copies_with_faults_end_exact() {
     assert_eq!(dmas, report.transfers + report.retransmissions);
     assert_eq!(rig.smmu.lock().stats.unordered_doorbells, 0);
     assert_eq!(rig.mem.used_pages(), idle, "every page returned");
+    let scenario = "main";
+    assert_eq!(
+        log,
+        [
+            ScenarioLine::Up { scenario },
+            ScenarioLine::Resident {
+                scenario,
+                pages: 256,
+                free_frames: 384 - 256
+            },
+            ScenarioLine::Verifying { scenario },
+        ],
+        "no progress line below 200 copies"
+    );
+    assert_eq!(
+        log[1].to_string(),
+        "  main: 256 pages resident, 128 frames free"
+    );
 }
 
 #[test]
@@ -264,7 +282,7 @@ fn a_tiny_event_queue_overflows_and_still_ends_exact() {
         ..Scenario::TINY_EVENT_QUEUE
     };
     let report = rig
-        .run(|hw, bufs| run_scenario(hw, bufs, &scenario, &mut String::new()))
+        .run(|hw, bufs| run_scenario(hw, bufs, &scenario, &mut |_| {}))
         .unwrap();
     assert!(report.exact(), "{report}");
     assert!(report.overflow_recoveries > 0, "{report}");
@@ -281,7 +299,7 @@ fn the_architectural_overflow_flag_is_handled_too() {
         ..Scenario::TINY_EVENT_QUEUE
     };
     let report = rig
-        .run(|hw, bufs| run_scenario(hw, bufs, &scenario, &mut String::new()))
+        .run(|hw, bufs| run_scenario(hw, bufs, &scenario, &mut |_| {}))
         .unwrap();
     assert!(report.exact() && report.overflow_recoveries > 0, "{report}");
 }
