@@ -157,8 +157,7 @@ impl<'a> Fdt<'a> {
         Nodes {
             fdt: *self,
             offset: 0,
-            depth: 0,
-            cells: [Cells::DEFAULT; MAX_DEPTH],
+            open: heapless::Vec::new(),
             done: false,
             root_seen: false,
         }
@@ -222,8 +221,8 @@ impl<'a> Fdt<'a> {
 pub struct Nodes<'a> {
     fdt: Fdt<'a>,
     offset: usize,
-    depth: usize,
-    cells: [Cells; MAX_DEPTH],
+    /// The cells of every node open at `offset`, root first (its length is the depth).
+    open: heapless::Vec<Cells, MAX_DEPTH>,
     done: bool,
     /// The root node was read: the structure block has exactly one (Devicetree 5.4.2).
     root_seen: bool,
@@ -281,26 +280,21 @@ impl<'a> Nodes<'a> {
                 None => return self.malformed(at),
             }
         }
-        if self.depth >= MAX_DEPTH {
+        let parent = self.open.last().copied().unwrap_or(Cells::DEFAULT);
+        let depth = self.open.len();
+        if self.open.push(own).is_err() {
+            // Deeper than MAX_DEPTH.
             return self.malformed(token_at);
-        }
-        let parent = match self.depth.checked_sub(1) {
-            Some(i) => self.cells.get(i).copied().unwrap_or(Cells::DEFAULT),
-            None => Cells::DEFAULT,
-        };
-        if let Some(slot) = self.cells.get_mut(self.depth) {
-            *slot = own;
         }
         let node = Node {
             fdt: self.fdt,
             name,
-            depth: self.depth,
+            depth,
             props_start,
             props_end: at,
             parent_cells: parent,
             cells: own,
         };
-        self.depth += 1;
         self.offset = at;
         Some(Ok(node))
     }
@@ -316,25 +310,24 @@ impl<'a> Iterator for Nodes<'a> {
         loop {
             let at = self.offset;
             match be32(self.fdt.structs, at) {
-                Some(FDT_BEGIN_NODE) if self.depth == 0 && self.root_seen => {
+                Some(FDT_BEGIN_NODE) if self.open.is_empty() && self.root_seen => {
                     // A second top-level node.
                     return self.malformed(at);
                 }
                 Some(FDT_BEGIN_NODE) => {
-                    self.root_seen |= self.depth == 0;
+                    self.root_seen |= self.open.is_empty();
                     return self.begin_node(at);
                 }
                 Some(FDT_END_NODE) => {
-                    let Some(d) = self.depth.checked_sub(1) else {
+                    if self.open.pop().is_none() {
                         return self.malformed(at);
-                    };
-                    self.depth = d;
+                    }
                     self.offset = at + 4;
                 }
                 Some(FDT_NOP) => self.offset = at + 4,
                 Some(FDT_END) => {
                     self.done = true;
-                    return if self.depth == 0 {
+                    return if self.open.is_empty() {
                         None
                     } else {
                         self.malformed(at)

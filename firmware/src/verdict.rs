@@ -39,12 +39,11 @@ impl Outcome {
 /// Capacity of a [`Message`] in bytes.
 pub const MESSAGE_CAPACITY: usize = 200;
 
-/// A short formatted message in a fixed buffer (there is no allocator). Text beyond
+/// A short formatted message in a fixed-capacity string (there is no allocator). Text beyond
 /// [`MESSAGE_CAPACITY`] is cut at a character boundary and marked with `...`.
 #[derive(Clone)]
 pub struct Message {
-    buf: [u8; MESSAGE_CAPACITY],
-    len: usize,
+    text: heapless::String<MESSAGE_CAPACITY>,
     truncated: bool,
 }
 
@@ -52,8 +51,7 @@ impl Message {
     /// An empty message.
     pub const fn new() -> Self {
         Self {
-            buf: [0; MESSAGE_CAPACITY],
-            len: 0,
+            text: heapless::String::new(),
             truncated: false,
         }
     }
@@ -68,8 +66,7 @@ impl Message {
 
     /// The text (without the truncation marker).
     pub fn as_str(&self) -> &str {
-        // Only whole `char`s are ever copied in, so the prefix is valid UTF-8.
-        core::str::from_utf8(self.buf.get(..self.len).unwrap_or_default()).unwrap_or_default()
+        &self.text
     }
 
     /// Whether text was cut off.
@@ -86,19 +83,14 @@ impl Default for Message {
 
 impl fmt::Write for Message {
     fn write_str(&mut self, s: &str) -> fmt::Result {
+        if self.truncated {
+            return Ok(());
+        }
+        // Whole `char`s only: the first one that does not fit ends the message.
         for c in s.chars() {
-            let mut utf8 = [0u8; 4];
-            let encoded = c.encode_utf8(&mut utf8).as_bytes();
-            let end = self.len + encoded.len();
-            match self.buf.get_mut(self.len..end) {
-                Some(dst) if !self.truncated => {
-                    dst.copy_from_slice(encoded);
-                    self.len = end;
-                }
-                _ => {
-                    self.truncated = true;
-                    break;
-                }
+            if self.text.push(c).is_err() {
+                self.truncated = true;
+                break;
             }
         }
         Ok(())

@@ -45,7 +45,7 @@ impl RegisteredRegion {
 /// A fixed-capacity set of non-overlapping regions (per stream), for resolvers to embed.
 #[derive(Clone, Debug)]
 pub struct RegionSet<const N: usize> {
-    regions: [Option<RegisteredRegion>; N],
+    regions: heapless::Vec<RegisteredRegion, N>,
 }
 
 impl<const N: usize> Default for RegionSet<N> {
@@ -57,7 +57,9 @@ impl<const N: usize> Default for RegionSet<N> {
 impl<const N: usize> RegionSet<N> {
     /// An empty set.
     pub const fn new() -> Self {
-        Self { regions: [None; N] }
+        Self {
+            regions: heapless::Vec::new(),
+        }
     }
 
     /// Adds a region; fails if it is empty, wraps, overlaps a region of the same stream, or
@@ -75,21 +77,18 @@ impl<const N: usize> RegionSet<N> {
                 len: region.len,
             });
         }
-        let slot = self
-            .regions
-            .iter_mut()
-            .find(|r| r.is_none())
-            .ok_or(SmmuError::RegionCapacity { capacity: N })?;
-        *slot = Some(region);
-        Ok(())
+        self.regions
+            .push(region)
+            .map_err(|_| SmmuError::RegionCapacity { capacity: N })
     }
 
     /// Removes the region of `stream` starting at `start`; returns it if it was there.
     pub fn unregister(&mut self, stream: StreamId, start: Iova) -> Option<RegisteredRegion> {
-        self.regions
-            .iter_mut()
-            .find(|r| r.is_some_and(|r| r.stream == stream && r.start == start))
-            .and_then(Option::take)
+        let index = self
+            .regions
+            .iter()
+            .position(|r| r.stream == stream && r.start == start)?;
+        Some(self.regions.swap_remove(index))
     }
 
     /// The region of `stream` containing `iova`.
@@ -101,6 +100,6 @@ impl<const N: usize> RegionSet<N> {
 
     /// Every region.
     pub fn iter(&self) -> impl Iterator<Item = &RegisteredRegion> + '_ {
-        self.regions.iter().flatten()
+        self.regions.iter()
     }
 }
