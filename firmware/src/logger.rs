@@ -120,10 +120,11 @@ pub fn info<L: defmt::Format>(line: L) {
 }
 
 /// defmt's side of the exception decoder's types, for program logs (the runtime's exception
-/// reports stay plain text, through their `fmt::Display` in `exception`). Same wording.
+/// reports stay plain text, through their `fmt::Display` in `exception`). Same wording, but for
+/// an exception class, which is given by number.
 #[cfg(target_os = "none")]
 mod exception_formats {
-    use crate::exception::{FaultStatus, ProbeFault, Syndrome, class_name};
+    use crate::exception::{FaultStatus, ProbeFault, Syndrome};
 
     impl defmt::Format for FaultStatus {
         fn format(&self, f: defmt::Formatter<'_>) {
@@ -149,14 +150,16 @@ mod exception_formats {
         }
     }
 
-    /// What an abort's syndrome says: its fault status, else its exception class.
+    /// What an abort's syndrome says: its fault status, else its exception class (by number:
+    /// an abort always has a fault status, and `class_name`'s table is not worth a second copy
+    /// for a line that does not happen).
     struct Cause(Syndrome);
 
     impl defmt::Format for Cause {
         fn format(&self, f: defmt::Formatter<'_>) {
             match self.0.fault_status() {
                 Some(status) => defmt::write!(f, "{}", status),
-                None => defmt::write!(f, "{=str}", class_name(self.0.class())),
+                None => defmt::write!(f, "exception class {=u8:#04x}", self.0.class()),
             }
         }
     }

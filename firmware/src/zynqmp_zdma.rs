@@ -668,7 +668,22 @@ impl defmt::Format for BusErrorProbe {
 impl defmt::Format for BusErrorOutcome {
     fn format(&self, f: defmt::Formatter<'_>) {
         match self {
-            BusErrorOutcome::Reported(e) => defmt::write!(f, "bus error reported ({})", e),
+            // The two errors a bus-error transfer can report, in Display's words; anything
+            // else by its code, which keeps DmaError's derived Format (and ProtocolError's and
+            // HalError's under it) out of the image.
+            BusErrorOutcome::Reported(DmaError::AxiRead { bytes }) => defmt::write!(
+                f,
+                "bus error reported (AXI read error after {=u32} bytes)",
+                bytes
+            ),
+            BusErrorOutcome::Reported(DmaError::AxiWrite { bytes }) => defmt::write!(
+                f,
+                "bus error reported (AXI write error after {=u32} bytes)",
+                bytes
+            ),
+            BusErrorOutcome::Reported(e) => {
+                defmt::write!(f, "bus error reported (DmaError code {=u32})", e.code())
+            }
             BusErrorOutcome::NotReported { bytes } => defmt::write!(
                 f,
                 "completed, no bus error reported ({=u32} bytes counted)",
