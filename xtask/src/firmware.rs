@@ -273,14 +273,19 @@ pub fn cross_build(package_args: &[&str], release: bool) -> Result<(), XtaskErro
     )
 }
 
+/// Where the cross build puts a program's ELF.
+pub fn elf_path(program: &Program, release: bool) -> PathBuf {
+    let profile = if release { "release" } else { "debug" };
+    cross_target_dir()
+        .join(CROSS_TARGET)
+        .join(profile)
+        .join(program.name)
+}
+
 /// Builds one program; returns the ELF's path.
 pub fn build(program: &Program, release: bool) -> Result<PathBuf, XtaskError> {
     cross_build(&["-p", "firmware", "--bin", program.name], release)?;
-    let profile = if release { "release" } else { "debug" };
-    let elf = cross_target_dir()
-        .join(CROSS_TARGET)
-        .join(profile)
-        .join(program.name);
+    let elf = elf_path(program, release);
     if elf.is_file() {
         Ok(elf)
     } else {
@@ -644,6 +649,32 @@ impl DefmtLines {
         }
         Some(out.join(" | "))
     }
+}
+
+/// Prints a console capture (a board's UART log, say) with its defmt frame lines decoded by
+/// the format strings in `elf`, which must be the ELF that ran; other lines as they are.
+pub fn decode(elf: &std::path::Path, capture: impl Read) -> Result<(), XtaskError> {
+    if !elf.is_file() {
+        return Err(XtaskError::Other(format!(
+            "no ELF at {} (build it with `cargo xtask firmware NAME`, or give --elf)",
+            elf.display()
+        )));
+    }
+    let mut defmt = DefmtLines::load(elf);
+    if defmt.table.is_none() {
+        return Err(XtaskError::Other(format!(
+            "{} has no defmt table (not a firmware program's ELF?)",
+            elf.display()
+        )));
+    }
+    for line in crate::util::lossy_lines(capture) {
+        let line = line.trim_end_matches(['\r', '\n']);
+        match defmt.render(line) {
+            Some(decoded) => println!("{decoded}"),
+            None => println!("{line}"),
+        }
+    }
+    Ok(())
 }
 
 /// Runs every program as `cargo xtask test` expects; returns the names that did not behave.

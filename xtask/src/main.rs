@@ -6,6 +6,8 @@
 //! - `qemu NAME`: builds it and runs it on QEMU: `virt` with an SMMUv3 and the `edu` device,
 //!   or `xlnx-zcu102` for the ZynqMP program; the firmware's verdict line becomes the exit
 //!   status.
+//! - `decode`: prints a console capture (a board's UART log) with the firmware's defmt frame
+//!   lines decoded by the program's ELF.
 //! - `rxe-test`: the server path (libnprdma.so) on Soft-RoCE in a Debian guest under
 //!   `qemu-system-x86_64`: unmodified perftest, the stress program, with/without ratios.
 //! - `kernel-test`: the kernel module nprdma.ko (linux-glue/kernel), built against Debian's
@@ -40,6 +42,10 @@ commands:
   qemu <name> [--release] [--timeout <seconds>]
                               build a program and run it on qemu-system-aarch64 (virt + SMMUv3 +
                               edu; xlnx-zcu102 for the zynqmp-* program)
+  decode (<name> [--release] | --elf <path>) [<capture file>]
+                              print a console capture (stdin if no file) with its defmt frame
+                              lines (NPRDMA-DEFMT: ...) decoded by the program's ELF, which must
+                              be the one that ran (default: the last `cargo xtask firmware` build)
   rxe-test [--iters <n>] [--cmp-iters <n>] [--stress-ops <n>] [--rounds <n>] [--bw-rounds <n>]
            [--smp <n>] [--compare-only] [--no-pin] [--cmp-flags <perftest flags>]
            [--candidate <libnprdma.so>] [--boots <n>]
@@ -107,6 +113,28 @@ fn run(args: &[String]) -> Result<(), XtaskError> {
             let program = firmware::find(&name)?;
             let outcome = firmware::build_and_run(program, release, timeout)?;
             outcome.into_result()
+        }
+        "decode" => {
+            let elf = opts.value_str("--elf")?;
+            let release = opts.flag("--release");
+            let elf = match elf {
+                Some(path) => std::path::PathBuf::from(path),
+                None => {
+                    let name = opts.positional("program name (or --elf <path>)")?;
+                    firmware::elf_path(firmware::find(&name)?, release)
+                }
+            };
+            let capture = opts.positional("capture file").ok();
+            opts.finish()?;
+            match capture {
+                Some(path) => {
+                    let file = std::fs::File::open(&path).map_err(|e| {
+                        XtaskError::Other(format!("cannot read the capture {path}: {e}"))
+                    })?;
+                    firmware::decode(&elf, file)
+                }
+                None => firmware::decode(&elf, std::io::stdin().lock()),
+            }
         }
         "rxe-test" => {
             let mut o = rxe::Options::default();
