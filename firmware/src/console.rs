@@ -1,6 +1,12 @@
-//! The program console: [`print!`](crate::print) and [`println!`](crate::println) write to
-//! the platform's UART (bare-metal builds only; there is one CPU and no interrupts, so no
-//! locking). Output is best effort: a stuck UART drops characters rather than hanging.
+//! The program console: [`print!`](crate::print) and [`println!`](crate::println) write plain
+//! text to the platform's UART (bare-metal builds only; there is one CPU and no interrupts, so
+//! no locking), `write_str` writes a string without `core::fmt` (the defmt logger's path, see
+//! [`logger`](crate::logger)). Output is best effort: a stuck UART drops characters rather than
+//! hanging.
+//!
+//! Plain text is for the lines that must be readable without a decoder or before the logger
+//! can run: the runtime's boot lines, exception and panic reports, the verdict, and lines a
+//! harness parses. Program logs go through defmt.
 
 /// Sends `text` through `put_byte`, turning each LF into CR LF (what a serial terminal
 /// expects); shared by the UART drivers' `fmt::Write`. Bytes `put_byte` drops are dropped.
@@ -29,8 +35,7 @@ pub fn _print(args: core::fmt::Arguments<'_>) {
     });
 }
 
-/// The console as a [`core::fmt::Write`] sink, e.g. for library code that logs to a
-/// `&mut dyn fmt::Write`.
+/// The console as a [`core::fmt::Write`] sink, for plain text (see the module docs).
 #[cfg(all(target_arch = "aarch64", target_os = "none"))]
 #[derive(Debug, Default)]
 pub struct Console;

@@ -33,10 +33,27 @@
 //! syndrome), or from the panic handler (FAIL with location and message). See [`verdict`].
 //!
 //! # Logging
-//! Library code logs through `hal`'s shim (`hal::info!` etc.). On the target the shim is
-//! defmt, and [`logger`] sends each defmt frame as one console line `NPRDMA-DEFMT: <hex>`,
-//! which `cargo xtask qemu` decodes with the program's ELF and prints as text. On the host the
-//! same calls compile to nothing (or to `log` where a crate enables it).
+//! Two kinds of console lines (docs/architecture.md, "Logging on the target"):
+//! - **Plain text** ([`println!`], `core::fmt`): the runtime's boot lines, exception and panic
+//!   reports, the verdict line, and the lines a harness parses (`stack-overflow`'s stack
+//!   bottom, which xtask checks the fault address against). They must read without tools on
+//!   any UART, and must work when nothing else does (an exception inside a log call).
+//! - **defmt** for everything a program logs while it runs. The format strings stay in the
+//!   ELF; a log call sends a string index, a timestamp (microseconds of the system counter)
+//!   and its arguments as raw bytes. defmt's encodings are binary (there is no text mode), so
+//!   [`logger`] sends each rzCOBS-encoded frame as one console line `NPRDMA-DEFMT: <hex>`;
+//!   `cargo xtask qemu` decodes these lines with `defmt-decoder` and the program's ELF as they
+//!   arrive, and `cargo xtask decode` does the same for a capture of a board's UART.
+//!
+//! Programs call defmt's macros directly. The portable program logic ([`edu::probe`],
+//! [`smmuv3_faults::run_scenario`], [`zynqmp_zdma::run_copies`],
+//! [`zynqmp_smmu_faults::report_lines`]) reports typed lines ([`edu::ProbeLine`],
+//! [`smmuv3_faults::ScenarioLine`], [`zynqmp_zdma::ZdmaLine`],
+//! [`zynqmp_smmu_faults::PhaseLine`]) to a sink: `logger::info` on the target (bare-metal
+//! builds only), which logs them through their `defmt::Format`, and a closure that collects
+//! them in host tests, where their `fmt::Display` gives the same words. Driver crates log
+//! through `hal`'s shim (defmt on the target, nothing or `log` on the host), and their error
+//! types implement `defmt::Format` on the target.
 //!
 //! # Boot flow
 //! 1. `_start` (assembly in `rt`, linked first at the image base) keeps `x0`, parks all
@@ -92,7 +109,7 @@
 //! | `0x8000_0000..2^39` | PL, GDMA `0xFD50_0000 + n * 0x1_0000`, SMMU `0xFD80_0000`, UART0 `0xFF00_0000`, OCM (FSBL, ATF), DDR high `0x8_0000_0000..` (not used) | Device-nGnRnE, execute-never |
 //!
 //! See [`mmu`] for the table layout. There is no allocator; programs use the stack and
-//! fixed-size collections.
+//! fixed-capacity collections (`heapless`).
 //!
 //! # Adding a program
 //! 1. Create `src/bin/NAME.rs` with `#![cfg_attr(target_os = "none", no_std, no_main)]` and

@@ -9,7 +9,7 @@
 //!
 //! A binary frame cannot share a text console as it is: an rzCOBS frame may hold any byte but
 //! 0, newlines and control characters included. So each frame goes out as one text line,
-//! `NPRDMA-DEFMT: <hex of the rzCOBS-encoded frame>` ([`FRAME_PREFIX`], [`FrameLines`]).
+//! `NPRDMA-DEFMT: <hex of the rzCOBS-encoded frame>` ([`FRAME_PREFIX`], `FrameLines`).
 //! `cargo xtask qemu` decodes these lines with `defmt-decoder` and the program's ELF and prints
 //! the message in their place; a capture of a board's UART can be decoded the same way. Text
 //! lines (the runtime's boot lines, exception reports, the verdict) are unaffected, and a

@@ -343,8 +343,8 @@ impl defmt::Format for Function {
             ),
             Some((secondary, subordinate)) => defmt::write!(
                 f,
-                "{} {=u16:04x}:{=u16:04x} class {=u8:02x}{=u8:02x}{=u8:02x} ({=str}) rev {=u8:02x}, \
-                 buses {=u8:02x}-{=u8:02x}",
+                "{} {=u16:04x}:{=u16:04x} class {=u8:02x}{=u8:02x}{=u8:02x} ({=str}) rev \
+                 {=u8:02x}, buses {=u8:02x}-{=u8:02x}",
                 self.bdf,
                 self.vendor_id,
                 self.device_id,

@@ -1,12 +1,20 @@
-//! The logging shim: `hal::info!("...", x)` and friends.
+//! The logging shim: `hal::info!("...", x)` and friends, for driver code that runs both on the
+//! target and on the host.
 //!
-//! - feature `defmt` (target builds): forwards to defmt, whose frames are decoded on the host.
+//! - feature `defmt` (target builds): forwards to defmt, whose frames are decoded on the host
+//!   (the firmware sends them over the console; see docs/architecture.md, "Logging on the
+//!   target").
 //! - feature `log` (host builds): forwards to the `log` facade.
 //! - neither: the arguments are evaluated for type checking and dropped.
 //!
 //! defmt must never be enabled on the host: its macros need a global logger at link time and
 //! host test binaries have none (knurling-rs/defmt#1037). Use only format strings both
-//! backends accept: `{}`, `{:?}`, `{:x}`, `{:#x}`.
+//! backends accept: `{}`, `{:?}`, `{:x}`, `{:#x}`; with `defmt` every argument must implement
+//! `defmt::Format`. The crates the firmware uses (this one, `protocol`, `smmu-driver`,
+//! `dma-engine`, `boards`) derive it on their error types behind a `defmt` feature of their
+//! own, which only the firmware's bare-metal build turns on. Code that only ever runs on the
+//! target (the firmware's programs) uses defmt's macros directly, with typed parameters such
+//! as `{=u32:#x}`.
 
 macro_rules! define_log_macro {
     ($d:tt $name:ident, $level:ident) => {

@@ -746,6 +746,7 @@ mod tests {
     /// The decoder with a table of one log string (index 7) and the firmware's timestamp, as
     /// `defmt-decoder` reads them from an ELF (built through its serde form).
     fn decoder_with_one_string() -> DefmtLines {
+        let message = "zDMA GDMA{=u32} copy: byte {=u8:02x} exact";
         let table = serde_json::json!({
             "timestamp": {
                 "string": { "tag": "Timestamp", "string": "{=u64:us}" },
@@ -753,7 +754,7 @@ mod tests {
             },
             "entries": {
                 "7": {
-                    "string": { "tag": "Info", "string": "zDMA GDMA{=u32} copy: byte {=u8:02x} exact" },
+                    "string": { "tag": "Info", "string": message },
                     "raw_symbol": "message"
                 }
             },

@@ -8,7 +8,8 @@
 //! non-cacheable.
 //!
 //! The console (UART0, as the FSBL configured it) shows one line per phase with its counters,
-//! the stack used, then `NPRDMA-VERDICT: PASS ...` (all phases ran and passed their
+//! the stack used (defmt lines: `cargo xtask decode zynqmp-smmu-faults CAPTURE` shows them as
+//! text), then `NPRDMA-VERDICT: PASS ...` (all phases ran and passed their
 //! invariants, faults > 0, data exact) or `FAIL ...` (with `BoardError::code()` when the
 //! scenario failed). The CPU then waits for interrupts forever.
 //!
@@ -115,8 +116,8 @@ mod target {
             ),
         }
         defmt::info!(
-            "MMU-500 at {=u64:#x}, GDMA 0/1 at {=u64:#x}/{=u64:#x} (stream IDs {=u32:#x}/{=u32:#x}), \
-             DMA pool {=u64:#x}+{=u64:#x} non-cacheable",
+            "MMU-500 at {=u64:#x}, GDMA 0/1 at {=u64:#x}/{=u64:#x} (stream IDs \
+             {=u32:#x}/{=u32:#x}), DMA pool {=u64:#x}+{=u64:#x} non-cacheable",
             SMMU.regs.base,
             GDMA[0].regs.base,
             GDMA[1].regs.base,
