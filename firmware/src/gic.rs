@@ -172,10 +172,7 @@ pub fn find_redistributor<R: RegisterBus + ?Sized>(region: &R, affinity: u32) ->
 /// The affinity of the PE running this code (MPIDR_EL1), for [`find_redistributor`].
 #[cfg(all(target_arch = "aarch64", target_os = "none"))]
 pub fn current_affinity() -> u32 {
-    let mpidr: u64;
-    // SAFETY: reading MPIDR_EL1 has no side effects.
-    unsafe { core::arch::asm!("mrs {}, mpidr_el1", out(reg) mpidr, options(nomem, nostack)) };
-    affinity_of_mpidr(mpidr)
+    affinity_of_mpidr(hal::sysreg::read(hal::sysreg::SysReg::MpidrEl1))
 }
 
 /// How long (polls) to wait for GICD_CTLR.RWP or GICR_WAKER.ChildrenAsleep.
@@ -274,39 +271,34 @@ pub fn enable_ppi<R: RegisterBus + ?Sized>(gicr: &R, intid: u32) -> Result<()> {
 /// only ends a `wfi`.
 #[cfg(all(target_arch = "aarch64", target_os = "none"))]
 pub fn enable_cpu_interface(el: u8) -> Result<()> {
-    use core::arch::asm;
+    use hal::barrier;
+    use hal::sysreg::fields::{DAIF, ICC_SRE_EL2};
+    use hal::sysreg::{self, SysReg};
     if !(1..=2).contains(&el) {
         return Err(FirmwareError::UnsupportedExceptionLevel { el });
     }
     // SAFETY: these writes only configure this core's GIC CPU interface and mask IRQs in
-    // PSTATE; no memory is touched. ICC_SRE_EL2.Enable (bit 3) lets EL1 use the system
-    // register interface when we run at EL2.
+    // PSTATE; no memory is touched. ICC_SRE_EL2.Enable lets EL1 use the system register
+    // interface when we run at EL2 (IHI0069 §12.2, ICC_SRE_EL2.SRE and .Enable).
     unsafe {
-        asm!("msr daifset, #2", options(nomem, nostack));
+        let daif = sysreg::read(SysReg::Daif);
+        sysreg::write(SysReg::Daif, daif | DAIF::I::Masked.value);
         if el == 2 {
-            asm!(
-                "mrs {t}, S3_4_C12_C9_5",
-                "orr {t}, {t}, #0x1",
-                "orr {t}, {t}, #0x8",
-                "msr S3_4_C12_C9_5, {t}",
-                "isb",
-                t = out(reg) _,
-                options(nomem, nostack),
+            let sre = sysreg::read(SysReg::IccSreEl2);
+            sysreg::write(
+                SysReg::IccSreEl2,
+                sre | (ICC_SRE_EL2::SRE::SET + ICC_SRE_EL2::ENABLE::SET).value,
             );
+            barrier::isb();
         }
-        asm!(
-            "mrs {t}, S3_0_C12_C12_5",
-            "orr {t}, {t}, #1",
-            "msr S3_0_C12_C12_5, {t}",
-            "isb",
-            "mov {t}, #0xff",
-            "msr S3_0_C4_C6_0, {t}",
-            "mov {t}, #1",
-            "msr S3_0_C12_C12_7, {t}",
-            "isb",
-            t = out(reg) _,
-            options(nomem, nostack),
-        );
+        // ICC_SRE_EL1.SRE (bit 0), then every priority unmasked (ICC_PMR_EL1 = 0xff) and
+        // Group 1 enabled (ICC_IGRPEN1_EL1.Enable, bit 0).
+        let sre = sysreg::read(SysReg::IccSreEl1);
+        sysreg::write(SysReg::IccSreEl1, sre | 1);
+        barrier::isb();
+        sysreg::write(SysReg::IccPmrEl1, 0xff);
+        sysreg::write(SysReg::IccIgrpen1El1, 1);
+        barrier::isb();
     }
     Ok(())
 }

@@ -157,6 +157,15 @@ impl Regime {
             _ => Err(FirmwareError::UnsupportedExceptionLevel { el }),
         }
     }
+
+    /// The exception level whose registers (SCTLR_ELx, TCR_ELx, ...) configure the regime.
+    pub const fn el(self) -> hal::sysreg::El {
+        match self {
+            Regime::El1 => hal::sysreg::El::El1,
+            Regime::El2 => hal::sysreg::El::El2,
+            Regime::El3 => hal::sysreg::El::El3,
+        }
+    }
 }
 
 /// A level-1 or level-2 block descriptor for output address `pa`.

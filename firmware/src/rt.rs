@@ -8,7 +8,10 @@ use core::panic::PanicInfo;
 use core::ptr::{self, NonNull};
 use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU8, AtomicU64, Ordering};
 
+use hal::barrier;
 use hal::regs::MmioBus;
+use hal::sysreg::{self, El, SysReg, fields::HCR_EL2, fields::ID_AA64MMFR0_EL1};
+use tock_registers::LocalRegisterCopy;
 
 use crate::cadence_uart::{CadenceUart, CadenceUartRegs};
 use crate::error::{FirmwareError, Result};
@@ -239,12 +242,11 @@ pub fn probe_read32(addr: u64) -> core::result::Result<u32, ProbeFault> {
             far: PROBE_FAR.load(Ordering::SeqCst),
         });
     }
-    let isr: u64;
-    // SAFETY: a barrier, then reading ISR_EL1 (accessible at EL1 and above) has no side
-    // effects. The barrier lets an error response to the load arrive before the check.
-    unsafe {
-        asm!("dsb sy", "isb", "mrs {}, isr_el1", out(reg) isr, options(nostack));
-    }
+    // The barrier lets an error response to the load arrive before the check; ISR_EL1 is
+    // readable at EL1 and above.
+    barrier::dsb_sy();
+    barrier::isb();
+    let isr = sysreg::read(SysReg::IsrEl1);
     // ISR_EL1.A, bit 8: an SError interrupt is pending.
     if isr & (1 << 8) != 0 {
         return Err(ProbeFault::SErrorPending);
@@ -253,16 +255,11 @@ pub fn probe_read32(addr: u64) -> core::result::Result<u32, ProbeFault> {
 }
 
 /// Moves the return address of the exception being handled at `el`.
-fn set_elr(el: u8, elr: u64) {
+fn set_elr(el: El, elr: u64) {
     // SAFETY: only called for a probe fault, whose handler returns to `elr` (the fix-up in
-    // `__firmware_probe_read32`), a valid instruction of this image.
-    unsafe {
-        match el {
-            3 => asm!("msr elr_el3, {}", in(reg) elr, options(nomem, nostack)),
-            2 => asm!("msr elr_el2, {}", in(reg) elr, options(nomem, nostack)),
-            _ => asm!("msr elr_el1, {}", in(reg) elr, options(nomem, nostack)),
-        }
-    }
+    // `__firmware_probe_read32`), a valid instruction of this image; ELR_ELx of the current
+    // EL is always accessible.
+    unsafe { sysreg::write(SysReg::Elr(el), elr) }
 }
 
 /// The platform the running program selected (none before `start` ran).
@@ -363,8 +360,8 @@ pub fn power_off() -> ! {
 
 fn halt() -> ! {
     loop {
-        // SAFETY: `wfi` only waits; nothing is enabled to wake the CPU.
-        unsafe { asm!("wfi", options(nomem, nostack, preserves_flags)) };
+        // Nothing is enabled to wake the CPU.
+        sysreg::wait_for_interrupt();
     }
 }
 
@@ -544,10 +541,10 @@ fn ram_regions(
 }
 
 fn physical_address_bits() -> u32 {
-    let mmfr0: u64;
-    // SAFETY: reading an ID register has no side effects.
-    unsafe { asm!("mrs {}, id_aa64mmfr0_el1", out(reg) mmfr0, options(nomem, nostack)) };
-    mmu::pa_bits_from_parange(mmfr0 & 0xf).unwrap_or(32)
+    let mmfr0 = LocalRegisterCopy::<u64, ID_AA64MMFR0_EL1::Register>::new(sysreg::read(
+        SysReg::IdAa64mmfr0El1,
+    ));
+    mmu::pa_bits_from_parange(mmfr0.read(ID_AA64MMFR0_EL1::PARange)).unwrap_or(32)
 }
 
 /// Builds the identity map and turns on the MMU and caches at the current EL.
@@ -559,14 +556,13 @@ fn enable_mmu(
 ) -> Result<MapSummary> {
     let regime = Regime::for_el(el)?;
     if regime == Regime::El2 {
-        let hcr: u64;
-        // SAFETY: reading HCR_EL2 at EL2 has no side effects.
-        unsafe { asm!("mrs {}, hcr_el2", out(reg) hcr, options(nomem, nostack)) };
-        // E2H (bit 34) changes the EL2 register formats (VHE); not supported.
-        if hcr & (1 << 34) != 0 {
+        // E2H changes the EL2 register formats (VHE); not supported.
+        let hcr = LocalRegisterCopy::<u64, HCR_EL2::Register>::new(sysreg::read(SysReg::HcrEl2));
+        if hcr.is_set(HCR_EL2::E2H) {
             return Err(FirmwareError::UnsupportedExceptionLevel { el });
         }
     }
+    let sysreg_el = regime.el();
     let non_cacheable = non_cacheable.as_slice();
     // Code, data and stacks must stay write-back and executable.
     let (image_start, image_end) = image_range();
@@ -628,82 +624,46 @@ fn enable_mmu(
         for r in non_cacheable {
             invalidate_dcache_range(r.base, r.base.saturating_add(r.size));
         }
-        match regime {
-            Regime::El1 => asm!(
-                "msr mair_el1, {mair}",
-                "msr tcr_el1, {tcr}",
-                "msr ttbr0_el1, {root}",
-                "isb",
-                "tlbi vmalle1",
-                "dsb nsh",
-                "isb",
-                "ic iallu",
-                "dsb nsh",
-                "isb",
-                "mrs {tmp}, sctlr_el1",
-                "orr {tmp}, {tmp}, {set}",
-                "bic {tmp}, {tmp}, {clear}",
-                "msr sctlr_el1, {tmp}",
-                "isb",
-                mair = in(reg) mair,
-                tcr = in(reg) tcr,
-                root = in(reg) root,
-                set = in(reg) mmu::SCTLR_SET,
-                clear = in(reg) mmu::SCTLR_CLEAR,
-                tmp = out(reg) _,
-                options(nostack),
-            ),
-            Regime::El2 => asm!(
-                "msr mair_el2, {mair}",
-                "msr tcr_el2, {tcr}",
-                "msr ttbr0_el2, {root}",
-                "isb",
-                "tlbi alle2",
-                "dsb nsh",
-                "isb",
-                "ic iallu",
-                "dsb nsh",
-                "isb",
-                "mrs {tmp}, sctlr_el2",
-                "orr {tmp}, {tmp}, {set}",
-                "bic {tmp}, {tmp}, {clear}",
-                "msr sctlr_el2, {tmp}",
-                "isb",
-                mair = in(reg) mair,
-                tcr = in(reg) tcr,
-                root = in(reg) root,
-                set = in(reg) mmu::SCTLR_SET,
-                clear = in(reg) mmu::SCTLR_CLEAR,
-                tmp = out(reg) _,
-                options(nostack),
-            ),
-            Regime::El3 => asm!(
-                "msr mair_el3, {mair}",
-                "msr tcr_el3, {tcr}",
-                "msr ttbr0_el3, {root}",
-                "isb",
-                "tlbi alle3",
-                "dsb nsh",
-                "isb",
-                "ic iallu",
-                "dsb nsh",
-                "isb",
-                "mrs {tmp}, sctlr_el3",
-                "orr {tmp}, {tmp}, {set}",
-                "bic {tmp}, {tmp}, {clear}",
-                "msr sctlr_el3, {tmp}",
-                "isb",
-                mair = in(reg) mair,
-                tcr = in(reg) tcr,
-                root = in(reg) root,
-                set = in(reg) mmu::SCTLR_SET,
-                clear = in(reg) mmu::SCTLR_CLEAR,
-                tmp = out(reg) _,
-                options(nostack),
-            ),
-        }
+        sysreg::write(SysReg::Mair(sysreg_el), mair);
+        sysreg::write(SysReg::Tcr(sysreg_el), tcr);
+        sysreg::write(SysReg::Ttbr0(sysreg_el), root);
+        barrier::isb();
+        invalidate_tlb_and_icache(regime);
+        let sctlr = sysreg::read(SysReg::Sctlr(sysreg_el));
+        sysreg::write(
+            SysReg::Sctlr(sysreg_el),
+            (sctlr | mmu::SCTLR_SET) & !mmu::SCTLR_CLEAR,
+        );
+        barrier::isb();
     }
     Ok(map)
+}
+
+/// Invalidates every TLB entry of `regime`'s translation regime and the whole instruction
+/// cache, each completed with `dsb nsh; isb` (Arm ARM D8.16, the TLB maintenance
+/// instructions `TLBI VMALLE1`, `TLBI ALLE2`, `TLBI ALLE3`, and `IC IALLU`); `aarch64-cpu`
+/// provides no maintenance instructions.
+///
+/// # Safety
+/// Only invalidates: safe whenever the translation tables in memory are the ones the MMU is
+/// meant to use (here: before it is turned on).
+unsafe fn invalidate_tlb_and_icache(regime: Regime) {
+    // SAFETY: TLB and instruction-cache invalidation loses no data; the caller's contract.
+    unsafe {
+        match regime {
+            Regime::El1 => asm!("tlbi vmalle1", options(nostack)),
+            Regime::El2 => asm!("tlbi alle2", options(nostack)),
+            Regime::El3 => asm!("tlbi alle3", options(nostack)),
+        }
+        asm!(
+            "dsb nsh",
+            "isb",
+            "ic iallu",
+            "dsb nsh",
+            "isb",
+            options(nostack)
+        );
+    }
 }
 
 /// `dc ivac` over `[start, end)`, by the smallest data cache line (CTR_EL0.DminLine).
@@ -712,46 +672,30 @@ fn enable_mmu(
 /// The range must hold nothing that lives only in the data cache (true before the caches
 /// are first enabled: every write went to memory).
 unsafe fn invalidate_dcache_range(start: u64, end: u64) {
-    let ctr: u64;
-    // SAFETY: reading CTR_EL0 has no side effects.
-    unsafe { asm!("mrs {}, ctr_el0", out(reg) ctr, options(nomem, nostack)) };
+    // CTR_EL0.DminLine, bits 19:16: log2 of the smallest data cache line in words.
+    let ctr = sysreg::read(SysReg::CtrEl0);
     let line = 4u64 << ((ctr >> 16) & 0xf);
     let mut at = start & !(line - 1);
-    // SAFETY: the caller guarantees there is no dirty data to lose; ordering barriers
-    // around the maintenance as D7.5.9 asks.
-    unsafe { asm!("dsb sy", options(nostack)) };
+    // Ordering barriers around the maintenance as D7.5.9 asks.
+    barrier::dsb_sy();
     while at < end {
-        // SAFETY: as above.
+        // SAFETY: the caller guarantees there is no dirty data to lose. `aarch64-cpu` has no
+        // cache maintenance instructions.
         unsafe { asm!("dc ivac, {}", in(reg) at, options(nostack)) };
         at += line;
     }
-    // SAFETY: a barrier only orders.
-    unsafe { asm!("dsb sy", "isb", options(nostack)) };
+    barrier::dsb_sy();
+    barrier::isb();
 }
 
-fn syndrome_registers(el: u8) -> (u64, u64, u64, u64) {
-    let (esr, elr, far, spsr): (u64, u64, u64, u64);
-    // SAFETY: reading the exception registers of the current EL has no side effects.
-    unsafe {
-        match el {
-            3 => asm!(
-                "mrs {0}, esr_el3", "mrs {1}, elr_el3", "mrs {2}, far_el3", "mrs {3}, spsr_el3",
-                out(reg) esr, out(reg) elr, out(reg) far, out(reg) spsr,
-                options(nomem, nostack),
-            ),
-            2 => asm!(
-                "mrs {0}, esr_el2", "mrs {1}, elr_el2", "mrs {2}, far_el2", "mrs {3}, spsr_el2",
-                out(reg) esr, out(reg) elr, out(reg) far, out(reg) spsr,
-                options(nomem, nostack),
-            ),
-            _ => asm!(
-                "mrs {0}, esr_el1", "mrs {1}, elr_el1", "mrs {2}, far_el1", "mrs {3}, spsr_el1",
-                out(reg) esr, out(reg) elr, out(reg) far, out(reg) spsr,
-                options(nomem, nostack),
-            ),
-        }
-    }
-    (esr, elr, far, spsr)
+/// ESR, ELR, FAR and SPSR of `el`, the EL the exception was taken to.
+fn syndrome_registers(el: El) -> (u64, u64, u64, u64) {
+    (
+        sysreg::read(SysReg::Esr(el)),
+        sysreg::read(SysReg::Elr(el)),
+        sysreg::read(SysReg::Far(el)),
+        sysreg::read(SysReg::Spsr(el)),
+    )
 }
 
 /// Called by the vector stubs with the vector index and the saved registers. Returns only
@@ -760,7 +704,9 @@ fn syndrome_registers(el: u8) -> (u64, u64, u64, u64) {
 #[unsafe(no_mangle)]
 extern "C" fn __firmware_exception(index: u64, frame: *const ExceptionFrame) {
     let el = current_el();
-    let (esr, elr, far, spsr) = syndrome_registers(el);
+    // The vectors run at EL1-3 only (`_start` parks the CPU at EL0).
+    let sysreg_el = El::from_number(el).unwrap_or(El::El1);
+    let (esr, elr, far, spsr) = syndrome_registers(sysreg_el);
     // Vector 0: synchronous, current EL on SP_EL0 (where programs run); EC 0x25: a data
     // abort taken without a change of EL.
     if index == 0
@@ -771,7 +717,7 @@ extern "C" fn __firmware_exception(index: u64, frame: *const ExceptionFrame) {
         PROBE_ESR.store(esr, Ordering::SeqCst);
         PROBE_FAR.store(far, Ordering::SeqCst);
         PROBING.store(false, Ordering::SeqCst);
-        set_elr(el, ptr::addr_of!(__firmware_probe_fixup) as u64);
+        set_elr(sysreg_el, ptr::addr_of!(__firmware_probe_fixup) as u64);
         return;
     }
     if IN_EXCEPTION.load(Ordering::Relaxed) {

@@ -21,21 +21,20 @@ pub const MAX_TICKS: u64 = i32::MAX as u64;
 /// ([`crate::gic::enable_ppi`]) and the CPU interface on ([`crate::gic::enable_cpu_interface`]).
 #[cfg(all(target_arch = "aarch64", target_os = "none"))]
 pub fn wait_for_interrupt_at_most(ticks: u64) {
+    use hal::barrier;
+    use hal::sysreg::fields::CNTV_CTL_EL0;
+    use hal::sysreg::{self, SysReg};
     let ticks = ticks.clamp(1, MAX_TICKS);
-    // SAFETY: these instructions only program this core's virtual timer and wait; no memory is
-    // touched. The `isb` makes the enabled timer take effect before the `wfi`.
+    // SAFETY: these writes only program this core's virtual timer; no memory is touched.
+    // The `isb` makes the enabled timer take effect before the `wfi`.
     unsafe {
-        core::arch::asm!(
-            "msr cntv_tval_el0, {ticks}",
-            "msr cntv_ctl_el0, {enable}",
-            "isb",
-            "dsb sy",
-            "wfi",
-            "msr cntv_ctl_el0, xzr",
-            "isb",
-            ticks = in(reg) ticks,
-            enable = in(reg) 1u64,
-            options(nomem, nostack),
-        )
-    };
+        sysreg::write(SysReg::CntvTvalEl0, ticks);
+        sysreg::write(SysReg::CntvCtlEl0, CNTV_CTL_EL0::ENABLE::SET.value);
+    }
+    barrier::isb();
+    barrier::dsb_sy();
+    sysreg::wait_for_interrupt();
+    // SAFETY: as above; disabling the timer drops its level-sensitive line.
+    unsafe { sysreg::write(SysReg::CntvCtlEl0, 0) };
+    barrier::isb();
 }

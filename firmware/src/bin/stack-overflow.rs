@@ -20,11 +20,9 @@ mod target {
         static __stack_bottom: u8;
     }
 
+    #[inline(always)]
     fn sp() -> u64 {
-        let sp: u64;
-        // SAFETY: reads the stack pointer only.
-        unsafe { core::arch::asm!("mov {}, sp", out(reg) sp, options(nomem, nostack)) };
-        sp
+        hal::sysreg::stack_pointer()
     }
 
     /// Recurses with a 1 KiB frame until the stack pointer is below `target`; returns the

@@ -29,7 +29,6 @@
 
 #[cfg(all(target_arch = "aarch64", target_os = "none"))]
 mod target {
-    use core::arch::asm;
     use core::ptr::{self, NonNull};
 
     use boards::zynqmp::scenario::{self, Machine, ScenarioConfig};
@@ -268,9 +267,8 @@ mod target {
     /// pointer with [`STACK_PAINT`]; returns the stack bounds.
     fn paint_stack() -> (u64, u64) {
         let (bottom, top) = stack_bounds();
-        let sp: u64;
-        // SAFETY: reads the stack pointer; the program runs on SP_EL0 with SPSel = 0.
-        unsafe { asm!("mov {}, sp", out(reg) sp, options(nomem, nostack, preserves_flags)) };
+        // The program runs on SP_EL0 with SPSel = 0.
+        let sp = hal::sysreg::stack_pointer();
         let limit = sp.saturating_sub(PAINT_MARGIN).clamp(bottom, top);
         let mut at = bottom;
         while at + 8 <= limit {
