@@ -7,6 +7,7 @@
 //! **\[C\]** = stated by the named source, **\[I\]** = inferred by us.
 
 pub mod scenario;
+pub mod security;
 
 use smmu_driver::fault::StreamId;
 use smmu_driver::v2::Implementation;
@@ -63,8 +64,9 @@ pub struct SmmuInfo {
     /// The one interrupt shared by the global fault and all 16 context banks (zynqmp.dtsi: 17
     /// entries all `<0 155 4>`, level-high) **\[C\]**.
     pub interrupt: Spi,
-    /// The Xilinx wrapper registers `SMMU_REG` (ISR_0/IMR_0, QREQN) **\[C\]** base; the size
-    /// of the block is not taken from a source, one 4 KiB page is assumed **\[I\]**.
+    /// The Xilinx wrapper registers `SMMU_REG` (ISR_0/IMR_0, QREQN; [`security::SmmuReg`])
+    /// **\[C\]** base; the size of the block is not taken from a source, one 4 KiB page is
+    /// assumed **\[I\]**.
     pub wrapper: Region,
     /// The implementation, for the driver's IMPLEMENTATION DEFINED set-up: an Arm CoreLink
     /// MMU-500 (zynqmp.dtsi `compatible = "arm,mmu-500"`; UG1085 "System Memory Management
