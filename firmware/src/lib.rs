@@ -63,8 +63,12 @@
 //!    stack and SP_EL0 to the 512 KiB program stack (and selects SP_EL0), clears `.bss`
 //!    and calls `__firmware_rust_entry(x0, el)`, which [`program!`] defines.
 //! 2. `rt::start` sets CPUECTLR_EL1.SMPEN at EL3 on a Cortex-A53/A57 ([`cpu`]), records
-//!    the program's [`Platform`], initialises the console, and, if the
-//!    platform uses one, looks for a device tree: at the address in `x0`, else at the
+//!    the program's [`Platform`] and initialises the console. Entered at EL3 on the ZynqMP
+//!    ([`platform::SecureHandoff::ZynqMpNonSecure`]), it does the Secure set-up (GIC-400
+//!    groups, `SMMU_REG`, the GDMA's TrustZone classification, the MMU-500's sCR1 partition,
+//!    CNTFRQ_EL0) and returns to Non-secure EL2, or EL1 without EL2, on the same stack
+//!    ([`secure`], docs/mmu500.md §7a); the boot line says the EL and security state the
+//!    program runs in. If the platform uses one, it then looks for a device tree: at the address in `x0`, else at the
 //!    platform's fallback (QEMU copies the DTB to the start of RAM for non-Linux ELF images
 //!    and leaves `x0` zero). ZynqMP uses none.
 //! 3. It builds the identity map (RAM from the device tree's memory nodes, else the
@@ -99,7 +103,7 @@
 //! | RAM end `..2^39` | high ECAM `0x40_1000_0000`, everything else | Device-nGnRnE, execute-never |
 //! | `2^39..` | (beyond the 39-bit VA space) | not mapped: translation fault |
 //!
-//! # Memory map (ZynqMP at EL3, `link/zynqmp.ld`)
+//! # Memory map (ZynqMP, `link/zynqmp.ld`)
 //! | address | what | mapped as |
 //! |---|---|---|
 //! | `0x0000_0000..0x1000_0000` | DDR, unused (Linux/U-Boot load addresses of other boot flows) | Normal write-back |
@@ -135,14 +139,16 @@
 //! use and fallback address, non-cacheable DMA pool):
 //! - [`platform::virt`]: QEMU `virt`, PL011 console ([`pl011`]), PSCI power-off, device tree,
 //!   all RAM write-back (QEMU's DMA is coherent).
-//! - [`platform::zynqmp`]: Zynq UltraScale+ at EL3 after the FSBL: Cadence UART0 at
+//! - [`platform::zynqmp`]: Zynq UltraScale+, entered at EL3 by the FSBL and run at
+//!   Non-secure EL2 after the runtime's drop ([`secure`]): Cadence UART0 at
 //!   `0xFF00_0000` ([`cadence_uart`]; the FSBL's line settings are kept, the baud rate is
 //!   never programmed because it depends on UART_REF_CLK), linked into DDR at `0x1000_0000`,
 //!   no device tree (the fixed memory map above), a 16 MiB non-cacheable DMA pool, and no
 //!   PSCI: after the verdict line the CPU waits for interrupts forever
 //!   ([`platform::PowerOff::WaitForInterrupt`]). QEMU's `xlnx-zcu102` (7.2 and 10.0) runs
-//!   it too (`-M xlnx-zcu102,secure=on -m 4G -kernel ELF` starts it at EL3) but models no
-//!   MMU-500: the program finds the SMMU absent and runs only its zDMA part there.
+//!   it too (`-M xlnx-zcu102,secure=on,virtualization=on -m 4G -kernel ELF` starts it at
+//!   EL3, and it drops to Non-secure EL2 there as well) but models no MMU-500: the program
+//!   finds the SMMU absent and runs only its zDMA part there.
 #![cfg_attr(not(test), no_std)]
 
 pub mod cadence_uart;
@@ -161,6 +167,7 @@ pub mod platform;
 pub mod psci;
 #[cfg(all(target_arch = "aarch64", target_os = "none"))]
 pub mod rt;
+pub mod secure;
 pub mod smmuv3_faults;
 pub mod timer;
 pub mod verdict;
@@ -215,6 +222,11 @@ pub struct Boot {
     pub platform: &'static Platform,
     /// The exception level the program runs at.
     pub el: u8,
+    /// The exception level the loader entered the runtime at (3 on a ZynqMP after the FSBL,
+    /// before the drop to `el`).
+    pub entered_el: u8,
+    /// The security state the program runs in.
+    pub security: secure::Security,
     /// The device tree, if one was found.
     pub dtb: Option<fdt::Fdt<'static>>,
     /// Where it came from.
@@ -299,6 +311,8 @@ mod tests {
         Boot {
             platform: &platform::virt::PLATFORM,
             el: 1,
+            entered_el: 1,
+            security: secure::Security::Unknown,
             dtb: None,
             dtb_origin: DtbOrigin::None,
             ram,

@@ -79,6 +79,18 @@ pub enum PowerOff {
     WaitForInterrupt,
 }
 
+/// What the runtime does when a loader enters it at EL3 (Secure state).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SecureHandoff {
+    /// Nothing: the program runs at the EL it was entered at (QEMU `virt`, entered at EL1).
+    Stay,
+    /// The ZynqMP's Secure set-up (GIC groups, `SMMU_REG`, the GDMA's TrustZone
+    /// classification, the MMU-500's sCR1 partition, CNTFRQ_EL0), then an exception return
+    /// to Non-secure EL2, or EL1 where EL2 is not implemented ([`crate::secure`]). Entered
+    /// below EL3 (by ATF, say), the program runs where it was entered.
+    ZynqMpNonSecure,
+}
+
 /// A board the runtime can run on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Platform {
@@ -103,13 +115,15 @@ pub struct Platform {
     /// CPU writes reach memory with a barrier and no cache maintenance (what
     /// `hal::dma::PoolDma` requires). Its cache lines are invalidated before the MMU is on.
     pub non_cacheable: Option<MemRegion>,
+    /// What to do when entered at EL3.
+    pub secure_handoff: SecureHandoff,
 }
 
 /// QEMU `virt` (7.2) as started by `cargo xtask qemu`: `-M virt,iommu=smmuv3,gic-version=3
 /// -cpu cortex-a57 -m 256M`. Addresses from the memory map in QEMU 7.2's `hw/arm/virt.c`
 /// (`base_memmap` and `extended_memmap`).
 pub mod virt {
-    use super::{Conduit, ConsoleKind, MemRegion, Platform, PowerOff};
+    use super::{Conduit, ConsoleKind, MemRegion, Platform, PowerOff, SecureHandoff};
 
     /// PL011 UART0.
     pub const UART_BASE: u64 = 0x0900_0000;
@@ -135,19 +149,23 @@ pub mod virt {
         uses_device_tree: true,
         // QEMU's DMA is coherent with the emulated caches.
         non_cacheable: None,
+        // Entered at EL1 (no `secure=on`); nothing of the ZynqMP's applies.
+        secure_handoff: SecureHandoff::Stay,
     };
 }
 
 /// The Zynq UltraScale+ MPSoC (ZCU102, one MPSoC of the ExaNeSt QFDB) running a bare-metal
-/// program at EL3 after the FSBL (or JTAG with `psu_init`) brought up clocks, DDR and UART0.
+/// program the FSBL (or JTAG with `psu_init`, after clocks, DDR and UART0) enters at EL3; the
+/// runtime does the Secure set-up and drops to Non-secure EL2 ([`SecureHandoff::ZynqMpNonSecure`],
+/// docs/mmu500.md §7a), so the SMMU driver programs the Non-secure view that governs the GDMA.
 /// Addresses come from `boards::zynqmp` (Linux `zynqmp.dtsi`, UG1085); the layout of the
 /// image and of the DMA pool is in `link/zynqmp.ld`, which must agree with
 /// [`zynqmp::IMAGE_BASE`] and [`zynqmp::DMA_POOL`] (a host test reads the script).
 ///
-/// No device tree (a bare-metal FSBL hand-off passes none), no PSCI (nothing runs above EL3
-/// without ATF): the run ends by printing the verdict and waiting for interrupts forever.
+/// No device tree (a bare-metal FSBL hand-off passes none), no PSCI (no ATF runs at EL3): the
+/// run ends by printing the verdict and waiting for interrupts forever.
 pub mod zynqmp {
-    use super::{ConsoleKind, MemRegion, Platform, PowerOff};
+    use super::{ConsoleKind, MemRegion, Platform, PowerOff, SecureHandoff};
 
     /// UART0, the ZCU102's console (Cadence UART, `boards::zynqmp::UART0`).
     pub const UART_BASE: u64 = boards::zynqmp::UART0.base;
@@ -179,6 +197,7 @@ pub mod zynqmp {
         dtb_fallback: None,
         uses_device_tree: false,
         non_cacheable: Some(DMA_POOL),
+        secure_handoff: SecureHandoff::ZynqMpNonSecure,
     };
 }
 
@@ -223,6 +242,7 @@ mod tests {
         assert_eq!(p.power_off, PowerOff::WaitForInterrupt);
         assert!(!p.uses_device_tree);
         assert_eq!(p.dtb_fallback, None);
+        assert_eq!(p.secure_handoff, SecureHandoff::ZynqMpNonSecure);
 
         // The pool: 2 MiB aligned (the MMU maps it in 2 MiB blocks), in DDR, clear of the
         // image's budget and of the top 1 MiB that Xilinx's linker script leaves out.
@@ -259,5 +279,6 @@ mod tests {
         assert!(p.uses_device_tree);
         assert_eq!(p.non_cacheable, None);
         assert_eq!(p.console, ConsoleKind::Pl011 { base: 0x0900_0000 });
+        assert_eq!(p.secure_handoff, SecureHandoff::Stay);
     }
 }

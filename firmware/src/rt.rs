@@ -19,7 +19,8 @@ use crate::exception::{ProbeFault, Syndrome, Vector};
 use crate::fdt::{self, Fdt};
 use crate::mmu::{self, MapSummary, Regime, Table};
 use crate::pl011::Pl011;
-use crate::platform::{Conduit, ConsoleKind, MemRegion, Platform, PowerOff};
+use crate::platform::{Conduit, ConsoleKind, MemRegion, Platform, PowerOff, SecureHandoff};
+use crate::secure::{self, DropTarget, Security};
 use crate::verdict::{self, Outcome};
 use crate::{Boot, DtbOrigin, MAX_RAM_REGIONS, Program, println, psci};
 
@@ -215,6 +216,10 @@ unsafe extern "C" {
     static __firmware_probe_load: u8;
     /// Where a faulting probe load resumes (the assembly above).
     static __firmware_probe_fixup: u8;
+    /// The exception vector table (the assembly above).
+    static __firmware_vectors: u8;
+    /// The top of the exception stack (linker scripts).
+    static __exception_stack_top: u8;
     /// `ldr w2, [addr]; str w2, [out]`; returns 0, or 1 if the load aborted.
     fn __firmware_probe_read32(addr: u64, out: *mut u32) -> u64;
 }
@@ -386,10 +391,10 @@ pub fn fail(args: fmt::Arguments<'_>) -> ! {
 /// The Rust side of the entry: everything between `_start` and the program's run function.
 /// Called by the `__firmware_rust_entry` symbol that [`crate::program!`] defines.
 pub fn start(program: &'static Program, boot_arg: usize, el: u64) -> ! {
-    let el = (el & 3) as u8;
+    let entered_el = (el & 3) as u8;
     // First, before any cache or TLB maintenance and before the caches and the MMU are on
     // (Cortex-A53 TRM, CPUECTLR_EL1.SMPEN).
-    let smp = crate::cpu::enable_smp(el);
+    let smp = crate::cpu::enable_smp(entered_el);
     PLATFORM.store(
         ptr::from_ref(program.platform).cast_mut(),
         Ordering::Relaxed,
@@ -397,11 +402,46 @@ pub fn start(program: &'static Program, boot_arg: usize, el: u64) -> ! {
     let platform = program.platform;
     init_console(platform);
     println!();
-    println!(
-        "nprdma firmware `{}` on {} at EL{el}",
-        program.name, platform.name
-    );
-    println!("{smp}");
+    let (el, security) = match (entered_el, platform.secure_handoff) {
+        (3, SecureHandoff::ZynqMpNonSecure) => {
+            println!(
+                "nprdma firmware `{}` on {}: entered at EL3 (Secure)",
+                program.name, platform.name
+            );
+            println!("{smp}");
+            zynqmp_secure_setup();
+            let target = drop_to_non_secure();
+            let now = current_el();
+            if now != target.el() {
+                fail(format_args!(
+                    "the exception return to Non-secure EL{} arrived at EL{now}",
+                    target.el()
+                ));
+            }
+            println!(
+                "nprdma firmware `{}` on {} at EL{now} (Non-secure), dropped from EL3 by the \
+                 runtime",
+                program.name, platform.name
+            );
+            (now, Security::NonSecure)
+        }
+        (3, SecureHandoff::Stay) => {
+            println!(
+                "nprdma firmware `{}` on {} at EL3 (Secure)",
+                program.name, platform.name
+            );
+            println!("{smp}");
+            (3, Security::Secure)
+        }
+        (el, _) => {
+            println!(
+                "nprdma firmware `{}` on {} at EL{el}",
+                program.name, platform.name
+            );
+            println!("{smp}");
+            (el, Security::Unknown)
+        }
+    };
 
     let (dtb, dtb_origin) = if platform.uses_device_tree {
         find_dtb(platform, boot_arg as u64)
@@ -449,6 +489,8 @@ pub fn start(program: &'static Program, boot_arg: usize, el: u64) -> ! {
     let boot = Boot {
         platform,
         el,
+        entered_el,
+        security,
         dtb,
         dtb_origin,
         ram,
@@ -457,6 +499,124 @@ pub fn start(program: &'static Program, boot_arg: usize, el: u64) -> ! {
     };
     let verdict = (program.run)(&boot);
     finish(verdict.outcome, format_args!("{}", verdict.message))
+}
+
+/// An MMIO bus over a device window at EL3 before the MMU is on (everything is
+/// Device-nGnRnE then).
+fn el3_window(base: u64, size: u64) -> Option<MmioBus> {
+    let base = NonNull::new(base as *mut u8)?;
+    // SAFETY: called at EL3 with the MMU off, on one of the ZynqMP's register windows
+    // (`boards::zynqmp`), where no Rust object lives; accesses are Device-nGnRnE.
+    Some(unsafe { MmioBus::new(base, usize::try_from(size).ok()?) })
+}
+
+/// The ZynqMP's Secure set-up at EL3 (see [`crate::secure`]), each step on one console line.
+/// A step that fails is reported and the next one runs: the program's own checks (its
+/// translation self-check above all) decide the verdict.
+fn zynqmp_secure_setup() {
+    use boards::zynqmp::security::{FPD_SLCR_SECURE, IOU_SCNTRS, NON_SECURE_INTERRUPTS};
+    use boards::zynqmp::{GICD, SMMU};
+
+    let cntfrq = sysreg::read(SysReg::CntfrqEl0);
+    match el3_window(IOU_SCNTRS.base, IOU_SCNTRS.size)
+        .map(|bus| secure::counter_frequency(&bus, cntfrq))
+    {
+        Some(Ok(Some(hz))) => {
+            // SAFETY: EL3 is the highest EL, where CNTFRQ_EL0 is writable; it only tells
+            // software the counter's frequency.
+            unsafe { sysreg::write(SysReg::CntfrqEl0, hz) };
+            println!("EL3: CNTFRQ_EL0 was 0: set to {hz} Hz from IOU_SCNTRS");
+        }
+        Some(Ok(None)) => println!("EL3: CNTFRQ_EL0 {cntfrq} Hz"),
+        Some(Err(e)) => println!("EL3: CNTFRQ_EL0: {e}"),
+        None => {}
+    }
+    if let Some(bus) = el3_window(GICD.base, GICD.size) {
+        match secure::group1(&bus, &NON_SECURE_INTERRUPTS) {
+            Ok(report) => println!("EL3: GIC-400 GICD_IGROUPRn: {report}"),
+            Err(e) => println!("EL3: GIC-400 groups: {e}"),
+        }
+    }
+    if let Some(bus) = el3_window(SMMU.wrapper.base, SMMU.wrapper.size) {
+        match secure::power_smmu(&bus) {
+            Ok(report) => println!("EL3: SMMU_REG {report}"),
+            Err(e) => println!("EL3: SMMU_REG: {e}"),
+        }
+    }
+    if let Some(bus) = el3_window(FPD_SLCR_SECURE.base, FPD_SLCR_SECURE.size) {
+        match secure::gdma_non_secure(&bus, 0xff) {
+            Ok(report) => println!("EL3: FPD_SLCR_SECURE {report}"),
+            Err(e) => println!("EL3: FPD_SLCR_SECURE: {e}"),
+        }
+    }
+    match crate::zynqmp_zdma::probe_smmu(SMMU.regs.base, SMMU.regs.size, probe_read32) {
+        crate::zynqmp_zdma::SmmuPresence::Absent(why) => println!(
+            "EL3: SMMU absent at {:#x} ({why}): no partition to check",
+            SMMU.regs.base
+        ),
+        crate::zynqmp_zdma::SmmuPresence::Present { .. } => {
+            if let Some(bus) = el3_window(SMMU.regs.base, SMMU.page_size) {
+                match secure::smmu_partition(&bus) {
+                    Ok(report) => println!("EL3: MMU-500 {report}"),
+                    Err(e) => println!("EL3: MMU-500 partition: {e}"),
+                }
+            }
+        }
+    }
+}
+
+/// Drops from EL3 to Non-secure EL2 (EL1 where EL2 is not implemented) and returns there,
+/// on the same stack (SP_EL0) with the same registers: writes the lower EL's registers
+/// ([`secure::lower_el`]: SCR_EL3, HCR_EL2, CNTHCTL_EL2, CNTVOFF_EL2, CPTR_EL2, SCTLR,
+/// VBAR, SP_ELx), SPSR_EL3 (EL2t/EL1t, DAIF masked) and ELR_EL3 (the instruction after the
+/// `eret`), then `eret`. Called at EL3 with the MMU and caches off.
+fn drop_to_non_secure() -> DropTarget {
+    let target = secure::drop_target(sysreg::read(SysReg::IdAa64pfr0El1));
+    let plan = secure::lower_el(
+        target,
+        ptr::addr_of!(__firmware_vectors) as u64,
+        ptr::addr_of!(__exception_stack_top) as u64,
+    );
+    let scr = plan
+        .writes
+        .iter()
+        .find(|(reg, _)| *reg == SysReg::ScrEl3)
+        .map_or(0, |w| w.1);
+    println!(
+        "EL3: exception return to Non-secure EL{} (SCR_EL3 {scr:#x}, SPSR_EL3 {:#x}: EL{}t \
+         on the program stack, DAIF masked)",
+        target.el(),
+        plan.spsr,
+        target.el()
+    );
+    for &(reg, value) in &plan.writes {
+        // SAFETY: EL3 may write every register of the plan. None of them changes how EL3
+        // runs: SCR_EL3 takes effect for the lower ELs (EL3 is Secure whatever its NS bit),
+        // and the EL2/EL1 registers are used only after the exception return below, where
+        // they give the runtime's vectors, exception stack, no traps, MMU and caches off
+        // (it turns them on at the new EL as at any EL).
+        unsafe { sysreg::write(reg, value) };
+    }
+    // SAFETY: as above; SPSR_EL3 is used only by the exception return below.
+    unsafe { sysreg::write(SysReg::Spsr(El::El3), plan.spsr) };
+    // SAFETY: the exception return lands on the next instruction (label 2), at the target
+    // EL on SP_EL0, which holds this very stack, with every general-purpose register as it
+    // was (an exception return changes none; the one used for the address is declared
+    // clobbered, and so are the flags, which SPSR_EL3 sets). The lower EL was prepared
+    // above: vectors, exception stack, FP/SIMD not trapped (CPTR_EL2, and CPACR_EL1 from
+    // `_start`), MMU and caches off as at EL3, the same memory (DDR is Non-secure on the
+    // ZynqMP, the XMPUs being bypassed by the FSBL). `aarch64-cpu` has no exception return.
+    unsafe {
+        asm!(
+            "adr {t}, 2f",
+            "msr elr_el3, {t}",
+            "eret",
+            "2:",
+            t = out(reg) _,
+            options(nostack),
+        )
+    };
+    target
 }
 
 /// The image's address range (linker-script symbols; only their addresses are used).

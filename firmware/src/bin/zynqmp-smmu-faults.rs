@@ -1,5 +1,7 @@
 //! `zynqmp-smmu-faults`: the MMU-500 fault scenario of `boards::zynqmp::scenario` on a Zynq
-//! UltraScale+ board, at EL3 after the FSBL. GDMA channels 0 and 1 (stream IDs 0x14E8 and
+//! UltraScale+ board. The FSBL enters it at EL3; the runtime does the Secure set-up and drops
+//! to Non-secure EL2 (docs/mmu500.md §7a), where the SMMU driver programs the Non-secure view
+//! that governs the (Non-secure) GDMA channels. GDMA channels 0 and 1 (stream IDs 0x14E8 and
 //! 0x14E9) copy data through the SMMU at 0xFD80_0000 while pages are missing: minor faults
 //! stalled and resumed, major faults terminated and retransmitted, a terminate-only context,
 //! two faults at once (FSR.MULTI), faults outside every region (aborted), and an eviction
@@ -36,6 +38,7 @@ mod target {
     use dma_engine::zdma::{ZdmaChannel, ZdmaConfig};
     use firmware::exception::ProbeFault;
     use firmware::platform::zynqmp;
+    use firmware::secure::Security;
     use firmware::zynqmp_zdma::{self, Absence, SmmuPresence};
     use firmware::{Boot, FirmwareError, Result, Verdict, rt, zynqmp_smmu_faults};
     use hal::PhysAddr;
@@ -73,11 +76,20 @@ mod target {
     }
 
     fn run_scenario(boot: &Boot) -> Result<Verdict> {
-        if boot.el != 3 {
-            defmt::warn!(
-                "running at EL{=u8}; the boot image should start this program at EL3",
+        match boot.security {
+            // The runtime's drop from EL3: the driver programs the Non-secure view (NSCR0 et
+            // al.) that governs the Non-secure GDMA channels.
+            Security::NonSecure => {}
+            Security::Secure => defmt::warn!(
+                "running in Secure state at EL{=u8}: the driver programs the Secure view \
+                 (sCR0), which does not govern the Non-secure GDMA (docs/mmu500.md section 7a)",
                 boot.el
-            );
+            ),
+            Security::Unknown => defmt::warn!(
+                "entered at EL{=u8} by an earlier stage, assumed Non-secure; the boot image \
+                 should start this program at EL3 (docs/mmu500.md section 7a)",
+                boot.el
+            ),
         }
         check_counter()?;
         let abort_check = check_survivable_reads(boot);
@@ -300,7 +312,7 @@ mod target {
 #[cfg(not(target_os = "none"))]
 fn main() {
     eprintln!(
-        "zynqmp-smmu-faults runs on a ZynqMP board at EL3: build it with \
+        "zynqmp-smmu-faults runs on a ZynqMP board, entered at EL3 by the FSBL: build it with \
          `cargo xtask firmware zynqmp-smmu-faults` and boot it as docs/mmu500.md describes"
     );
     std::process::exit(2);
