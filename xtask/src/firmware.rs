@@ -373,7 +373,9 @@ impl QemuFeatures {
 /// - `virt`: SMMUv3 in front of the PCIe root complex, GICv3, an AArch64 CPU, the `edu`
 ///   device at slot 2 (stream ID 0x10), nothing else (QEMU `hw/arm/virt.c`).
 /// - `xlnx-zcu102`: `secure=on`, so `-kernel ELF` starts the program at EL3 as on the board
-///   after the FSBL (without it: EL1); 4 GiB as on the ZCU102 (2 GiB at 0, 2 GiB at 32 GiB,
+///   after the FSBL (without it: EL1), and `virtualization=on`, so the A53s have EL2 as on
+///   silicon and the runtime drops to Non-secure EL2 as it does on a board (without it: EL1;
+///   both properties of `hw/arm/xlnx-zcu102.c` in QEMU 7.2 and 10.0); 4 GiB as on the ZCU102 (2 GiB at 0, 2 GiB at 32 GiB,
 ///   `hw/arm/xlnx-zynqmp.c`; the default 128 MiB would not hold the image at 256 MiB); UART0
 ///   on stdio; an audio backend that plays nothing ([`QemuFeatures`]). The SoC's four GEMs
 ///   come without a network, which QEMU notes on stderr.
@@ -395,9 +397,9 @@ pub fn machine_args(machine: Machine, features: QemuFeatures) -> Vec<String> {
         ],
         Machine::ZynqMp => {
             let m = if features.zcu102_audiodev_property {
-                "xlnx-zcu102,secure=on,audiodev=snd0"
+                "xlnx-zcu102,secure=on,virtualization=on,audiodev=snd0"
             } else {
-                "xlnx-zcu102,secure=on"
+                "xlnx-zcu102,secure=on,virtualization=on"
             };
             vec![
                 "-M",
@@ -905,12 +907,15 @@ mod tests {
         // QEMU 10: the machine names the audio backend; QEMU 7.2 has no such property.
         let zcu102 = machine_args(Machine::ZynqMp, with).join(" ");
         assert!(
-            zcu102.starts_with("-M xlnx-zcu102,secure=on,audiodev=snd0 -m 4G"),
+            zcu102.starts_with("-M xlnx-zcu102,secure=on,virtualization=on,audiodev=snd0 -m 4G"),
             "{zcu102}"
         );
         assert!(zcu102.ends_with("-audiodev none,id=snd0"), "{zcu102}");
         let old = machine_args(Machine::ZynqMp, none).join(" ");
-        assert!(old.starts_with("-M xlnx-zcu102,secure=on -m 4G"), "{old}");
+        assert!(
+            old.starts_with("-M xlnx-zcu102,secure=on,virtualization=on -m 4G"),
+            "{old}"
+        );
         assert!(old.contains("-serial stdio"));
         assert!(Machine::Virt.powers_off() && !Machine::ZynqMp.powers_off());
     }
