@@ -140,6 +140,21 @@ pub enum BoardError {
         /// Faults taken in the attempt.
         faults: u32,
     },
+    /// A transfer from an IOVA no page table maps raised no context fault in the bank its
+    /// stream is routed to: the stream's traffic bypasses the SMMU (on the ZynqMP, an SMMU
+    /// programmed through the Secure view while the GDMA is Non-secure: docs/mmu500.md §7a).
+    #[error(
+        "stream {stream:#x}: reading unmapped IOVA {iova:#x} raised no context fault \
+         (sGFSR {gfsr:#x}): its traffic is not translated"
+    )]
+    NotTranslated {
+        /// The stream.
+        stream: u32,
+        /// The IOVA read.
+        iova: u64,
+        /// The global fault status read afterwards (a fault there: an unmatched stream).
+        gfsr: u32,
+    },
 }
 
 impl BoardError {
@@ -162,6 +177,7 @@ impl BoardError {
             Self::InvariantViolated { .. } => 14,
             Self::NoSuchFrame { .. } => 15,
             Self::FaultStorm { .. } => 16,
+            Self::NotTranslated { .. } => 17,
         }
     }
 }

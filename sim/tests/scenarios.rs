@@ -455,3 +455,54 @@ fn a_bypassed_copy_in_the_iova_window_is_a_decode_error_not_a_memory_access() {
     assert_eq!(BASE, boards::zynqmp::scenario::IOVA_HOLE.base);
     assert!(!boards::zynqmp::DDR_LOW.contains(BASE));
 }
+
+#[test]
+fn the_translation_check_sees_an_unmapped_transfer_fault_in_its_bank() {
+    use boards::zynqmp::scenario::EngineOutcome;
+    use dma_engine::DmaError;
+    let soc = Soc::zynqmp().unwrap();
+    let report = run(machine(&soc), &config(&[])).unwrap();
+    let check = report.translation.unwrap();
+    assert_eq!(check.stream, boards::zynqmp::GDMA[0].stream);
+    assert_eq!(check.iova, BASE);
+    assert_ne!(check.fsr & 0x2, 0, "FSR.TF: {:#x}", check.fsr);
+    assert_eq!(check.far, BASE);
+    // The model's zDMA reports the terminated read, as silicon does.
+    assert!(
+        matches!(
+            check.engine,
+            EngineOutcome::BusError(DmaError::AxiRead { .. })
+        ),
+        "{:?}",
+        check.engine
+    );
+    // The bank, its stream match and the table were released.
+    assert_eq!(soc.dram().used_pages(), 0);
+    assert!(!soc.smmu_interrupt());
+    assert_eq!(soc.lock().smmu.stats().global_faults, 0);
+}
+
+#[test]
+fn a_bypassed_smmu_fails_the_translation_check_with_a_typed_error() {
+    use hal::regs::{AccessWidth, RegisterBus};
+    // The ZynqMP program running at Secure EL3 programmed sCR0, while the Non-secure GDMA is
+    // governed by NSCR0, still in its reset bypass (docs/mmu500.md §7a). The model has one
+    // sCR0: setting CLIENTPD again after the driver's reset stands for that.
+    let soc = Soc::zynqmp().unwrap();
+    let smmu = soc.smmu_window().unwrap();
+    let mut rig = Rig::new(machine(&soc), &config(&[])).unwrap();
+    let scr0 = smmu.read(0, AccessWidth::U32);
+    smmu.write(0, AccessWidth::U32, scr0 | 1);
+    let err = rig.check_translated().unwrap_err();
+    assert_eq!(
+        err,
+        BoardError::NotTranslated {
+            stream: 0x14e8,
+            iova: BASE,
+            gfsr: 0
+        }
+    );
+    assert_eq!(err.code(), 17);
+    drop(rig);
+    assert_eq!(soc.dram().used_pages(), 0, "released after the failure too");
+}

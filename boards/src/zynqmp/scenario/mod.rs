@@ -31,6 +31,12 @@
 //! | [`Phase::OutsideRegion`] | stall | a source outside every registered region and a write to a read-only region: aborted, never mapped, destination untouched |
 //! | [`Phase::Eviction`] | stall | a page is evicted (unmap + TLBIVA + TLBSYNC) and its frame reused; reading the old IOVA must fault, not return the new page's data |
 //!
+//! Before the phases, [`run`] checks that the SMMU translates at all
+//! ([`Rig::check_translated`]): a transfer from an IOVA no table maps must fault in the
+//! context bank its stream is routed to. On a ZynqMP whose SMMU was programmed through the
+//! wrong security view (docs/mmu500.md §7a) the GDMA's traffic would bypass it, and the
+//! phases would fail with errors that do not say why.
+//!
 //! The scenario returns counters per phase ([`PhaseReport`]) and checks invariants that hold
 //! on any correct SMMU and DMA ([`PhaseReport::check`]); exact counts are asserted by the
 //! host tests against the model.
@@ -292,9 +298,42 @@ impl PhaseReport {
     }
 }
 
+/// FSR's fault bits (IHI0062 `SMMU_CBn_FSR`: TF, AFF, PF, EF, TLBMCF, TLBLKF, ASF, UUT),
+/// without MULTI and SS.
+pub const FSR_FAULT_BITS: u32 = 0x1fe;
+
+/// How the engine ended the check's transfer ([`Rig::check_translated`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EngineOutcome {
+    /// The engine reported an error response (the SMMU terminated the access): the zDMA on
+    /// silicon and in `sim`.
+    BusError(DmaError),
+    /// The engine said done (an engine that does not report error responses).
+    Done,
+}
+
+/// The translation self-check's result: the fault the unmapped transfer raised.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TranslationCheck {
+    /// The stream checked (channel 0's).
+    pub stream: StreamId,
+    /// The index of the bank it was routed to.
+    pub context: u16,
+    /// The unmapped IOVA read.
+    pub iova: u64,
+    /// The bank's FSR as read.
+    pub fsr: u32,
+    /// The bank's FAR (0 on SMMUs that record no address).
+    pub far: u64,
+    /// How the engine ended the transfer.
+    pub engine: EngineOutcome,
+}
+
 /// The scenario's result.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ScenarioReport {
+    /// The translation self-check run before the phases ([`Rig::check_translated`]).
+    pub translation: Option<TranslationCheck>,
     /// One report per phase run.
     pub phases: heapless::Vec<PhaseReport, 8>,
 }
@@ -394,7 +433,9 @@ impl<'m, S, Z, M, D> Machine<'m, S, Z, M, D> {
     }
 }
 
-/// Runs `config.phases` on `machine`.
+/// Probes and resets the SMMU, checks that channel 0's stream is translated
+/// ([`Rig::check_translated`]: one unmapped transfer must fault in its bank) and runs
+/// `config.phases` on `machine`.
 pub fn run<S, Z, M, D>(
     machine: Machine<'_, S, Z, M, D>,
     config: &ScenarioConfig,
@@ -406,7 +447,10 @@ where
     D: DelayNs + Clone,
 {
     let mut rig = Rig::new(machine, config)?;
-    rig.run_all()
+    let translation = rig.check_translated()?;
+    let mut report = rig.run_all()?;
+    report.translation = Some(translation);
+    Ok(report)
 }
 
 #[cfg(test)]

@@ -2,6 +2,7 @@
 
 mod attribution;
 mod transfer;
+mod translated;
 
 use super::*;
 
