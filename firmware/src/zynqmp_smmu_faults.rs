@@ -6,6 +6,10 @@
 //! lines and the one verdict line, and is tested on the host.
 //!
 //! PASS needs all of:
+//! - the translation self-check ran and saw its fault: a transfer from an IOVA no table maps
+//!   raised a context fault in the bank GDMA 0's stream is routed to, so the GDMA's traffic
+//!   is translated, not bypassed (a bypass is `BoardError::NotTranslated`, code 17; on the
+//!   ZynqMP it is what programming the SMMU from Secure state gave, docs/mmu500.md §7a);
 //! - the scenario returned a report (a transfer whose data differs from its source byte for
 //!   byte is an error, `BoardError::DataMismatch`, so every counted transfer was exact);
 //! - every configured phase ran, in order, and passes `PhaseReport::check` (the invariants
@@ -18,7 +22,9 @@
 use core::fmt;
 
 use boards::BoardError;
-use boards::zynqmp::scenario::{PhaseReport, ScenarioConfig, ScenarioReport};
+use boards::zynqmp::scenario::{
+    EngineOutcome, PhaseReport, ScenarioConfig, ScenarioReport, TranslationCheck,
+};
 
 use crate::Verdict;
 
@@ -74,6 +80,68 @@ impl defmt::Format for PhaseLine {
     }
 }
 
+/// The report line of the translation self-check: the fault the unmapped transfer raised and
+/// how the engine ended it. Logged through defmt on the target, [`fmt::Display`] for host
+/// tests, with the same wording.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TranslationLine(pub TranslationCheck);
+
+impl TranslationLine {
+    /// What the engine did, in words.
+    pub fn engine(&self) -> &'static str {
+        match self.0.engine {
+            EngineOutcome::BusError(dma_engine::DmaError::AxiRead { .. }) => {
+                "reported an AXI read error"
+            }
+            EngineOutcome::BusError(dma_engine::DmaError::AxiWrite { .. }) => {
+                "reported an AXI write error"
+            }
+            EngineOutcome::BusError(_) => "reported an error",
+            EngineOutcome::Done => "said done (it reports no error responses)",
+        }
+    }
+}
+
+impl fmt::Display for TranslationLine {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let t = &self.0;
+        write!(
+            f,
+            "translation check: stream {:#x} routed to context bank {}: unmapped IOVA {:#x} \
+             faulted (FSR {:#x}, FAR {:#x}); the engine {}",
+            t.stream.0,
+            t.context,
+            t.iova,
+            t.fsr,
+            t.far,
+            self.engine()
+        )
+    }
+}
+
+#[cfg(target_os = "none")]
+impl defmt::Format for TranslationLine {
+    fn format(&self, f: defmt::Formatter<'_>) {
+        let t = &self.0;
+        defmt::write!(
+            f,
+            "translation check: stream {=u32:#x} routed to context bank {=u16}: unmapped IOVA \
+             {=u64:#x} faulted (FSR {=u32:#x}, FAR {=u64:#x}); the engine {=str}",
+            t.stream.0,
+            t.context,
+            t.iova,
+            t.fsr,
+            t.far,
+            self.engine()
+        )
+    }
+}
+
+/// The translation self-check's line, if the check ran.
+pub fn translation_line(report: &ScenarioReport) -> Option<TranslationLine> {
+    report.translation.map(TranslationLine)
+}
+
 /// One line per phase, in the order they ran.
 pub fn report_lines(report: &ScenarioReport) -> impl Iterator<Item = PhaseLine> + '_ {
     report.phases.iter().copied().map(PhaseLine)
@@ -85,6 +153,9 @@ pub fn verdict(config: &ScenarioConfig, result: &Result<ScenarioReport, BoardErr
         Ok(report) => report,
         Err(e) => return Verdict::fail(format_args!("BoardError code {}: {e}", e.code())),
     };
+    if report.translation.is_none() {
+        return Verdict::fail(format_args!("the translation self-check did not run"));
+    }
     let ran = report.phases.iter().map(|p| p.phase);
     if report.phases.len() != config.phases.len() || !ran.eq(config.phases.iter().copied()) {
         return Verdict::fail(format_args!(
@@ -106,7 +177,7 @@ pub fn verdict(config: &ScenarioConfig, result: &Result<ScenarioReport, BoardErr
         ));
     }
     Verdict::pass(format_args!(
-        "{} phases: {} transfers exact ({} bytes), {} faults, {} resumes, {} retransmissions, \
+        "GDMA translated; {} phases: {} transfers exact ({} bytes), {} faults, {} resumes, {} retransmissions, \
          {} aborts, {} MULTI",
         report.phases.len(),
         t.transfers,
@@ -121,8 +192,10 @@ pub fn verdict(config: &ScenarioConfig, result: &Result<ScenarioReport, BoardErr
 
 #[cfg(test)]
 mod tests {
-    use boards::zynqmp::scenario::{Counters, Phase, PhaseReport};
+    use boards::zynqmp::scenario::{Counters, Phase};
+    use dma_engine::DmaError;
     use smmu_driver::SmmuError;
+    use smmu_driver::fault::StreamId;
 
     use super::*;
     use crate::verdict::Outcome;
@@ -193,8 +266,22 @@ mod tests {
         }
     }
 
+    /// The model's translation check (`sim/tests/scenarios.rs`): GDMA 0's read of the
+    /// unmapped IOVA faulted with FSR.TF and the channel reported the terminated read.
+    const CHECK: TranslationCheck = TranslationCheck {
+        stream: StreamId(0x14e8),
+        context: 0,
+        iova: 0x2_0000_0000,
+        fsr: 0x202,
+        far: 0x2_0000_0000,
+        engine: EngineOutcome::BusError(DmaError::AxiRead { bytes: 0 }),
+    };
+
     fn report(phases: &[Phase]) -> ScenarioReport {
-        let mut r = ScenarioReport::default();
+        let mut r = ScenarioReport {
+            translation: Some(CHECK),
+            ..ScenarioReport::default()
+        };
         for &phase in phases {
             r.phases
                 .push(PhaseReport {
@@ -220,11 +307,58 @@ mod tests {
             text(&v),
             (
                 Outcome::Pass,
-                "7 phases: 10 transfers exact (111 bytes), 16 faults, 6 resumes, 11 \
-                 retransmissions, 2 aborts, 2 MULTI"
+                "GDMA translated; 7 phases: 10 transfers exact (111 bytes), 16 faults, 6 \
+                 resumes, 11 retransmissions, 2 aborts, 2 MULTI"
                     .into()
             )
         );
+    }
+
+    #[test]
+    fn no_pass_without_the_translation_check() {
+        let config = ScenarioConfig::DEFAULT;
+        let mut r = report(&Phase::ALL);
+        r.translation = None;
+        assert_eq!(
+            text(&verdict(&config, &Ok(r))),
+            (
+                Outcome::Fail,
+                "the translation self-check did not run".into()
+            )
+        );
+        // A bypassed GDMA: the scenario's typed error, with its code.
+        let bypassed = BoardError::NotTranslated {
+            stream: 0x14e8,
+            iova: 0x2_0000_0000,
+            gfsr: 0,
+        };
+        let (outcome, msg) = text(&verdict(&config, &Err(bypassed)));
+        assert_eq!(outcome, Outcome::Fail);
+        assert!(
+            msg.starts_with("BoardError code 17: stream 0x14e8: "),
+            "{msg}"
+        );
+        assert!(msg.ends_with("its traffic is not translated"), "{msg}");
+    }
+
+    #[test]
+    fn the_translation_line_names_the_fault_and_what_the_engine_did() {
+        let line = translation_line(&report(&[])).unwrap();
+        assert_eq!(
+            line.to_string(),
+            "translation check: stream 0x14e8 routed to context bank 0: unmapped IOVA \
+             0x200000000 faulted (FSR 0x202, FAR 0x200000000); the engine reported an AXI read \
+             error"
+        );
+        let done = TranslationLine(TranslationCheck {
+            engine: EngineOutcome::Done,
+            ..CHECK
+        });
+        assert!(
+            done.to_string()
+                .ends_with("the engine said done (it reports no error responses)")
+        );
+        assert_eq!(translation_line(&ScenarioReport::default()), None);
     }
 
     #[test]

@@ -146,6 +146,9 @@ mod target {
         );
         let (used, size) = stack_used(stack);
         if let Ok(report) = &result {
+            if let Some(line) = zynqmp_smmu_faults::translation_line(report) {
+                firmware::logger::info(line);
+            }
             zynqmp_smmu_faults::report_lines(report).for_each(firmware::logger::info);
         }
         defmt::info!(
