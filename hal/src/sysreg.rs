@@ -5,7 +5,7 @@
 //! instead of wall-clock time, and whose other registers are plain stored values.
 //!
 //! The few functions named after a register ([`current_el`], [`counter`], [`midr`], ...) are
-//! what drivers use. Firmware reaches every other register through [`read`] and [`write`]
+//! what drivers use. Firmware reaches every other register through [`read`] and [`write()`]
 //! with a [`SysReg`]: on the target each one is a typed `aarch64-cpu` register, or, for the
 //! registers `aarch64-cpu` 11.2 does not name (CTR_EL0, ISR_EL1, the EL3 translation
 //! registers, CPTR_EL3, the GICv3 CPU interface's EL1 registers, writes to CNTFRQ_EL0 and
@@ -15,7 +15,7 @@
 
 /// `aarch64-cpu`'s field definitions of the registers behind [`SysReg`] that it describes,
 /// for composing values (`SCR_EL3::NS::NonSecure + SCR_EL3::RW::NextELIsAarch64`) and
-/// decoding them, on any target. Access the registers through [`read`] and [`write`], not
+/// decoding them, on any target. Access the registers through [`read`] and [`write()`], not
 /// through the register constants these modules share their names with (on the host those
 /// are unimplemented).
 pub mod fields {
@@ -61,7 +61,7 @@ impl El {
     }
 }
 
-/// A system register behind [`read`] and [`write`] (Arm ARM D19.2 names).
+/// A system register behind [`read`] and [`write()`] (Arm ARM D19.2 names).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum SysReg {
@@ -519,7 +519,7 @@ pub mod fake {
         CPUECTLR_WRITES.load(Ordering::Relaxed)
     }
 
-    /// The fake `reg`: what the last [`write`] (or [`set`]) stored, 0 before that. The
+    /// The fake `reg`: what the last [`write()`] (or [`set()`]) stored, 0 before that. The
     /// counter frequency reads [`FAKE_FREQUENCY_HZ`] until a test sets another one.
     pub fn read(reg: SysReg) -> u64 {
         match (reg, REGS[reg.index()].load(Ordering::Relaxed)) {
