@@ -18,7 +18,8 @@
 //! - [`smmu_partition`]: sCR1 (Secure only) must give every context bank and stream-mapping
 //!   group to the Non-secure world, as it does after reset; restored if it does not;
 //! - [`counter_frequency`]: CNTFRQ_EL0, writable only at the highest EL, from IOU_SCNTRS if
-//!   an earlier stage left it 0;
+//!   an earlier stage left it 0 (CPTR_EL3 = 0, no FP/SIMD trap to EL3, is `_start`'s first
+//!   write at EL3, before any Rust code);
 //! - [`drop_target`] and [`lower_el`]: where to go and the SCR_EL3, HCR_EL2, CNTHCTL_EL2,
 //!   CNTVOFF_EL2, CPTR_EL2, SCTLR, VBAR, SP and SPSR_EL3 values of the exception return.
 //!
