@@ -228,16 +228,32 @@ pub fn decode(raw: [u64; 4], caps: &Capabilities, instance: u8) -> Result<Event>
         _ => return Err(SmmuError::UnknownEvent { id: event }),
     };
 
+    // A stalled transaction must be answered whatever else is wrong with its record: a fault
+    // record (other than F_TLB_CONFLICT, which has no Stall) with Stall set on an SMMU that
+    // can stall is rejected with what CMD_RESUME needs, from the first check on.
+    let stalled_tag = (fault_kind.is_some() && event != id::F_TLB_CONFLICT)
+        .then_some(FaultDword1(dw1))
+        .filter(|d| d.stall() && caps.can_stall())
+        .map(|d| d.stag());
+    let early_reject = |reason: &'static str| match stalled_tag {
+        Some(stag) => SmmuError::MalformedStalledEvent {
+            id: event,
+            reason,
+            stream: stream.0,
+            stag,
+        },
+        None => malformed(reason),
+    };
     // C_BAD_STREAMID reports a StreamID beyond the table by definition; every other record
     // names a stream the SMMU could have looked up.
     if event != id::C_BAD_STREAMID
         && caps.sid_bits < 32
         && u64::from(stream.0) >> caps.sid_bits != 0
     {
-        return Err(malformed("StreamID beyond IDR1.SIDSIZE"));
+        return Err(early_reject("StreamID beyond IDR1.SIDSIZE"));
     }
     if dw0.ssv() && caps.ssid_bits == 0 {
-        return Err(malformed("SSV set on an SMMU without substreams"));
+        return Err(early_reject("SSV set on an SMMU without substreams"));
     }
 
     let Some(kind) = fault_kind else {
@@ -642,5 +658,33 @@ mod tests {
                 stag: 0x55
             })
         );
+        // Checks made before Stall is read keep it too: SSV on an SMMU without substreams,
+        // and a StreamID beyond IDR1.SIDSIZE.
+        assert_eq!(caps.ssid_bits, 0);
+        let ssv = [
+            0x10 | (1 << 11) | (0x10 << 32),
+            (1 << 31) | 0xbeef,
+            0x1000,
+            0,
+        ];
+        assert_eq!(
+            decode(ssv, &caps, 0),
+            Err(SmmuError::MalformedStalledEvent {
+                id: 0x10,
+                reason: "SSV set on an SMMU without substreams",
+                stream: 0x10,
+                stag: 0xbeef
+            })
+        );
+        let wide = [0x10 | (0xffff_ffff << 32), (1 << 31) | 0x77, 0x1000, 0];
+        assert!(matches!(
+            decode(wide, &caps, 0),
+            Err(SmmuError::MalformedStalledEvent { stag: 0x77, .. })
+        ));
+        // Without Stall, the same records are plainly malformed.
+        assert!(matches!(
+            decode([ssv[0], 0xbeef, 0x1000, 0], &caps, 0),
+            Err(SmmuError::MalformedEvent { .. })
+        ));
     }
 }
