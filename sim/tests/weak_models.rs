@@ -123,7 +123,8 @@ fn the_scenario_is_exact_or_fails_typed_on_the_weakest_models() {
 #[test]
 fn the_scenario_survives_every_combination_of_weaknesses_with_the_silicon_settings() {
     // The settings the firmware uses on a board, which declare an engine that reports bus
-    // errors: the scenario must find out otherwise by itself, before any wrong "done".
+    // errors: in the firmware's phase order the scenario finds out otherwise by itself in an
+    // early phase (docs/mmu500.md §2.3, rule 5, says what this does not show).
     for soc_config in every_weakness() {
         let soc = Soc::new(soc_config).unwrap();
         let report = run(machine(&soc), &ScenarioConfig::DEFAULT)

@@ -163,6 +163,9 @@ pub struct Counters {
     pub faults: u32,
     /// Of those, the records of a stalled transaction (FSR.SS).
     pub stalls: u32,
+    /// Stalls of attempts already doomed (to be sent again or failed), terminated rather
+    /// than resumed.
+    pub doomed_stalls: u32,
     /// Stalled transactions resumed (retried).
     pub resumes: u32,
     /// Of those, the ones whose page had to be fetched (a major fault): the policy must never
@@ -202,6 +205,7 @@ impl Counters {
         self.bytes += other.bytes;
         self.faults += other.faults;
         self.stalls += other.stalls;
+        self.doomed_stalls += other.doomed_stalls;
         self.resumes += other.resumes;
         self.resumed_major += other.resumed_major;
         self.retransmissions += other.retransmissions;

@@ -89,10 +89,17 @@ impl Attributor<'_> {
 }
 
 impl FaultVisitor for Attributor<'_> {
-    /// Only a fault attributed to a transfer is serviced.
+    /// Only a fault attributed to a transfer whose attempt is still live is serviced. An
+    /// attempt already doomed (aborted, terminated or suspect) will be sent again or failed
+    /// anyway: its stalled transaction is terminated rather than resumed, so the engine runs to
+    /// the end of the attempt (resuming could go on for ever: a doomed attempt's faults do
+    /// not count towards a fault storm).
     fn wants(&mut self, fault: &TakenFault) -> bool {
         self.note(fault);
-        self.owner.is_some()
+        self.owner.is_some_and(|o| {
+            let log = &self.running[o].log;
+            log.abort.is_none() && !log.needs_resend()
+        })
     }
 
     fn done(&mut self, fault: &TakenFault, outcome: Option<&FaultOutcome>) {
@@ -100,6 +107,10 @@ impl FaultVisitor for Attributor<'_> {
             self.note(fault);
         }
         let (Some(outcome), Some(owner)) = (outcome, self.owner) else {
+            if fault.record.is_some_and(|r| r.is_stalled()) && self.owner.is_some() {
+                // Refused above: a doomed attempt's stall, terminated by the loop.
+                self.counters.doomed_stalls += 1;
+            }
             return;
         };
         match outcome.mapped.map(|p| p.cost) {
