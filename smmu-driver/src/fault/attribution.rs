@@ -11,7 +11,7 @@
 //!   bus error (QEMU's `hw/dma/xlnx-zdma.c` ignores the result of its memory accesses).
 //!
 //! So a record is attributed to a transfer only when both its stream and its address point at
-//! one access in flight: the stream is that access's stream and the address lies inside the
+//! exactly one access in flight: the stream is that access's stream and the address lies inside the
 //! access's range. Anything else (no record, an unknown stream, an address no access in
 //! flight covers, or FSR.MULTI) is attributed to the context bank as a whole: **every
 //! transfer in flight on the bank's streams is then suspect**. A suspect transfer is never
@@ -61,6 +61,14 @@ pub enum Unattributed {
         /// The recorded address.
         iova: Iova,
     },
+    /// More than one access in flight on the stream covers the address (two transfers over
+    /// the same buffer, or channels sharing a stream): the record cannot say whose it is.
+    Ambiguous {
+        /// The recorded stream.
+        stream: StreamId,
+        /// The recorded address.
+        iova: Iova,
+    },
 }
 
 /// The outcome of [`attribute`].
@@ -80,14 +88,24 @@ pub fn attribute(record: Option<&FaultRecord>, accesses: &[InFlightAccess]) -> A
         return Attribution::Bank(Unattributed::NoRecord);
     };
     let mut stream_known = false;
+    let mut owner = None;
     for (index, access) in accesses.iter().enumerate() {
         if access.stream != record.stream {
             continue;
         }
         stream_known = true;
         if access.covers(record.iova) {
-            return Attribution::Access(index);
+            if owner.is_some() {
+                return Attribution::Bank(Unattributed::Ambiguous {
+                    stream: record.stream,
+                    iova: record.iova,
+                });
+            }
+            owner = Some(index);
         }
+    }
+    if let Some(index) = owner {
+        return Attribution::Access(index);
     }
     Attribution::Bank(if stream_known {
         Unattributed::AddressOutsideInFlight {

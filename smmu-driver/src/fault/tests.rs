@@ -1145,3 +1145,33 @@ fn a_suspect_range_that_leaves_its_region_or_writes_read_only_memory_is_refused(
     );
     assert!(matches!(wraps, Err(SmmuError::InvalidConfig { .. })));
 }
+
+#[test]
+fn a_fault_two_accesses_of_the_stream_cover_is_the_banks() {
+    // Two transfers over the same source on one stream: the record cannot say whose.
+    let accesses = [
+        in_flight(STREAM, RW_REGION, 0x2000),
+        in_flight(STREAM, RW_REGION + 0x1000, 0x2000),
+    ];
+    let r = record(
+        RW_REGION + 0x1800,
+        AccessKind::Read,
+        FaultKind::Translation,
+        false,
+    );
+    assert_eq!(
+        attribute(Some(&r), &accesses),
+        Attribution::Bank(Unattributed::Ambiguous {
+            stream: STREAM,
+            iova: Iova::new(RW_REGION + 0x1800),
+        })
+    );
+    // Where only one covers it, it is that one's.
+    let r = record(
+        RW_REGION + 0x800,
+        AccessKind::Read,
+        FaultKind::Translation,
+        false,
+    );
+    assert_eq!(attribute(Some(&r), &accesses), Attribution::Access(0));
+}
