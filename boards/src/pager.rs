@@ -424,6 +424,19 @@ impl<'m, 's, M: DmaMemory + ?Sized, const PAGES: usize, const FRAMES: usize>
             .free
             .pop()
             .ok_or(BoardError::PagerExhausted { what: "free frame" })?;
+        if let Err(e) = self.copy_in(slot, frame) {
+            // The frame holds nothing of value: it goes back to the free list.
+            let _ = self.free.push(frame);
+            return Err(e);
+        }
+        self.pages[slot].frame = Some(frame);
+        self.frame_slot[usize::from(frame)] = Some(slot as u16);
+        self.stats.page_ins += 1;
+        Ok(frame)
+    }
+
+    /// Copies page slot `slot` from the store into `frame`.
+    fn copy_in(&self, slot: usize, frame: u16) -> Result<()> {
         let mut buf = [0u8; CHUNK];
         for chunk in 0..DMA_PAGE / CHUNK {
             let at = chunk * CHUNK;
@@ -432,10 +445,7 @@ impl<'m, 's, M: DmaMemory + ?Sized, const PAGES: usize, const FRAMES: usize>
                 .write_bytes(usize::from(frame) * DMA_PAGE + at, &buf)?;
         }
         self.dma.sync_for_device(self.frames()?);
-        self.pages[slot].frame = Some(frame);
-        self.frame_slot[usize::from(frame)] = Some(slot as u16);
-        self.stats.page_ins += 1;
-        Ok(frame)
+        Ok(())
     }
 
     /// Brings the page of `iova` into a frame without mapping it: its next DMA fault is minor.

@@ -2,6 +2,9 @@
 
 use super::*;
 
+/// The stalled transaction of a record the driver rejected, to be terminated.
+type RejectedStall = Option<(StreamId, StallTag)>;
+
 impl<'a, B: RegisterBus + ?Sized, M: Deref<Target: DmaMemory>, D: DelayNs> Smmuv3<'a, B, M, D> {
     pub(super) fn write_eventq_cons(&self) {
         self.regs
@@ -10,10 +13,10 @@ impl<'a, B: RegisterBus + ?Sized, M: Deref<Target: DmaMemory>, D: DelayNs> Smmuv
     }
 
     /// Consumes the record at the consumer index (the caller has seen it published and synced
-    /// the queue for the CPU): decodes it, counts it, and terminates the stalled transaction of
-    /// a record the driver rejects (nobody can act on it, but it waits for an answer). The
-    /// caller writes EVENTQ_CONS.
-    fn pop_event(&mut self) -> Result<Result<Event>> {
+    /// the queue for the CPU): decodes and counts it. Returns, beside it, the stalled
+    /// transaction of a record the driver rejects, which the caller must terminate (nobody can
+    /// act on it, but it waits for an answer). The caller writes EVENTQ_CONS.
+    fn pop_event(&mut self) -> Result<(Result<Event>, RejectedStall)> {
         let at = self.eventq_ring.index(self.eventq_cons) as usize * EVENT_BYTES;
         let raw = [
             self.eventq.read_u64(at)?,
@@ -30,14 +33,21 @@ impl<'a, B: RegisterBus + ?Sized, M: Deref<Target: DmaMemory>, D: DelayNs> Smmuv
             Err(SmmuError::UnknownEvent { .. }) => self.stats.unknown_events += 1,
             Err(_) => self.stats.malformed_events += 1,
         }
-        if let Err(SmmuError::MalformedStalledEvent { stream, stag, .. }) = decoded {
-            self.resume(
-                StreamId(stream),
-                StallTag(u32::from(stag)),
-                ResumeAction::Abort,
-            )?;
+        let stalled = match decoded {
+            Err(SmmuError::MalformedStalledEvent { stream, stag, .. }) => {
+                Some((StreamId(stream), StallTag(u32::from(stag))))
+            }
+            _ => None,
+        };
+        Ok((decoded, stalled))
+    }
+
+    /// Terminates the stalled transaction of a rejected record (CMD_RESUME abort).
+    fn terminate_rejected(&mut self, stalled: RejectedStall) -> Result<()> {
+        match stalled {
+            Some((stream, stag)) => self.resume(stream, stag, ResumeAction::Abort),
+            None => Ok(()),
         }
-        Ok(decoded)
     }
 
     /// Consumes every record in the event queue (at most twice its size per call, so a
@@ -58,7 +68,7 @@ impl<'a, B: RegisterBus + ?Sized, M: Deref<Target: DmaMemory>, D: DelayNs> Smmuv
             }
             self.dma.sync_for_cpu(self.eventq.region());
             while !ring.is_empty(prod, self.eventq_cons) && summary.records < limit {
-                let decoded = self.pop_event()?;
+                let (decoded, stalled) = self.pop_event()?;
                 summary.records += 1;
                 match &decoded {
                     Ok(Event::Fault(_)) => summary.faults += 1,
@@ -66,6 +76,7 @@ impl<'a, B: RegisterBus + ?Sized, M: Deref<Target: DmaMemory>, D: DelayNs> Smmuv
                     Err(_) => summary.rejected += 1,
                 }
                 sink(decoded);
+                self.terminate_rejected(stalled)?;
                 // Free space for the SMMU now and then while draining a long queue.
                 if summary.records % 64 == 0 {
                     self.write_eventq_cons();
@@ -85,52 +96,46 @@ impl<'a, B: RegisterBus + ?Sized, M: Deref<Target: DmaMemory>, D: DelayNs> Smmuv
         Ok(summary)
     }
 
-    /// Takes the next fault from the event queue ([`FaultSource`]): other events are counted
-    /// and skipped; a record that does not decode is a fault without a record whose others
-    /// may be lost (a stalled one is terminated first, as in
-    /// [`drain_events`](Self::drain_events)); an overflow marks the next fault taken as
-    /// `lost`, or is reported alone once the queue is empty.
+    /// Takes the next fault from the event queue ([`FaultSource`]): any other event, and a
+    /// record that does not decode, is a fault without a record whose others may be lost (a
+    /// stalled one is terminated first, as in [`drain_events`](Self::drain_events)); an
+    /// overflow marks the next fault taken as `lost`, or is reported alone once the queue is
+    /// empty.
     pub(super) fn next_fault(&mut self) -> Result<Option<TakenFault>> {
-        let ring = self.eventq_ring;
-        // Bounded as drain_events is: a babbling device cannot keep the caller here.
-        for _ in 0..ring.entries().saturating_mul(2) {
-            let prod = self.regs.eventq_prod().get();
-            if ring.is_empty(prod, self.eventq_cons) {
-                let ovflg = prod >> 31;
-                if ovflg != self.overflow_ack {
-                    self.overflow_ack = ovflg;
-                    self.events_lost = true;
-                    self.stats.overflows += 1;
-                    self.write_eventq_cons();
-                }
-                self.handle_global_errors()?;
-                return Ok(
-                    core::mem::take(&mut self.events_lost).then_some(TakenFault {
-                        record: None,
-                        lost: true,
-                    }),
-                );
+        let prod = self.regs.eventq_prod().get();
+        if self.eventq_ring.is_empty(prod, self.eventq_cons) {
+            let ovflg = prod >> 31;
+            if ovflg != self.overflow_ack {
+                self.overflow_ack = ovflg;
+                self.events_lost = true;
+                self.stats.overflows += 1;
+                self.write_eventq_cons();
             }
-            self.dma.sync_for_cpu(self.eventq.region());
-            let decoded = self.pop_event()?;
-            self.write_eventq_cons();
-            match decoded {
-                Ok(Event::Fault(record)) => {
-                    return Ok(Some(TakenFault {
-                        record: Some(record),
-                        lost: core::mem::take(&mut self.events_lost),
-                    }));
-                }
-                Ok(_) => {}
-                // A record that does not decode may have been a fault.
-                Err(_) => {
-                    return Ok(Some(TakenFault {
-                        record: None,
-                        lost: true,
-                    }));
-                }
-            }
+            self.handle_global_errors()?;
+            return Ok(
+                core::mem::take(&mut self.events_lost).then_some(TakenFault {
+                    record: None,
+                    lost: true,
+                }),
+            );
         }
-        Ok(None)
+        self.dma.sync_for_cpu(self.eventq.region());
+        let (decoded, stalled) = self.pop_event()?;
+        self.write_eventq_cons();
+        self.terminate_rejected(stalled)?;
+        Ok(Some(match decoded {
+            Ok(Event::Fault(record)) => TakenFault {
+                record: Some(record),
+                lost: core::mem::take(&mut self.events_lost),
+            },
+            // Any other event (a configuration error, F_STREAM_DISABLED, an
+            // implementation-defined one) also ended a transaction on some stream, and a
+            // record that does not decode may have been a fault: a fault whose record is
+            // lost, so the caller treats what is in flight as suspect.
+            Ok(_) | Err(_) => TakenFault {
+                record: None,
+                lost: true,
+            },
+        }))
     }
 }
