@@ -31,6 +31,7 @@
 //!   terminate model).
 
 pub mod attribution;
+mod cost;
 mod handler;
 mod policy;
 mod region;
@@ -39,6 +40,7 @@ mod service;
 use hal::{Iova, PageSize, PhysAddr};
 
 pub use attribution::{Attribution, InFlightAccess, Unattributed, attribute};
+pub use cost::{CostDecisions, CostPolicy, StallCosts};
 pub use handler::{FaultHandler, FaultOutcome, FaultPlan, FaultStats, FixOutcome, RangeResolution};
 pub use policy::{
     FaultDecision, FaultEstimate, FaultPolicy, PolicyInput, StandardPolicy, StreamFaultConfig,

@@ -132,7 +132,10 @@ pub enum StandardPolicy {
     RetransmitOnly,
     /// Resume when the transaction is stalled on a stall-tolerant stream and the fault is
     /// minor within the stall budget (or already fixed); otherwise terminate and retransmit
-    /// (major, unknown, over budget, not stalled).
+    /// (major, unknown, over budget, not stalled). A fixed rule; [`CostPolicy`] decides on
+    /// expected costs instead.
+    ///
+    /// [`CostPolicy`]: super::CostPolicy
     Hybrid,
 }
 

@@ -1,0 +1,375 @@
+//! The cost-based policy: per fault, stall or retransmit, whichever is expected to cost less.
+//!
+//! A stalled access costs the time its fault takes to resolve, and that time again for every
+//! access the stall holds behind it (head-of-line: a stalled destination write holds the write
+//! engine and every commit behind it, docs/dma-engine.md §6.3). A terminated access costs the
+//! same resolution for itself, plus the retransmission: the link round trip of the NACK and
+//! the RESOLVED notice, the block sent again, and the drivers' handling. So, per fault,
+//!
+//! ```text
+//! stall      = resolve × blocked          (the others' delay; the faulting access waits
+//! retransmit = retransmit_ns               for `resolve` either way)
+//! resolve    = queue + class time          (the fault CPU's backlog, then minor or major)
+//! ```
+//!
+//! and [`CostPolicy`] resumes when `stall <= retransmit` (and the resolution fits the stream's
+//! stall budget, the master's own limit). The platform feeds it: [`CostPolicy::set_costs`] per
+//! access kind (it knows its links, block size and how many accesses are queued behind a
+//! stall), [`CostPolicy::set_queue_ns`] (its fault CPU's backlog when the record is decided)
+//! and [`CostPolicy::observe`] with each resolution's service time, from which the policy
+//! learns its class times online: an exponentially weighted mean with weight 1/8 per
+//! observation, in integer nanoseconds, so a run fed the same observations in the same order
+//! decides the same way (deterministic for a seed). The minor time starts at the resolver's
+//! own estimate ([`FaultEstimate::Minor`]), the major time at `major_prior_ns`.
+//!
+//! [`CostPolicy::stall_pays`] answers the question a platform asks once per stream, when it
+//! sets up its SMMU contexts: can a stall ever pay on this stream, i.e. does the cheapest
+//! resolution it can get (a minor fault with an idle fault CPU) cost less stalled than
+//! retransmitted? A stream where it cannot goes on a terminate-mode context: then no fault of
+//! it waits for a decision while holding the accesses behind it.
+//!
+//! State lives in [`Cell`]s: [`FaultPolicy::decide`] takes `&self`, and the handler owning the
+//! policy hands out only `&P` ([`FaultHandler::policy`](super::FaultHandler::policy)).
+
+use core::cell::Cell;
+
+use super::policy::{FaultDecision, FaultEstimate, FaultPolicy, PolicyInput, abort_reason};
+use super::{AccessKind, FaultCost};
+
+/// What retransmitting costs on one access kind, and what a stall of it holds back.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct StallCosts {
+    /// Expected extra cost of terminate-and-retransmit, in nanoseconds. For a destination
+    /// write: the NACK's trip to the sender, the RESOLVED notice's, the block's re-send
+    /// (serialization and trip) and the drivers' handling of all three. For a source read:
+    /// the engine's fault report, the driver's handling and the local re-issue.
+    pub retransmit_ns: u64,
+    /// Accesses a stall of this kind holds behind the faulting one, in thousandths (the
+    /// head-of-line weight): 0 where a stall holds nothing else.
+    pub blocked_milli: u64,
+}
+
+impl StallCosts {
+    /// The longest resolution for which a stall costs no more than retransmitting
+    /// (`u64::MAX` when a stall holds nothing back).
+    pub fn break_even_ns(&self) -> u64 {
+        if self.blocked_milli == 0 {
+            return u64::MAX;
+        }
+        let ns = u128::from(self.retransmit_ns) * 1000 / u128::from(self.blocked_milli);
+        u64::try_from(ns).unwrap_or(u64::MAX)
+    }
+
+    /// The cost, in nanoseconds, a stall of `resolve_ns` imposes on the accesses behind it.
+    pub fn stall_ns(&self, resolve_ns: u64) -> u64 {
+        let ns = u128::from(resolve_ns) * u128::from(self.blocked_milli) / 1000;
+        u64::try_from(ns).unwrap_or(u64::MAX)
+    }
+}
+
+/// The cost-based policy's decisions, by reason.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct CostDecisions {
+    /// Resumed: the page was already present (nothing to wait for but the TLB).
+    pub resumed_present: u64,
+    /// Resumed: the expected stall cost was at most the retransmission's.
+    pub resumed_cheaper: u64,
+    /// Terminated: the expected stall cost was above the retransmission's.
+    pub terminated_dearer: u64,
+    /// Terminated: the resolution would outlast the stream's stall budget.
+    pub terminated_budget: u64,
+    /// Terminated: the access was not stalled (a terminate-mode context) or its stream may
+    /// not stall.
+    pub terminated_not_stalled: u64,
+    /// Aborted (outside every region, read-only, unrecoverable).
+    pub aborted: u64,
+}
+
+/// Chooses per fault between stall-and-resume and terminate-and-retransmit on expected costs.
+#[derive(Debug)]
+pub struct CostPolicy {
+    read: Cell<StallCosts>,
+    write: Cell<StallCosts>,
+    queue_ns: Cell<u64>,
+    /// Learned minor and major service times (0: nothing observed yet).
+    minor_ns: Cell<u64>,
+    major_ns: Cell<u64>,
+    decisions: Cell<CostDecisions>,
+}
+
+/// Weight of one observation in the learned means: 1 / 2^LEARN_SHIFT.
+const LEARN_SHIFT: u32 = 3;
+
+impl CostPolicy {
+    /// A policy with the costs of each access kind and a prior for the major fault's
+    /// service time (the minor one starts at the resolver's estimate).
+    pub fn new(read: StallCosts, write: StallCosts, major_prior_ns: u64) -> Self {
+        Self {
+            read: Cell::new(read),
+            write: Cell::new(write),
+            queue_ns: Cell::new(0),
+            minor_ns: Cell::new(0),
+            major_ns: Cell::new(major_prior_ns),
+            decisions: Cell::new(CostDecisions::default()),
+        }
+    }
+
+    /// The costs of `kind` now.
+    pub fn costs(&self, kind: AccessKind) -> StallCosts {
+        match kind {
+            AccessKind::Read => self.read.get(),
+            AccessKind::Write => self.write.get(),
+        }
+    }
+
+    /// Updates the costs of `kind` (the platform's view of its links and queues now).
+    pub fn set_costs(&self, kind: AccessKind, costs: StallCosts) {
+        match kind {
+            AccessKind::Read => self.read.set(costs),
+            AccessKind::Write => self.write.set(costs),
+        }
+    }
+
+    /// The fault CPU's backlog, in nanoseconds, before it gets to the next record.
+    pub fn set_queue_ns(&self, ns: u64) {
+        self.queue_ns.set(ns);
+    }
+
+    /// Learns from one resolution that took `service_ns` (queueing excluded).
+    pub fn observe(&self, cost: FaultCost, service_ns: u64) {
+        let cell = match cost {
+            FaultCost::Minor => &self.minor_ns,
+            FaultCost::Major => &self.major_ns,
+        };
+        let old = cell.get();
+        let new = if old == 0 {
+            service_ns
+        } else if service_ns >= old {
+            old + ((service_ns - old) >> LEARN_SHIFT)
+        } else {
+            old - ((old - service_ns) >> LEARN_SHIFT)
+        };
+        cell.set(new);
+    }
+
+    /// The learned service time of `cost` (0 for minor until one was observed).
+    pub fn learned_ns(&self, cost: FaultCost) -> u64 {
+        match cost {
+            FaultCost::Minor => self.minor_ns.get(),
+            FaultCost::Major => self.major_ns.get(),
+        }
+    }
+
+    /// The decisions taken so far, by reason.
+    pub fn decisions(&self) -> CostDecisions {
+        self.decisions.get()
+    }
+
+    /// Whether a stall on `kind` can ever pay: the cheapest resolution it can get,
+    /// `cheapest_ns` (a minor fault on an idle fault CPU), costs no more stalled than
+    /// retransmitted. A stream where it cannot belongs on a terminate-mode context.
+    pub fn stall_pays(&self, kind: AccessKind, cheapest_ns: u64) -> bool {
+        let costs = self.costs(kind);
+        costs.stall_ns(cheapest_ns) <= costs.retransmit_ns
+    }
+
+    /// The expected resolution time of a fault with `estimate`, queue included (`None` for
+    /// estimates that are aborted).
+    pub fn expected_resolve_ns(&self, estimate: &FaultEstimate) -> Option<u64> {
+        let class = match *estimate {
+            FaultEstimate::Present { .. } => 0,
+            FaultEstimate::Minor { expected_ns } => match self.minor_ns.get() {
+                0 => expected_ns,
+                learned => learned,
+            },
+            FaultEstimate::Major | FaultEstimate::Unknown => self.major_ns.get(),
+            FaultEstimate::OutsideRegion
+            | FaultEstimate::WriteToReadOnly
+            | FaultEstimate::Unrecoverable => return None,
+        };
+        Some(self.queue_ns.get().saturating_add(class))
+    }
+
+    fn count(&self, f: impl FnOnce(&mut CostDecisions)) {
+        let mut d = self.decisions.get();
+        f(&mut d);
+        self.decisions.set(d);
+    }
+}
+
+impl FaultPolicy for CostPolicy {
+    fn decide(&self, input: &PolicyInput<'_>) -> FaultDecision {
+        if let Some(error) = abort_reason(input.record, &input.estimate) {
+            self.count(|d| d.aborted += 1);
+            return FaultDecision::Abort(error);
+        }
+        if !(input.stalled && input.stall_tolerant) {
+            self.count(|d| d.terminated_not_stalled += 1);
+            return FaultDecision::TerminateAndRetransmit;
+        }
+        if let FaultEstimate::Present { .. } = input.estimate {
+            self.count(|d| d.resumed_present += 1);
+            return FaultDecision::Resume;
+        }
+        let resolve = self
+            .expected_resolve_ns(&input.estimate)
+            .unwrap_or(u64::MAX);
+        if resolve > input.stall_budget_ns {
+            self.count(|d| d.terminated_budget += 1);
+            return FaultDecision::TerminateAndRetransmit;
+        }
+        let costs = self.costs(input.record.access);
+        if costs.stall_ns(resolve) <= costs.retransmit_ns {
+            self.count(|d| d.resumed_cheaper += 1);
+            FaultDecision::Resume
+        } else {
+            self.count(|d| d.terminated_dearer += 1);
+            FaultDecision::TerminateAndRetransmit
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use hal::Iova;
+
+    use super::*;
+    use crate::fault::{FaultKind, FaultRecord, RawSyndrome, SmmuFlavour, SmmuId, StallTag};
+    use crate::fault::{StreamFaultConfig, StreamId};
+
+    fn record(access: AccessKind, stalled: bool) -> FaultRecord {
+        FaultRecord {
+            smmu: SmmuId {
+                flavour: SmmuFlavour::V2,
+                instance: 0,
+            },
+            stream: StreamId(7),
+            iova: Iova::new(0x4000),
+            access,
+            kind: FaultKind::Translation,
+            level: None,
+            stall: stalled.then_some(StallTag(0)),
+            syndrome: RawSyndrome::default(),
+        }
+    }
+
+    fn input<'a>(r: &'a FaultRecord, estimate: FaultEstimate) -> PolicyInput<'a> {
+        let cfg = StreamFaultConfig::stall_tolerant(u64::MAX);
+        PolicyInput {
+            record: r,
+            stall_tolerant: cfg.stall_tolerant,
+            stalled: r.is_stalled(),
+            estimate,
+            stall_budget_ns: cfg.stall_budget_ns,
+        }
+    }
+
+    const MINOR: FaultEstimate = FaultEstimate::Minor { expected_ns: 4_600 };
+
+    #[test]
+    fn a_stall_that_holds_nothing_back_is_always_cheaper() {
+        let free = StallCosts {
+            retransmit_ns: 1_000,
+            blocked_milli: 0,
+        };
+        let p = CostPolicy::new(free, free, 60_000);
+        let r = record(AccessKind::Read, true);
+        assert_eq!(p.decide(&input(&r, MINOR)), FaultDecision::Resume);
+        assert_eq!(
+            p.decide(&input(&r, FaultEstimate::Major)),
+            FaultDecision::Resume
+        );
+        assert_eq!(free.break_even_ns(), u64::MAX);
+        assert_eq!(p.decisions().resumed_cheaper, 2);
+    }
+
+    #[test]
+    fn head_of_line_weight_and_queue_tip_a_write_to_retransmission() {
+        // A write stall holding 2 blocks behind it; retransmitting costs 10 µs.
+        let write = StallCosts {
+            retransmit_ns: 10_000,
+            blocked_milli: 2_000,
+        };
+        let p = CostPolicy::new(StallCosts::default(), write, 60_000);
+        let w = record(AccessKind::Write, true);
+        // 4.6 µs x 2 = 9.2 µs <= 10 µs: stall.
+        assert_eq!(p.decide(&input(&w, MINOR)), FaultDecision::Resume);
+        // Behind 1 µs of the fault CPU's queue: 5.6 x 2 > 10: retransmit.
+        p.set_queue_ns(1_000);
+        assert_eq!(
+            p.decide(&input(&w, MINOR)),
+            FaultDecision::TerminateAndRetransmit
+        );
+        // A major fault is never worth it here; a present page always is.
+        p.set_queue_ns(0);
+        assert_eq!(
+            p.decide(&input(&w, FaultEstimate::Major)),
+            FaultDecision::TerminateAndRetransmit
+        );
+        assert_eq!(
+            p.decide(&input(&w, FaultEstimate::Present { stale_tlb: false })),
+            FaultDecision::Resume
+        );
+        assert_eq!(write.break_even_ns(), 5_000);
+        assert!(p.stall_pays(AccessKind::Write, 4_600));
+        assert!(!p.stall_pays(AccessKind::Write, 5_100));
+        let d = p.decisions();
+        assert_eq!(
+            (d.resumed_cheaper, d.terminated_dearer, d.resumed_present),
+            (1, 2, 1)
+        );
+    }
+
+    #[test]
+    fn unstalled_faults_are_retransmitted_and_bad_ones_aborted() {
+        let p = CostPolicy::new(StallCosts::default(), StallCosts::default(), 60_000);
+        let r = record(AccessKind::Read, false);
+        assert_eq!(
+            p.decide(&input(&r, MINOR)),
+            FaultDecision::TerminateAndRetransmit
+        );
+        assert!(matches!(
+            p.decide(&input(&r, FaultEstimate::OutsideRegion)),
+            FaultDecision::Abort(_)
+        ));
+        let budgeted = record(AccessKind::Read, true);
+        let mut i = input(&budgeted, FaultEstimate::Major);
+        i.stall_budget_ns = 10_000;
+        assert_eq!(p.decide(&i), FaultDecision::TerminateAndRetransmit);
+        let d = p.decisions();
+        assert_eq!(
+            (d.terminated_not_stalled, d.aborted, d.terminated_budget),
+            (1, 1, 1)
+        );
+    }
+
+    #[test]
+    fn service_times_are_learned_online() {
+        let write = StallCosts {
+            retransmit_ns: 20_000,
+            blocked_milli: 1_000,
+        };
+        let p = CostPolicy::new(StallCosts::default(), write, 60_000);
+        let w = record(AccessKind::Write, true);
+        // The 60 µs prior makes a major fault dearer than 20 µs of retransmission.
+        assert_eq!(
+            p.decide(&input(&w, FaultEstimate::Major)),
+            FaultDecision::TerminateAndRetransmit
+        );
+        // A fast swap device: observed majors of 8 µs pull the mean down until stalling pays.
+        for _ in 0..40 {
+            p.observe(FaultCost::Major, 8_000);
+        }
+        assert!(p.learned_ns(FaultCost::Major) < 20_000);
+        assert_eq!(
+            p.decide(&input(&w, FaultEstimate::Major)),
+            FaultDecision::Resume
+        );
+        // The first minor observation replaces the resolver's estimate.
+        assert_eq!(p.learned_ns(FaultCost::Minor), 0);
+        p.observe(FaultCost::Minor, 3_000);
+        assert_eq!(p.expected_resolve_ns(&MINOR), Some(3_000));
+        p.observe(FaultCost::Minor, 3_800);
+        assert_eq!(p.learned_ns(FaultCost::Minor), 3_100);
+    }
+}
