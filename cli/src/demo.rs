@@ -7,32 +7,60 @@ use std::time::Instant;
 
 use indicatif::MultiProgress;
 use serde_json::json;
-use sim::vqfdb::{MemoryLimit, RunReport, SimConfig, SimError, Strategy};
+use sim::vqfdb::{RunReport, SimConfig, SimError, Strategy, scenarios};
 
 use crate::{CliError, DemoArgs, output, plot};
 
 /// Fault rates of the sweep.
-pub const SWEEP: [f64; 5] = [0.0, 0.005, 0.01, 0.02, 0.05];
+pub use sim::vqfdb::scenarios::SWEEP;
 /// The fault rate of the main table.
 pub const MAIN_RATE: f64 = 0.01;
 
-/// The demo workload: one QFDB, all-to-all RDMA writes of 64 KiB from unpinned buffers, the
-/// memory limit at 25% of the buffer footprint (memory pressure: reclaimed pages soon go to
-/// swap), 1% faulting-page rate.
+/// The demo workload (`sim::vqfdb::scenarios::demo`): one QFDB, all-to-all RDMA writes of
+/// 64 KiB from unpinned buffers, the memory limit at 25% of the buffer footprint.
 pub fn workload(strategy: Strategy, fault_rate: f64, transfers: u64, seed: u64) -> SimConfig {
-    SimConfig {
-        nodes: 4,
-        strategy,
-        fault_rate,
-        memory_limit: MemoryLimit::Fraction(0.25),
-        transfers,
-        transfer_size: 64 * 1024,
-        depth: 2,
-        slots: 16,
-        seed,
-        keep_samples: true,
-        ..SimConfig::default()
-    }
+    scenarios::demo(strategy, fault_rate, transfers, seed)
+}
+
+/// The strategies the verdict compares.
+const CONTENDERS: [Strategy; 3] = [
+    Strategy::StallOnly,
+    Strategy::RetransmitOnly,
+    Strategy::Hybrid,
+];
+
+/// One line of the verdict: stall-only, retransmit-only and hybrid throughput; which won and
+/// by how much hybrid is above (or below) the better of the other two.
+fn verdict(label: &str, stall: f64, retransmit: f64, hybrid: f64) -> String {
+    let best_other = stall.max(retransmit);
+    let other = if stall >= retransmit {
+        "stall-only"
+    } else {
+        "retransmit-only"
+    };
+    let winner = if hybrid > best_other {
+        "hybrid".to_string()
+    } else if hybrid == best_other {
+        format!("hybrid = {other}")
+    } else {
+        other.to_string()
+    };
+    let margin = if best_other > 0.0 {
+        100.0 * (hybrid - best_other) / best_other
+    } else {
+        0.0
+    };
+    format!(
+        "{label:<16} {stall:>10.2} {retransmit:>10.2} {hybrid:>10.2}  {winner:<26} {margin:>+7.2}%{}",
+        if margin < -0.5 { "  HYBRID LOST" } else { "" }
+    )
+}
+
+fn verdict_header(first: &str) -> String {
+    format!(
+        "{first:<16} {:>10} {:>10} {:>10}  {:<26} {:>8}",
+        "stall-only", "retransmit", "hybrid", "won", "hybrid vs best other"
+    )
 }
 
 struct Job {
@@ -112,6 +140,15 @@ pub fn run(args: &DemoArgs) -> Result<(), CliError> {
             });
         }
     }
+    let sweep_count = jobs.len() - main_count;
+    for sc in scenarios::SCENARIOS {
+        for s in CONTENDERS {
+            jobs.push(Job {
+                label: format!("{} {}", sc.name, s.name()),
+                cfg: (sc.config)(s, args.sweep_transfers, args.seed),
+            });
+        }
+    }
     println!(
         "nprdma demo: {} runs on the virtual QFDB (4 nodes, all-to-all 64 KiB RDMA writes, \
          unpinned buffers, memory limit 25% of the footprint), {} threads",
@@ -124,7 +161,8 @@ pub fn run(args: &DemoArgs) -> Result<(), CliError> {
     for r in results {
         reports.push(r?);
     }
-    let (main, sweep) = reports.split_at(main_count);
+    let (main, rest) = reports.split_at(main_count);
+    let (sweep, scenario_runs) = rest.split_at(sweep_count);
     let baseline = main.first().map(|r| r.throughput_gbps);
     println!();
     println!(
@@ -203,6 +241,40 @@ pub fn run(args: &DemoArgs) -> Result<(), CliError> {
         println!();
     }
 
+    // The verdict: hybrid against the better of stall-only and retransmit-only.
+    let gbps = |name: &str, rate: f64| {
+        series
+            .iter()
+            .find(|(n, _)| n == name)
+            .and_then(|(_, p)| p.iter().find(|(x, _)| *x == rate * 100.0))
+            .map_or(0.0, |(_, y)| *y)
+    };
+    println!();
+    println!("Hybrid against the better of stall-only and retransmit-only (Gb/s, model time):");
+    println!("{}", verdict_header("faulting pages"));
+    let mut verdicts = Vec::new();
+    for &rate in SWEEP.iter().filter(|&&r| r > 0.0) {
+        let (st, re, hy) = (
+            gbps("stall-only", rate),
+            gbps("retransmit-only", rate),
+            gbps("hybrid", rate),
+        );
+        println!("{}", verdict(&format!("{:.1}%", rate * 100.0), st, re, hy));
+        verdicts.push(json!({"case": format!("sweep {:.1}%", rate * 100.0),
+            "stall_only_gbps": st, "retransmit_only_gbps": re, "hybrid_gbps": hy}));
+    }
+    for (i, sc) in scenarios::SCENARIOS.iter().enumerate() {
+        let runs = &scenario_runs[i * CONTENDERS.len()..(i + 1) * CONTENDERS.len()];
+        let [st, re, hy] = [0, 1, 2].map(|k| runs.get(k).map_or(0.0, |r| r.throughput_gbps));
+        println!("{}", verdict(sc.name, st, re, hy));
+        verdicts.push(json!({"case": sc.name, "what": sc.what,
+            "stall_only_gbps": st, "retransmit_only_gbps": re, "hybrid_gbps": hy}));
+    }
+    println!("scenarios (2% faulting pages):");
+    for sc in scenarios::SCENARIOS {
+        println!("  {:<14} {}", sc.name, sc.what);
+    }
+
     // Files.
     std::fs::create_dir_all(&args.out)
         .map_err(|e| CliError::Output(format!("cannot create {}: {e}", args.out.display())))?;
@@ -225,6 +297,8 @@ pub fn run(args: &DemoArgs) -> Result<(), CliError> {
         "fault_free_throughput_gbps_model": baseline,
         "runs": main.iter().map(output::report_json).collect::<Vec<_>>(),
         "sweep": sweep.iter().map(output::report_json).collect::<Vec<_>>(),
+        "scenarios": scenario_runs.iter().map(output::report_json).collect::<Vec<_>>(),
+        "hybrid_verdict": verdicts,
         "throughput_vs_fault_rate": series.iter().map(|(n, p)| json!({"strategy": n, "points_percent_gbps": p})).collect::<Vec<_>>(),
     });
     let json_path = args.out.join("demo.json");

@@ -1,5 +1,6 @@
 //! Turning command-line strings into a simulator configuration, with one-line errors.
 
+use sim::des::ModelTime;
 use sim::vqfdb::{MemoryLimit, SimConfig, SimError, SmmuModel, Strategy, Workload};
 
 use crate::{CliError, SimArgs};
@@ -40,7 +41,7 @@ fn bad(msg: String) -> CliError {
 pub fn sim_config(args: &SimArgs) -> Result<SimConfig, CliError> {
     let strategy = Strategy::from_name(&args.strategy).ok_or_else(|| {
         bad(format!(
-            "--strategy must be one of pin-all, pre-fault, stall-only, retransmit-only, hybrid (got {:?})",
+            "--strategy must be one of pin-all, pre-fault, stall-only, retransmit-only, hybrid, hybrid-fixed (got {:?})",
             args.strategy
         ))
     })?;
@@ -73,7 +74,32 @@ pub fn sim_config(args: &SimArgs) -> Result<SimConfig, CliError> {
             )));
         }
     };
+    let defaults = SimConfig::default();
+    let positive = |name: &str, v: Option<f64>| -> Result<Option<f64>, CliError> {
+        match v {
+            Some(x) if !(x > 0.0 && x.is_finite()) => {
+                Err(bad(format!("--{name} must be positive (got {x})")))
+            }
+            other => Ok(other),
+        }
+    };
+    let mut link = defaults.link;
+    if let Some(us) = positive("hop-latency-us", args.hop_latency_us)? {
+        link.hop_latency = ModelTime::from_us(us);
+    }
+    if let Some(g) = positive("link-gbps", args.link_gbps)? {
+        link.bandwidth_bps = (g * 1e9) as u64;
+    }
+    let mut swap = defaults.swap;
+    if let Some(us) = positive("swap-latency-us", args.swap_latency_us)? {
+        swap.latency = ModelTime::from_us(us);
+    }
+    if let Some(g) = positive("swap-gbytes", args.swap_gbytes)? {
+        swap.bandwidth_bps = (g * 8e9) as u64;
+    }
     Ok(SimConfig {
+        link,
+        swap,
         smmu,
         nodes: args.nodes,
         workload,

@@ -109,6 +109,18 @@ struct SimArgs {
     /// SMMU model: mmu500 (register-accurate, with the SMMUv2 driver) or walker (stand-in).
     #[arg(long, default_value = "mmu500")]
     smmu: String,
+    /// Latency of one link hop in model µs (default 1.1, ExaNet; docs/virtual-qfdb.md).
+    #[arg(long)]
+    hop_latency_us: Option<f64>,
+    /// Line rate of one link direction in Gb/s (default 32, ExaNet).
+    #[arg(long)]
+    link_gbps: Option<f64>,
+    /// Latency of one swap-device request in model µs (default 50, our assumption).
+    #[arg(long)]
+    swap_latency_us: Option<f64>,
+    /// Swap-device transfer rate in GB/s (default 2, our assumption).
+    #[arg(long)]
+    swap_gbytes: Option<f64>,
     /// Write the report as JSON to this file.
     #[arg(long)]
     json: Option<PathBuf>,

@@ -381,11 +381,11 @@ fn a_fault_on_both_ends_of_one_transfer_is_handled_per_block() {
     assert_eq!(done[0].retransmissions, 2);
     assert_eq!(rig.read_dest(0, 1, 0, data.len()).unwrap(), data);
 
-    // The hybrid policy stalls the minor source fault (it holds one channel) and resumes it:
-    // no local re-issue. The destination write stream has a 1 µs stall budget (a stalled
+    // The fixed-rule hybrid stalls the minor source fault (it holds one channel) and resumes
+    // it: no local re-issue. The destination write stream has a 1 µs stall budget (a stalled
     // write holds every commit behind it, docs/dma-engine.md §6.3, §10), so the minor fault
     // there is stalled only until the decision, then terminated and the block re-sent.
-    let (rig, data) = both_ends_rig(Strategy::Hybrid);
+    let (rig, data) = both_ends_rig(Strategy::HybridFixed);
     assert_eq!(rig.smmu_stats(0).stalls, 1);
     assert_eq!(rig.fault_stats(0).resumed, 1);
     assert_eq!(rig.driver_stats(0).local_faults, 0);

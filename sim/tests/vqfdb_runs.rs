@@ -32,7 +32,7 @@ fn the_same_seed_gives_the_same_numbers() {
 
 #[test]
 fn every_strategy_moves_every_byte_and_behaves_as_defined() {
-    for strategy in Strategy::ALL {
+    for strategy in Strategy::ALL.into_iter().chain([Strategy::HybridFixed]) {
         let cfg = small(strategy, 11);
         let r = run(&cfg, &mut |_, _| {}).unwrap_or_else(|e| panic!("{}: {e}", strategy.name()));
         assert_eq!(r.transfers, 96, "{}", strategy.name());
@@ -58,6 +58,14 @@ fn every_strategy_moves_every_byte_and_behaves_as_defined() {
                 assert_eq!(r.source_faults, 0, "no source read is ever terminated");
             }
             Strategy::Hybrid => {
+                // On one QFDB with two transfers in flight per pair, no stall pays: a re-sent
+                // block costs a few µs, a stall of a minor fault holds the transfers behind
+                // it for longer, so both streams are on terminate-mode contexts.
+                assert_eq!(r.stalls, 0);
+                assert!(r.retransmissions > 0);
+                assert_eq!(r.terminations, faults);
+            }
+            Strategy::HybridFixed => {
                 assert!(r.resumed > 0, "minor source faults are stalled and resumed");
                 assert!(
                     r.terminations > 0,

@@ -15,6 +15,7 @@
 
 mod node;
 mod rig;
+pub mod scenarios;
 mod smmu;
 mod world;
 
@@ -40,8 +41,15 @@ pub enum Strategy {
     /// SMMU contexts terminate every fault; the protocol re-sends (NACK/RESOLVED, local
     /// re-issue).
     RetransmitOnly,
-    /// Stall and resume minor faults within the stall budget, terminate and re-send the rest.
+    /// The cost-based policy (`smmu_driver::fault::CostPolicy`): a stream goes on a
+    /// stall-mode context only where a stall can pay; per fault, stall or re-send, whichever
+    /// is expected to cost less (docs/virtual-qfdb.md, "The hybrid policy").
     Hybrid,
+    /// The fixed rule the hybrid strategy used before the cost-based policy: both contexts
+    /// stall, resume minor faults within the stall budgets (`CostModel::stall_budget`,
+    /// `write_stall_budget`), terminate and re-send the rest. For comparison; not in
+    /// [`Strategy::ALL`].
+    HybridFixed,
 }
 
 impl Strategy {
@@ -62,12 +70,16 @@ impl Strategy {
             Strategy::StallOnly => "stall-only",
             Strategy::RetransmitOnly => "retransmit-only",
             Strategy::Hybrid => "hybrid",
+            Strategy::HybridFixed => "hybrid-fixed",
         }
     }
 
     /// From a CLI name.
     pub fn from_name(name: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|s| s.name() == name)
+        Self::ALL
+            .into_iter()
+            .chain([Strategy::HybridFixed])
+            .find(|s| s.name() == name)
     }
 }
 

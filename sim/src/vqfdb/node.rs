@@ -9,8 +9,9 @@ use hal::model::ModelBus;
 use hal::{Iova, PageSize, PhysAddr, VirtAddr};
 use protocol::{Access, FaultReason, Generation, PageEntry, PageStateTable};
 use smmu_driver::fault::{
-    AccessKind, FaultCost, FaultDecision, FaultHandler, FaultKind, FaultPlan, FaultRecord,
-    RawSyndrome, SmmuFlavour, SmmuId, StallTag, StandardPolicy, StreamFaultConfig, StreamId,
+    AccessKind, CostPolicy, FaultCost, FaultDecision, FaultHandler, FaultKind, FaultPlan,
+    FaultPolicy, FaultRecord, PolicyInput, RawSyndrome, SmmuFlavour, SmmuId, StallTag,
+    StandardPolicy, StreamFaultConfig, StreamId,
 };
 use smmu_driver::pagetable::{Attributes, PageTable, Permissions, TlbMaintenance};
 
@@ -193,9 +194,40 @@ impl Mm {
     }
 }
 
+/// The policy a node's fault service runs: one of the fixed rules, or the cost-based one
+/// (`hybrid`, fed by the node: docs/virtual-qfdb.md, "The hybrid policy").
+#[derive(Debug)]
+pub(crate) enum NodePolicy {
+    Standard(StandardPolicy),
+    Cost(CostPolicy),
+}
+
+impl FaultPolicy for NodePolicy {
+    fn decide(&self, input: &PolicyInput<'_>) -> FaultDecision {
+        match self {
+            NodePolicy::Standard(p) => p.decide(input),
+            NodePolicy::Cost(p) => p.decide(input),
+        }
+    }
+}
+
+impl NodePolicy {
+    /// The cost-based policy, if that is what the node runs.
+    pub fn cost(&self) -> Option<&CostPolicy> {
+        match self {
+            NodePolicy::Cost(p) => Some(p),
+            NodePolicy::Standard(_) => None,
+        }
+    }
+}
+
 /// A resolution in progress.
 pub(crate) struct Inflight {
     pub plan: FaultPlan,
+    /// When the fault CPU started on it, and what it is expected to cost (for the cost-based
+    /// policy's learning).
+    pub started: ModelTime,
+    pub cost: Option<FaultCost>,
     /// Stalled transactions to resume when the page is present.
     pub resume: Vec<StallTag>,
 }
@@ -209,7 +241,7 @@ pub(crate) struct FaultCounters {
 /// The node's fault service: the SMMU driver's `FaultHandler` with the node memory as
 /// resolver, on its own modelled CPU.
 pub(crate) struct FaultService {
-    pub handler: FaultHandler<StandardPolicy>,
+    pub handler: FaultHandler<NodePolicy>,
     /// Source reads stall only their channel.
     pub read_cfg: StreamFaultConfig,
     /// A stalled destination write holds every commit behind it, so its stall budget is
@@ -233,11 +265,11 @@ pub(crate) enum FaultAction {
 }
 
 impl FaultService {
-    pub fn new(policy: StandardPolicy, read_budget: ModelTime, write_budget: ModelTime) -> Self {
+    pub fn new(policy: NodePolicy, read_budget: u64, write_budget: u64) -> Self {
         Self {
             handler: FaultHandler::new(policy),
-            read_cfg: StreamFaultConfig::stall_tolerant(read_budget.as_ns()),
-            write_cfg: StreamFaultConfig::stall_tolerant(write_budget.as_ns()),
+            read_cfg: StreamFaultConfig::stall_tolerant(read_budget),
+            write_cfg: StreamFaultConfig::stall_tolerant(write_budget),
             inflight: HashMap::new(),
             cpu_free_at: ModelTime::ZERO,
             counters: FaultCounters::default(),
@@ -285,6 +317,10 @@ impl FaultService {
         let token = record.stall;
         let start = now.max(self.cpu_free_at);
         let decided = start.after(costs.fault_decide);
+        if let Some(policy) = self.handler.policy().cost() {
+            // The stall lasts from now: the fault CPU's backlog, then its decision.
+            policy.set_queue_ns(decided.since(now).as_ns());
+        }
         let streams = self.streams(mm);
         let Mm {
             mem, table, smmu, ..
@@ -318,7 +354,8 @@ impl FaultService {
                 Ok([first, FaultAction::Unresolvable(decided, page, reason)])
             }
             decision => {
-                let (cpu_done, done) = match mm.mem.fault_cost(page) {
+                let cost = mm.mem.fault_cost(page);
+                let (cpu_done, done) = match cost {
                     None => (decided, decided),
                     Some(FaultCost::Minor) => {
                         // An inactive page must not be written back while its minor fault
@@ -343,7 +380,15 @@ impl FaultService {
                     (_, Some(t)) => first = FaultAction::Terminate(decided, t),
                     _ => {}
                 }
-                self.inflight.insert(page, Inflight { plan, resume });
+                self.inflight.insert(
+                    page,
+                    Inflight {
+                        plan,
+                        started: start,
+                        cost,
+                        resume,
+                    },
+                );
                 Ok([first, FaultAction::Resolve(done, page)])
             }
         }
@@ -383,5 +428,92 @@ impl NpeHost for HostView<'_> {
             return Err(FaultReason::OutOfRegion);
         }
         self.mm.check_written(va, len, since)
+    }
+}
+
+/// The cost-based policy's view of one node, from the run's configuration (the node feeds
+/// the dynamic parts, its queues, at each decision: `World::fault_record`).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct NodeCosts {
+    /// Extra cost of terminating and re-sending a destination write (ns).
+    pub write_retransmit_ns: u64,
+    /// Extra cost of terminating and re-issuing a source read locally (ns).
+    pub read_retransmit_ns: u64,
+    /// Blocks arriving at the write engine per microsecond (expected, thousandths).
+    pub arrivals_milli_per_us: u64,
+    /// The write engine's expected backlog under the workload (blocks, thousandths).
+    pub write_backlog_milli: u64,
+    /// Transfers a stalled source read holds on its channel: the others of its pair in
+    /// flight (thousandths).
+    pub read_blocked_milli: u64,
+    /// Transfers in flight towards the node besides the faulting one (thousandths): however
+    /// many blocks wait behind a stalled write, they delay at most these transfers.
+    pub others_milli: u64,
+}
+
+impl NodeCosts {
+    /// Costs of node `n` for `cfg`: `hops` is the mean hop count from its senders, `senders`
+    /// how many peers write to it, `fan_out` how many it writes to (sharing its port).
+    pub fn new(cfg: &super::SimConfig, hops: f64, senders: usize, fan_out: usize) -> Self {
+        use crate::link::{block_wire_bytes, message_wire_bytes};
+        let c = &cfg.costs;
+        let block = cfg.link.serialization(block_wire_bytes(PAGE)).as_ns() as f64;
+        let msg = cfg.link.serialization(message_wire_bytes(56)).as_ns() as f64;
+        let hop = cfg.link.hop_latency.as_ns() as f64;
+        let ns = |t: ModelTime| t.as_ns() as f64;
+        let one_way = hops * hop;
+        // RESOLVED to the sender and its handling, then the block again and its admission;
+        // the re-sent block also occupies both ends' ports for its serialization.
+        let write_retransmit = (msg + one_way + ns(c.per_rq) + ns(c.driver_entry))
+            + (ns(c.per_post) + block + one_way + ns(c.per_rq) + ns(c.driver_entry))
+            + block;
+        // The engine's report, the driver's handling and the block read again (one AXI
+        // access of a block, the engine model's parameters).
+        let engine = crate::npe::NpeModelParams::new(0, cfg.nodes.max(1));
+        let axi = ns(engine.axi_latency) + ns(ModelTime::transfer(PAGE, engine.axi_bps));
+        let read_retransmit = ns(c.driver_entry) + ns(c.per_local_fault) + ns(c.per_post) + axi;
+        // The write engine serves a block in one AXI write; blocks arrive from the senders,
+        // each keeping `depth` transfers in flight over its round trip, at most at the rate
+        // its port gives it.
+        let blocks = u64::from(cfg.transfer_size).div_ceil(PAGE) as f64;
+        let service = axi;
+        let round_trip = blocks * block * fan_out.max(1) as f64 + 2.0 * one_way + 2_000.0;
+        let per_sender = (cfg.depth as f64 * blocks / round_trip).min(1.0 / block);
+        let lambda = (senders as f64 * per_sender).min(1.0 / block);
+        let rho = (lambda * service).min(0.999);
+        let backlog = (rho * rho / (1.0 - rho)).min(64.0);
+        Self {
+            write_retransmit_ns: write_retransmit as u64,
+            read_retransmit_ns: read_retransmit as u64,
+            arrivals_milli_per_us: (lambda * 1e6) as u64,
+            write_backlog_milli: (backlog * 1000.0) as u64,
+            read_blocked_milli: (cfg.depth.saturating_sub(1) * 1000) as u64,
+            others_milli: (senders * cfg.depth).saturating_sub(1) as u64 * 1000,
+        }
+    }
+
+    /// What a write stall of `resolve_ns` holds back, given `waiting_milli` blocks staged or
+    /// held at the ingress: those, and half of the blocks that arrive meanwhile (they wait
+    /// half the stall on average), but never more than the other transfers in flight
+    /// towards the node (blocks of one transfer delay it once); thousandths.
+    pub fn write_blocked_milli(&self, waiting_milli: u64, resolve_ns: u64) -> u64 {
+        (waiting_milli + self.arrivals_milli_per_us * resolve_ns / 2_000).min(self.others_milli)
+    }
+
+    /// The policy with these costs as its starting point.
+    pub fn policy(&self, costs: &CostModel, swap_major_ns: u64) -> CostPolicy {
+        use smmu_driver::fault::StallCosts;
+        CostPolicy::new(
+            StallCosts {
+                retransmit_ns: self.read_retransmit_ns,
+                blocked_milli: self.read_blocked_milli,
+            },
+            StallCosts {
+                retransmit_ns: self.write_retransmit_ns,
+                blocked_milli: self
+                    .write_blocked_milli(self.write_backlog_milli, costs.minor_fault.as_ns()),
+            },
+            costs.major_fault_cpu.as_ns() + swap_major_ns,
+        )
     }
 }

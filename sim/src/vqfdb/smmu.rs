@@ -60,13 +60,14 @@ pub(crate) enum NodeSmmu {
 }
 
 impl NodeSmmu {
-    /// An MMU-500 with two contexts over `root`, in stall or terminate mode, with the read and
-    /// write streams attached.
+    /// An MMU-500 with two contexts over `root`, one per stream, each in stall mode where
+    /// `stall` says so for its stream (read, write) and in terminate mode otherwise, with the
+    /// read and write streams attached.
     pub fn mmu500(
         memory: Memory,
         root: PhysAddr,
         walk: &WalkConfig,
-        stall: bool,
+        stall: [bool; 2],
         streams: [(StreamId, StreamFaultConfig); 2],
     ) -> VqResult<Self> {
         let model = Mmu500::new(Mmu500Config::zynqmp())
@@ -77,13 +78,13 @@ impl NodeSmmu {
         };
         let mut v2 = SmmuV2::probe(ModelBus::new(model), NoDelay::default(), config)?;
         v2.reset()?;
-        let fault_model = if stall {
-            FaultModel::Stall
-        } else {
-            FaultModel::Terminate
-        };
         let mut banks = Vec::with_capacity(2);
-        for (stream, fault) in streams {
+        for ((stream, fault), stall) in streams.into_iter().zip(stall) {
+            let fault_model = if stall {
+                FaultModel::Stall
+            } else {
+                FaultModel::Terminate
+            };
             let config = ContextConfig::new(root, walk, fault_model);
             let cb = v2.alloc_context(&config)?;
             let id = u16::try_from(stream.0)
@@ -319,7 +320,7 @@ mod tests {
             Memory::new(dram.clone()),
             table.root(),
             &table.walk_config(),
-            true,
+            [true, true],
             [(read, tolerant), (write, tolerant)],
         )
         .unwrap();

@@ -24,7 +24,9 @@ use smmu_driver::SmmuError;
 use smmu_driver::fault::{FaultCost, StandardPolicy};
 use smmu_driver::pagetable::{PageTable, PageTableConfig};
 
-use super::node::{CH, Driver, FaultAction, FaultService, HostView, Inflight, Mm};
+use super::node::{
+    CH, Driver, FaultAction, FaultService, HostView, Inflight, Mm, NodeCosts, NodePolicy,
+};
 use super::smmu::{FaultPort, NodeSmmu, SmmuModel};
 use super::{MemoryLimit, Percentiles, RunReport, SimConfig, SimError, Strategy, VqResult};
 use crate::axi::{ContextConfig, WalkerSmmu};
@@ -108,6 +110,8 @@ pub(crate) struct Node {
     pub(crate) driver: Box<Driver>,
     pub(crate) mm: Mm,
     pub(crate) faults: FaultService,
+    /// What the cost-based policy starts from (its dynamic inputs are fed at each record).
+    pub(crate) costs: NodeCosts,
     pub(crate) driver_free_at: ModelTime,
     pub(crate) driver_at: Option<ModelTime>,
     pub(crate) engine_at: Option<ModelTime>,

@@ -63,6 +63,21 @@ impl<'p> World<'p> {
                 MAX_MODELLED_BYTES >> 20
             )));
         }
+        let node_costs: Vec<NodeCosts> = (0..cfg.nodes)
+            .map(|n| {
+                let senders = in_pairs[n].len();
+                let hops = if senders == 0 {
+                    1.0
+                } else {
+                    in_pairs[n]
+                        .iter()
+                        .map(|&p| topo.hops(pair_list[p].0, n) as f64)
+                        .sum::<f64>()
+                        / senders as f64
+                };
+                NodeCosts::new(cfg, hops, senders, out_pairs[n].len())
+            })
+            .collect();
         let mut nodes = Vec::with_capacity(cfg.nodes);
         for n in 0..cfg.nodes {
             let buffers = out_pairs[n].len() + in_pairs[n].len();
@@ -118,15 +133,51 @@ impl<'p> World<'p> {
                 pages.max(1) as u64 * PAGE,
                 vec![PageEntry::ABSENT; pages.max(1)],
             )?;
-            let stall = matches!(
-                cfg.strategy,
-                Strategy::StallOnly | Strategy::Hybrid | Strategy::PreFault | Strategy::PinAll
-            );
+            // The fault policy, and which of the two streams may stall. The fixed rules put
+            // both on stall-mode contexts (stall-only, pin-all) or neither (retransmit-only);
+            // the cost-based hybrid (and pre-fault's residual faults) only a stream where a
+            // stall can pay: the cheapest resolution it can get, a minor fault on an idle
+            // fault CPU, costs no more stalled than retransmitted.
+            let (policy, stall, budgets) = match cfg.strategy {
+                Strategy::StallOnly => (
+                    NodePolicy::Standard(StandardPolicy::StallOnly),
+                    [true, true],
+                    [u64::MAX, u64::MAX],
+                ),
+                Strategy::RetransmitOnly => (
+                    NodePolicy::Standard(StandardPolicy::RetransmitOnly),
+                    [false, false],
+                    [0, 0],
+                ),
+                Strategy::HybridFixed | Strategy::PinAll => (
+                    NodePolicy::Standard(StandardPolicy::Hybrid),
+                    [true, true],
+                    [
+                        cfg.costs.stall_budget.as_ns(),
+                        cfg.costs.write_stall_budget.as_ns(),
+                    ],
+                ),
+                Strategy::Hybrid | Strategy::PreFault => {
+                    let costs = &node_costs[n];
+                    let swap = ModelTime::transfer(PAGE, cfg.swap.bandwidth_bps)
+                        .after(cfg.swap.latency)
+                        .as_ns();
+                    let policy = costs.policy(&cfg.costs, swap);
+                    let cheapest = cfg.costs.minor_fault.max(cfg.costs.fault_decide).as_ns();
+                    let stall = [
+                        policy.stall_pays(smmu_driver::fault::AccessKind::Read, cheapest),
+                        policy.stall_pays(smmu_driver::fault::AccessKind::Write, cheapest),
+                    ];
+                    // The NPE tolerates stalls of any length (CAPS.STALL_TOLERANT): the
+                    // costs decide, not a budget.
+                    (NodePolicy::Cost(policy), stall, [u64::MAX, u64::MAX])
+                }
+            };
             let smmu = match cfg.smmu {
                 SmmuModel::Walker => {
                     let mut walker = WalkerSmmu::new(dram.clone());
                     // Both streams of the PDID share one context (one set of tables).
-                    for stream in [read_stream, write_stream] {
+                    for (stream, stall) in [read_stream, write_stream].into_iter().zip(stall) {
                         walker.attach(
                             stream,
                             ContextConfig {
@@ -143,21 +194,10 @@ impl<'p> World<'p> {
                     &table.walk_config(),
                     stall,
                     [
-                        (
-                            read_stream,
-                            StreamFaultConfig::stall_tolerant(cfg.costs.stall_budget.as_ns()),
-                        ),
-                        (
-                            write_stream,
-                            StreamFaultConfig::stall_tolerant(cfg.costs.write_stall_budget.as_ns()),
-                        ),
+                        (read_stream, StreamFaultConfig::stall_tolerant(budgets[0])),
+                        (write_stream, StreamFaultConfig::stall_tolerant(budgets[1])),
                     ],
                 )?,
-            };
-            let policy = match cfg.strategy {
-                Strategy::StallOnly => StandardPolicy::StallOnly,
-                Strategy::RetransmitOnly => StandardPolicy::RetransmitOnly,
-                _ => StandardPolicy::Hybrid,
             };
             let bus = ModelBus::new(NpeModel::new(params));
             let mut driver = Box::new(Driver::new(
@@ -203,11 +243,8 @@ impl<'p> World<'p> {
                     write_stream,
                     pdid: PDID,
                 },
-                faults: FaultService::new(
-                    policy,
-                    cfg.costs.stall_budget,
-                    cfg.costs.write_stall_budget,
-                ),
+                faults: FaultService::new(policy, budgets[0], budgets[1]),
+                costs: node_costs[n],
                 driver_free_at: ModelTime::ZERO,
                 driver_at: None,
                 engine_at: None,

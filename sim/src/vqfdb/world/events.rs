@@ -49,6 +49,26 @@ impl<'p> World<'p> {
     ) -> VqResult<()> {
         let costs = self.cfg.costs;
         let node = &mut self.nodes[n];
+        if let Some(policy) = node.faults.handler.policy().cost()
+            && record.access == smmu_driver::fault::AccessKind::Write
+        {
+            // A stalled write holds the blocks staged behind it and those held at the
+            // ingress, and half of those that arrive while it waits.
+            let waiting = {
+                let model = node.driver.bus().lock();
+                (model.slots_in_use().saturating_sub(1) + model.held()) as u64
+            };
+            let queue = now.max(node.faults.cpu_free_at).after(costs.fault_decide);
+            policy.set_queue_ns(queue.since(now).as_ns());
+            let resolve = policy
+                .expected_resolve_ns(&smmu_driver::fault::FaultEstimate::Minor {
+                    expected_ns: costs.minor_fault.as_ns(),
+                })
+                .unwrap_or(0);
+            let mut c = policy.costs(smmu_driver::fault::AccessKind::Write);
+            c.blocked_milli = node.costs.write_blocked_milli(waiting * 1000, resolve);
+            policy.set_costs(smmu_driver::fault::AccessKind::Write, c);
+        }
         let actions = node.faults.on_record(now, record, &mut node.mm, &costs)?;
         for action in actions {
             match action {
@@ -81,7 +101,16 @@ impl<'p> World<'p> {
         // The second half of the shared fault service for the record the page was decided
         // on: fix, invalidate, then answer its own stall. Stalls of later records of the same
         // page are answered the same way after it.
-        let Inflight { plan, resume } = inflight;
+        let Inflight {
+            plan,
+            started,
+            cost,
+            resume,
+        } = inflight;
+        if let (Some(policy), Some(cost)) = (node.faults.handler.policy().cost(), cost) {
+            // The cost-based policy learns each class's service time (queueing excluded).
+            policy.observe(cost, now.since(started).as_ns());
+        }
         let own = plan
             .record
             .stall
