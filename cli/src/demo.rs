@@ -149,6 +149,23 @@ pub fn run(args: &DemoArgs) -> Result<(), CliError> {
             });
         }
     }
+    // Latency: open loop at an offered load below saturation and at saturation, the
+    // fault-free run and every strategy at the main rate.
+    let latency_start = jobs.len();
+    for (load, what) in scenarios::LATENCY_LOADS_GBPS {
+        for (s, rate) in std::iter::once((Strategy::Hybrid, 0.0))
+            .chain(Strategy::ALL.into_iter().map(|s| (s, MAIN_RATE)))
+        {
+            jobs.push(Job {
+                label: format!("{} @ {load:.0} Gb/s {what}", s.name()),
+                cfg: SimConfig {
+                    offered_load_gbps: Some(load),
+                    ..workload(s, rate, args.transfers, args.seed)
+                },
+            });
+        }
+    }
+    let latency_count = jobs.len() - latency_start;
     println!(
         "nprdma demo: {} runs on the virtual QFDB (4 nodes, all-to-all 64 KiB RDMA writes, \
          unpinned buffers, memory limit 25% of the footprint), {} threads",
@@ -162,7 +179,8 @@ pub fn run(args: &DemoArgs) -> Result<(), CliError> {
         reports.push(r?);
     }
     let (main, rest) = reports.split_at(main_count);
-    let (sweep, scenario_runs) = rest.split_at(sweep_count);
+    let (sweep, rest) = rest.split_at(sweep_count);
+    let (scenario_runs, latency_runs) = rest.split_at(rest.len() - latency_count);
     let baseline = main.first().map(|r| r.throughput_gbps);
     println!();
     println!(
@@ -170,7 +188,7 @@ pub fn run(args: &DemoArgs) -> Result<(), CliError> {
         MAIN_RATE * 100.0
     );
     let refs: Vec<&RunReport> = main.iter().collect();
-    print!("{}", output::table(&refs, baseline));
+    print!("{}", output::table_with(&refs, baseline, false));
     println!(
         "(\"% free\" = throughput relative to the fault-free run; \"stall µs\" = total time \
          faulting accesses were held by the SMMU; \"HOL µs\" = of that, time the destination \
@@ -275,15 +293,67 @@ pub fn run(args: &DemoArgs) -> Result<(), CliError> {
         println!("  {:<14} {}", sc.name, sc.what);
     }
 
+    // Latency, open loop, from the intended issue time.
+    let per_load = latency_runs.len() / scenarios::LATENCY_LOADS_GBPS.len().max(1);
+    let mut median_violations = Vec::new();
+    let mut cdfs: Vec<plot::Cdf<'_>> = Vec::new();
+    for (i, (load, what)) in scenarios::LATENCY_LOADS_GBPS.iter().enumerate() {
+        let runs = &latency_runs[i * per_load..(i + 1) * per_load];
+        println!();
+        println!(
+            "Latency at an offered load of {load:.0} Gb/s ({what}; open loop, Poisson arrivals, \
+             the same for every strategy), {:.0}% faulting pages; p50/p99/p99.9 in model µs \
+             from the moment the application meant to issue the transfer (transfers):",
+            MAIN_RATE * 100.0
+        );
+        let refs: Vec<&RunReport> = runs.iter().collect();
+        print!("{}", output::latency_table(&refs));
+        if let Some(free) = runs.first() {
+            for r in runs.iter().skip(1).filter(|r| r.fault_rate > 0.0) {
+                if r.latency.p50 < free.latency.p50 {
+                    median_violations.push(format!(
+                        "{} at {load:.0} Gb/s: p50 {:.1} < fault-free {:.1}",
+                        r.strategy, r.latency.p50, free.latency.p50
+                    ));
+                }
+            }
+        }
+        let stem = if i == 0 {
+            "latency_cdf_below_saturation"
+        } else {
+            "latency_cdf_at_saturation"
+        };
+        cdfs.push((
+            stem,
+            format!(
+                "Latency CDF, {load:.0} Gb/s offered ({what}), {:.0}% faulting pages",
+                MAIN_RATE * 100.0
+            ),
+            runs.iter()
+                .filter(|r| r.strategy != "pin-all")
+                .map(|r| {
+                    let name = if r.fault_rate == 0.0 {
+                        "fault-free".to_string()
+                    } else {
+                        r.strategy.clone()
+                    };
+                    (name, r.samples.as_slice())
+                })
+                .collect(),
+        ));
+    }
+    if median_violations.is_empty() {
+        println!(
+            "no faulting strategy has a lower median latency than the fault-free run at the same offered load"
+        );
+    } else {
+        println!("MEDIAN BELOW FAULT-FREE: {}", median_violations.join("; "));
+    }
+
     // Files.
     std::fs::create_dir_all(&args.out)
         .map_err(|e| CliError::Output(format!("cannot create {}: {e}", args.out.display())))?;
-    let cdf: Vec<(String, &[f64])> = main
-        .iter()
-        .skip(1)
-        .map(|r| (r.strategy.clone(), r.samples.as_slice()))
-        .collect();
-    let files = plot::draw_all(&args.out, &cdf, &series, MAIN_RATE)?;
+    let files = plot::draw_all(&args.out, &cdfs, &series)?;
     let wall_s = wall.elapsed().as_secs_f64();
     let json = json!({
         "time_unit": "model µs (simulated time) unless a key says wall",
@@ -298,6 +368,7 @@ pub fn run(args: &DemoArgs) -> Result<(), CliError> {
         "runs": main.iter().map(output::report_json).collect::<Vec<_>>(),
         "sweep": sweep.iter().map(output::report_json).collect::<Vec<_>>(),
         "scenarios": scenario_runs.iter().map(output::report_json).collect::<Vec<_>>(),
+        "latency_open_loop": latency_runs.iter().map(output::report_json).collect::<Vec<_>>(),
         "hybrid_verdict": verdicts,
         "throughput_vs_fault_rate": series.iter().map(|(n, p)| json!({"strategy": n, "points_percent_gbps": p})).collect::<Vec<_>>(),
     });

@@ -97,7 +97,9 @@ pub fn sim_config(args: &SimArgs) -> Result<SimConfig, CliError> {
     if let Some(g) = positive("swap-gbytes", args.swap_gbytes)? {
         swap.bandwidth_bps = (g * 8e9) as u64;
     }
+    let offered_load_gbps = positive("offered-load", args.offered_load)?;
     Ok(SimConfig {
+        offered_load_gbps,
         link,
         swap,
         smmu,

@@ -38,7 +38,7 @@ enum Command {
     /// Run the default workload under every strategy; print a table, write JSON and plots.
     Demo(DemoArgs),
     /// Run one configuration of the virtual QFDB.
-    Sim(SimArgs),
+    Sim(Box<SimArgs>),
     /// Report what the server-path library (libnprdma.so) does: mode, budget, pinned vs
     /// registered bytes, and why it steps aside.
     Doctor(DoctorArgs),
@@ -121,6 +121,10 @@ struct SimArgs {
     /// Swap-device transfer rate in GB/s (default 2, our assumption).
     #[arg(long)]
     swap_gbytes: Option<f64>,
+    /// Open loop: transfers arrive at this offered load (payload Gb/s over all pairs, model
+    /// time); without it, the closed loop (each pair issues as soon as its window has room).
+    #[arg(long)]
+    offered_load: Option<f64>,
     /// Write the report as JSON to this file.
     #[arg(long)]
     json: Option<PathBuf>,
@@ -198,6 +202,8 @@ fn run_sim(args: &SimArgs) -> Result<(), CliError> {
     let wall = wall.elapsed();
     println!("{}", output::table(&[&report], None));
     println!("{}", output::details(&report));
+    print!("{}", output::latency_classes(&report));
+    println!("{}", output::decisions(&report));
     println!(
         "verified: {} transfers, {} bytes, every byte checked; none lost, duplicated or reordered",
         report.transfers, report.bytes

@@ -5,7 +5,7 @@ use std::path::Path;
 
 use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
 use serde_json::{Value, json};
-use sim::vqfdb::RunReport;
+use sim::vqfdb::{FaultClass, Percentiles, RunReport};
 
 use crate::CliError;
 
@@ -31,15 +31,26 @@ pub fn multi_bar(multi: &MultiProgress, label: &str, total: u64) -> ProgressBar 
 
 /// The results table. `baseline` (fault-free throughput) adds a "% of fault-free" column.
 pub fn table(reports: &[&RunReport], baseline: Option<f64>) -> String {
+    table_with(reports, baseline, true)
+}
+
+/// [`table`], with or without the latency columns.
+pub fn table_with(reports: &[&RunReport], baseline: Option<f64>, latency: bool) -> String {
     let mut out = String::new();
+    let lat = |a: &str, b: &str, c: &str| {
+        if latency {
+            format!(" {a:>9} {b:>9} {c:>9}")
+        } else {
+            String::new()
+        }
+    };
     let _ = writeln!(
         out,
-        "{:<16} {:>9} {:>7} {:>9} {:>9} {:>7} {:>7} {:>8} {:>7} {:>7} {:>10} {:>10} {:>9} {:>9}",
+        "{:<16} {:>9} {:>7}{} {:>7} {:>7} {:>8} {:>7} {:>7} {:>10} {:>10} {:>9} {:>9}",
         "strategy",
         "Gb/s",
         "% free",
-        "p50 µs",
-        "p99 µs",
+        lat("p50 µs", "p99 µs", "p99.9 µs"),
         "minor",
         "major",
         "retrans",
@@ -52,12 +63,11 @@ pub fn table(reports: &[&RunReport], baseline: Option<f64>) -> String {
     );
     let _ = writeln!(
         out,
-        "{:<16} {:>9} {:>7} {:>9} {:>9} {:>7} {:>7} {:>8} {:>7} {:>7} {:>10} {:>10} {:>9} {:>9}",
+        "{:<16} {:>9} {:>7}{} {:>7} {:>7} {:>8} {:>7} {:>7} {:>10} {:>10} {:>9} {:>9}",
         "",
         "model",
         "",
-        "model",
-        "model",
+        lat("model", "model", "model"),
         "faults",
         "faults",
         "blocks",
@@ -79,12 +89,15 @@ pub fn table(reports: &[&RunReport], baseline: Option<f64>) -> String {
         };
         let _ = writeln!(
             out,
-            "{:<16} {:>9.2} {:>7} {:>9.1} {:>9.1} {:>7} {:>7} {:>8} {:>7} {:>7} {:>10.1} {:>10.1} {:>9.2} {:>9.1}",
+            "{:<16} {:>9.2} {:>7}{} {:>7} {:>7} {:>8} {:>7} {:>7} {:>10.1} {:>10.1} {:>9.2} {:>9.1}",
             name,
             r.throughput_gbps,
             pct,
-            r.latency.p50,
-            r.latency.p99,
+            lat(
+                &format!("{:.1}", r.latency.p50),
+                &format!("{:.1}", r.latency.p99),
+                &format!("{:.1}", r.latency.p999)
+            ),
             r.minor_faults,
             r.major_faults,
             r.retransmissions,
@@ -97,6 +110,86 @@ pub fn table(reports: &[&RunReport], baseline: Option<f64>) -> String {
         );
     }
     out
+}
+
+/// The latency table of open-loop runs: overall and per fault class, p50/p99/p99.9 (model
+/// µs from the intended issue time); `-` where a class has no transfer.
+pub fn latency_table(reports: &[&RunReport]) -> String {
+    let mut out = String::new();
+    let _ = write!(out, "{:<16} {:>20}", "strategy", "all");
+    for c in FaultClass::ALL {
+        let _ = write!(out, " {:>24}", c.name());
+    }
+    let _ = writeln!(out);
+    let cell = |p: &Percentiles| {
+        if p.count == 0 {
+            "-".to_string()
+        } else {
+            format!("{:.0}/{:.0}/{:.0} ({})", p.p50, p.p99, p.p999, p.count)
+        }
+    };
+    for r in reports {
+        let name = if r.fault_rate == 0.0 {
+            "fault-free".to_string()
+        } else {
+            r.strategy.clone()
+        };
+        let all = format!(
+            "{:.1}/{:.0}/{:.0}",
+            r.latency.p50, r.latency.p99, r.latency.p999
+        );
+        let _ = write!(out, "{name:<16} {all:>20}");
+        for p in &r.latency_by_class {
+            let _ = write!(out, " {:>24}", cell(p));
+        }
+        let _ = writeln!(out);
+    }
+    out
+}
+
+/// Latency per fault class, one line per class that has transfers.
+pub fn latency_classes(r: &RunReport) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "  {:<10} {:>9} {:>9} {:>9} {:>9}   (model µs from the intended issue time)",
+        "class", "transfers", "p50", "p99", "p99.9"
+    );
+    for (class, p) in FaultClass::ALL.iter().zip(&r.latency_by_class) {
+        if p.count > 0 {
+            let _ = writeln!(
+                out,
+                "  {:<10} {:>9} {:>9.1} {:>9.1} {:>9.1}",
+                class.name(),
+                p.count,
+                p.p50,
+                p.p99,
+                p.p999
+            );
+        }
+    }
+    out
+}
+
+/// The cost-based policy's decisions with their reasons (empty for the fixed rules).
+pub fn decisions(r: &RunReport) -> String {
+    let d = &r.decisions;
+    format!(
+        "policy: read streams stalling on {} nodes, write streams on {}; resumed {} (page already present) + {} (stall cheaper than a re-send); terminated {} (re-send cheaper), {} (over the stall budget), {} (not stalled: terminate-mode context); aborted {}",
+        r.stalling_streams[0],
+        r.stalling_streams[1],
+        d.resumed_present,
+        d.resumed_cheaper,
+        d.terminated_dearer,
+        d.terminated_budget,
+        d.terminated_not_stalled,
+        d.aborted
+    )
+}
+
+fn percentiles_json(p: &Percentiles) -> Value {
+    json!({"transfers": p.count, "p50": p.p50, "p90": p.p90, "p99": p.p99, "p999": p.p999,
+           "max": p.max, "mean": p.mean})
 }
 
 /// A few lines of detail for one run.
@@ -139,9 +232,20 @@ pub fn report_json(r: &RunReport) -> Value {
         "model_duration_us": r.duration.as_us(),
         "model_setup_us": r.setup.as_us(),
         "throughput_gbps_model": r.throughput_gbps,
-        "latency_model_us": {
-            "p50": r.latency.p50, "p90": r.latency.p90, "p99": r.latency.p99,
-            "max": r.latency.max, "mean": r.latency.mean
+        "offered_load_gbps": r.offered_load_gbps,
+        "latency_from": "the intended issue time (open-loop arrival, or the moment the closed loop's window slot freed)",
+        "latency_model_us": percentiles_json(&r.latency),
+        "latency_by_fault_class_model_us": FaultClass::ALL.iter().zip(&r.latency_by_class)
+            .map(|(c, p)| (c.name().to_string(), percentiles_json(p)))
+            .collect::<serde_json::Map<_, _>>(),
+        "policy": {
+            "streams_stalling": {"read": r.stalling_streams[0], "write": r.stalling_streams[1]},
+            "resumed": {"page_present": r.decisions.resumed_present,
+                        "stall_cheaper_than_resend": r.decisions.resumed_cheaper},
+            "terminated": {"resend_cheaper_than_stall": r.decisions.terminated_dearer,
+                           "over_stall_budget": r.decisions.terminated_budget,
+                           "not_stalled_terminate_mode_context": r.decisions.terminated_not_stalled},
+            "aborted": r.decisions.aborted
         },
         "faults": {
             "minor": r.minor_faults, "major": r.major_faults, "spurious": r.spurious_faults,

@@ -71,7 +71,7 @@ fn cdf_points(samples: &[f64]) -> Vec<(f64, f64)> {
 fn draw_cdf<DB: DrawingBackend>(
     root: DrawingArea<DB, Shift>,
     series: &[(String, &[f64])],
-    rate: f64,
+    title: &str,
 ) -> Result<(), DrawingAreaErrorKind<DB::ErrorType>> {
     root.fill(&WHITE)?;
     let lo = series
@@ -85,20 +85,14 @@ fn draw_cdf<DB: DrawingBackend>(
         .fold(0.0, f64::max)
         .max(lo * 2.0);
     let mut chart = ChartBuilder::on(&root)
-        .caption(
-            format!(
-                "Transfer latency CDF at a {:.0}% faulting-page rate",
-                rate * 100.0
-            ),
-            ("sans-serif", 24),
-        )
+        .caption(title, ("sans-serif", 22))
         .margin(16)
         .x_label_area_size(48)
         .y_label_area_size(60)
         .build_cartesian_2d((lo * 0.9..hi * 1.1).log_scale(), 0.0..1.0)?;
     chart
         .configure_mesh()
-        .x_desc("latency, post to completion (model µs, log scale)")
+        .x_desc("latency, intended issue to completion (model µs, log scale)")
         .y_desc("fraction of transfers")
         .label_style(("sans-serif", 15))
         .draw()?;
@@ -162,30 +156,38 @@ fn draw_throughput<DB: DrawingBackend>(
     root.present()
 }
 
-/// Draws both plots as SVG and PNG into `dir`; returns the files written.
+/// One latency CDF plot: the file stem, its title and one sample set per strategy.
+pub type Cdf<'a> = (&'a str, String, Vec<(String, &'a [f64])>);
+
+/// Draws the latency CDFs and the throughput plot as SVG and PNG into `dir`; returns the
+/// files written.
 pub fn draw_all(
     dir: &Path,
-    cdf: &[(String, &[f64])],
+    cdfs: &[Cdf<'_>],
     throughput: &[(String, Vec<(f64, f64)>)],
-    rate: f64,
 ) -> Result<Vec<PathBuf>, CliError> {
     register_fonts()?;
-    let cdf_svg = dir.join("latency_cdf.svg");
-    let cdf_png = dir.join("latency_cdf.png");
+    let mut files = Vec::new();
+    for (stem, title, series) in cdfs {
+        let svg = dir.join(format!("{stem}.svg"));
+        let png = dir.join(format!("{stem}.png"));
+        draw_cdf(
+            SVGBackend::new(&svg, SIZE).into_drawing_area(),
+            series,
+            title,
+        )
+        .map_err(err("a latency CDF (SVG)"))?;
+        draw_cdf(
+            BitMapBackend::new(&png, SIZE).into_drawing_area(),
+            series,
+            title,
+        )
+        .map_err(err("a latency CDF (PNG)"))?;
+        files.push(svg);
+        files.push(png);
+    }
     let thr_svg = dir.join("throughput_vs_fault_rate.svg");
     let thr_png = dir.join("throughput_vs_fault_rate.png");
-    draw_cdf(
-        SVGBackend::new(&cdf_svg, SIZE).into_drawing_area(),
-        cdf,
-        rate,
-    )
-    .map_err(err("latency_cdf.svg"))?;
-    draw_cdf(
-        BitMapBackend::new(&cdf_png, SIZE).into_drawing_area(),
-        cdf,
-        rate,
-    )
-    .map_err(err("latency_cdf.png"))?;
     draw_throughput(
         SVGBackend::new(&thr_svg, SIZE).into_drawing_area(),
         throughput,
@@ -196,5 +198,7 @@ pub fn draw_all(
         throughput,
     )
     .map_err(err("throughput_vs_fault_rate.png"))?;
-    Ok(vec![cdf_svg, cdf_png, thr_svg, thr_png])
+    files.push(thr_svg);
+    files.push(thr_png);
+    Ok(files)
 }

@@ -13,6 +13,7 @@
 //! times in reports are **model time**; the CLI measures wall time separately and never mixes
 //! the two.
 
+mod latency;
 mod node;
 mod rig;
 pub mod scenarios;
@@ -20,8 +21,10 @@ mod smmu;
 mod world;
 
 pub use crate::error::{Result as VqResult, SimError};
+pub use latency::{FaultClass, Histogram};
 pub use rig::{Eviction, Rig};
 pub use smmu::SmmuModel;
+pub use smmu_driver::fault::CostDecisions;
 pub use world::{run, run_with_hook};
 
 use crate::des::ModelTime;
@@ -231,6 +234,11 @@ pub struct SimConfig {
     pub keep_samples: bool,
     /// Which SMMU model the nodes use.
     pub smmu: SmmuModel,
+    /// Open loop: transfers arrive at this offered load (payload Gb/s over all pairs, model
+    /// time; Poisson arrivals per pair from the seed, the same for every strategy) and queue
+    /// in the application until their pair's window lets them go. `None`: closed loop, each
+    /// pair issues as soon as its window has room.
+    pub offered_load_gbps: Option<f64>,
 }
 
 impl Default for SimConfig {
@@ -253,6 +261,7 @@ impl Default for SimConfig {
             costs: CostModel::default(),
             keep_samples: false,
             smmu: SmmuModel::Mmu500,
+            offered_load_gbps: None,
         }
     }
 }
@@ -266,10 +275,14 @@ pub struct Percentiles {
     pub p90: f64,
     /// 99th percentile.
     pub p99: f64,
+    /// 99.9th percentile.
+    pub p999: f64,
     /// Largest.
     pub max: f64,
     /// Mean.
     pub mean: f64,
+    /// Samples.
+    pub count: u64,
 }
 
 impl Percentiles {
@@ -287,8 +300,10 @@ impl Percentiles {
             p50: rank(0.50),
             p90: rank(0.90),
             p99: rank(0.99),
+            p999: rank(0.999),
             max: samples.last().copied().unwrap_or(0.0),
             mean: samples.iter().sum::<f64>() / samples.len() as f64,
+            count: samples.len() as u64,
         }
     }
 }
@@ -316,10 +331,23 @@ pub struct RunReport {
     pub setup: ModelTime,
     /// Aggregate payload throughput in Gb/s of model time.
     pub throughput_gbps: f64,
-    /// Per-transfer latency (post to completion) in model µs.
+    /// The offered load of an open-loop run (Gb/s); `None` for the closed loop.
+    pub offered_load_gbps: Option<f64>,
+    /// Per-transfer latency in model µs, from the moment the application intended to issue
+    /// the transfer (its open-loop arrival, or in the closed loop the moment its window slot
+    /// freed) to its completion: time blocked by back-pressure or a fault before the post
+    /// counts.
     pub latency: Percentiles,
+    /// The same per [`FaultClass`] (no fault, minor, major, re-sent), in that order.
+    pub latency_by_class: [Percentiles; 4],
     /// Latency samples in model µs (sorted), when asked for.
     pub samples: Vec<f64>,
+    /// The cost-based policy's decisions with their reasons, summed over the nodes (zero
+    /// for the fixed rules).
+    pub decisions: CostDecisions,
+    /// Of the nodes, how many put their read stream and their write stream on stall-mode
+    /// contexts.
+    pub stalling_streams: [usize; 2],
     /// Engine page faults resolved without I/O.
     pub minor_faults: u64,
     /// Engine page faults that read the swap device.

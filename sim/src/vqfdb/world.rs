@@ -10,7 +10,7 @@ mod build;
 mod events;
 mod report;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
 use dma_engine::npe::{ChannelConfig, NpeConfig, PeerConfig};
@@ -28,7 +28,9 @@ use super::node::{
     CH, Driver, FaultAction, FaultService, HostView, Inflight, Mm, NodeCosts, NodePolicy,
 };
 use super::smmu::{FaultPort, NodeSmmu, SmmuModel};
-use super::{MemoryLimit, Percentiles, RunReport, SimConfig, SimError, Strategy, VqResult};
+use super::{
+    FaultClass, Histogram, MemoryLimit, RunReport, SimConfig, SimError, Strategy, VqResult,
+};
 use crate::axi::{ContextConfig, WalkerSmmu};
 use crate::des::{EventQueue, ModelTime, SplitMix64};
 use crate::memory::Memory;
@@ -59,12 +61,14 @@ pub(crate) enum Ev {
     Terminate(usize, StallTag),
     Unresolvable(usize, u64, FaultReason),
     Inject(usize, Box<Frame>),
+    Arrival(usize),
 }
 
 /// A transfer the application prepared and will post.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Prepared {
     pair: usize,
+    intended: ModelTime,
     seq: u64,
     src_slot: u32,
     dst_slot: u32,
@@ -85,6 +89,16 @@ pub(crate) struct Pair {
     pub(crate) src_base: u64,
     pub(crate) dst_base: u64,
     pub(crate) waiting: Option<Prepared>,
+    /// Closed loop: when each window slot freed (the intended issue time of the next
+    /// transfer). Open loop: transfers that arrived and wait to be issued.
+    pub(crate) intents: VecDeque<ModelTime>,
+    /// Open loop: the next arrival, how many arrived, and the arrivals' random source.
+    pub(crate) next_arrival: ModelTime,
+    pub(crate) arrived: u64,
+    pub(crate) arrival_rng: SplitMix64,
+    /// The worst engine fault on each slot's pages since its transfer was prepared.
+    pub(crate) src_class: Vec<FaultClass>,
+    pub(crate) dst_class: Vec<FaultClass>,
     pub(crate) next_completion: u32,
     pub(crate) next_delivery: u32,
     /// Test rig mode: completions and deliveries with the time they were taken.
@@ -99,7 +113,6 @@ const MAX_MODELLED_BYTES: u64 = 8 << 30;
 
 pub(crate) struct Record {
     prepared: Prepared,
-    posted: ModelTime,
     completed: bool,
     verified: bool,
 }
@@ -124,6 +137,10 @@ pub(crate) struct Node {
     /// The fault service loses this node's faults, the driver's requests and the SMMU's
     /// records alike (a test of the timeouts that bound a fault nobody resolves).
     pub(crate) lose_requests: bool,
+    /// Open loop: the application's wake-up for the next arrival, if one is scheduled.
+    pub(crate) arrival_wake: Option<ModelTime>,
+    /// Which streams (read, write) are on stall-mode contexts.
+    pub(crate) stalling: [bool; 2],
 }
 
 pub(crate) struct World<'p> {
@@ -135,6 +152,8 @@ pub(crate) struct World<'p> {
     pub(crate) ledger: HashMap<(usize, u32), Record>,
     pub(crate) rng: SplitMix64,
     pub(crate) latencies: Vec<f64>,
+    pub(crate) latency: Histogram,
+    pub(crate) latency_by_class: [Histogram; 4],
     pub(crate) bytes: u64,
     pub(crate) first_post: Option<ModelTime>,
     pub(crate) last_completion: ModelTime,
@@ -240,6 +259,13 @@ fn validate(cfg: &SimConfig) -> VqResult<()> {
             cfg.slots
         )));
     }
+    if let Some(load) = cfg.offered_load_gbps
+        && !(load > 0.0 && load.is_finite())
+    {
+        return Err(SimError::Config(format!(
+            "--offered-load must be positive (got {load})"
+        )));
+    }
     if cfg.transfers == 0 {
         return Err(SimError::Config("--transfers must be at least 1".into()));
     }
@@ -329,6 +355,12 @@ impl<'p> World<'p> {
                 Ev::Unresolvable(n, page, reason) => {
                     self.nodes[n].driver.page_unresolvable(PDID, page, reason)?;
                     self.request_driver(n, now);
+                }
+                Ev::Arrival(n) => {
+                    if self.nodes[n].arrival_wake == Some(now) {
+                        self.nodes[n].arrival_wake = None;
+                        self.wake_app(n, now);
+                    }
                 }
                 Ev::Inject(n, frame) => {
                     self.nodes[n].driver.bus().lock().deliver(*frame);

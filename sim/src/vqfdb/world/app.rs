@@ -11,9 +11,49 @@ impl<'p> World<'p> {
         }
     }
 
+    /// Open loop: the time between two arrivals of pair `p` (exponential, mean such that all
+    /// pairs together offer the configured load).
+    pub(super) fn arrival_gap(&mut self, p: usize) -> ModelTime {
+        let load = self.cfg.offered_load_gbps.unwrap_or(1.0) * 1e9;
+        let bits = f64::from(self.cfg.transfer_size) * 8.0;
+        let mean_ps = bits * self.pairs.len() as f64 / load * 1e12;
+        let u = self.pairs[p].arrival_rng.next_f64();
+        ModelTime((-(1.0 - u).ln() * mean_ps) as u64)
+    }
+
+    /// Open loop: moves the arrivals of node `n`'s pairs up to `now` into their queues and
+    /// schedules the application's wake-up for the next one.
+    fn pump_arrivals(&mut self, n: usize, now: ModelTime) {
+        let mut next = None::<ModelTime>;
+        for i in 0..self.nodes[n].out_pairs.len() {
+            let p = self.nodes[n].out_pairs[i];
+            while self.pairs[p].arrived < self.pairs[p].quota && self.pairs[p].next_arrival <= now {
+                let at = self.pairs[p].next_arrival;
+                self.pairs[p].intents.push_back(at);
+                self.pairs[p].arrived += 1;
+                let gap = self.arrival_gap(p);
+                self.pairs[p].next_arrival = at.after(gap);
+            }
+            if self.pairs[p].arrived < self.pairs[p].quota {
+                let at = self.pairs[p].next_arrival;
+                next = Some(next.map_or(at, |t| t.min(at)));
+            }
+        }
+        if let Some(at) = next
+            && self.nodes[n].arrival_wake.is_none_or(|t| t > at)
+        {
+            self.nodes[n].arrival_wake = Some(at);
+            self.q.schedule(at, Ev::Arrival(n));
+        }
+    }
+
     /// The application prepares the next transfer of one of its pairs, round-robin.
     pub(super) fn app_run(&mut self, n: usize, now: ModelTime) -> VqResult<()> {
         self.nodes[n].app_busy = false;
+        let open_loop = self.cfg.offered_load_gbps.is_some();
+        if open_loop {
+            self.pump_arrivals(n, now);
+        }
         let count = self.nodes[n].out_pairs.len();
         let mut chosen = None;
         for step in 0..count {
@@ -28,6 +68,7 @@ impl<'p> World<'p> {
                 return Ok(());
             }
             if pair.submitted < pair.quota
+                && (!open_loop || !pair.intents.is_empty())
                 && pair.inflight < self.cfg.depth
                 && !pair.free_src.is_empty()
                 && !pair.free_dst.is_empty()
@@ -43,6 +84,7 @@ impl<'p> World<'p> {
         let slot_bytes = self.slot_bytes();
         let len = self.cfg.transfer_size as usize;
         let costs = self.cfg.costs;
+        let intended;
         let (src, dst, seq, src_slot, dst_slot, src_va, dst_va) = {
             let pair = &mut self.pairs[p];
             let src_slot = pair.free_src.pop().unwrap_or(0);
@@ -50,6 +92,17 @@ impl<'p> World<'p> {
             let seq = pair.submitted;
             pair.submitted += 1;
             pair.inflight += 1;
+            intended = pair.intents.pop_front().unwrap_or(now).min(now);
+            // A fresh transfer on these slots: only its own faults count for it.
+            for class in [
+                pair.src_class.get_mut(src_slot as usize),
+                pair.dst_class.get_mut(dst_slot as usize),
+            ]
+            .into_iter()
+            .flatten()
+            {
+                *class = FaultClass::None;
+            }
             (
                 pair.src,
                 pair.dst,
@@ -119,6 +172,7 @@ impl<'p> World<'p> {
                 n,
                 Prepared {
                     pair: p,
+                    intended,
                     seq,
                     src_slot,
                     dst_slot,
@@ -171,7 +225,6 @@ impl<'p> World<'p> {
                     (prepared.pair, tid.0),
                     Record {
                         prepared,
-                        posted: now,
                         completed: false,
                         verified: false,
                     },

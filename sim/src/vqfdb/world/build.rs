@@ -43,6 +43,12 @@ impl<'p> World<'p> {
                 src_base,
                 dst_base,
                 waiting: None,
+                intents: VecDeque::new(),
+                next_arrival: ModelTime::ZERO,
+                arrived: 0,
+                arrival_rng: SplitMix64::derive(cfg.seed ^ 0xA441_7A15, i as u64),
+                src_class: vec![FaultClass::None; cfg.slots],
+                dst_class: vec![FaultClass::None; cfg.slots],
                 next_completion: 0,
                 next_delivery: 0,
                 completions: Vec::new(),
@@ -255,6 +261,8 @@ impl<'p> World<'p> {
                 next_pair: 0,
                 requests: Vec::new(),
                 lose_requests: false,
+                arrival_wake: None,
+                stalling: stall,
             });
         }
         let total = pairs.iter().map(|p| p.quota).sum();
@@ -267,6 +275,8 @@ impl<'p> World<'p> {
             ledger: HashMap::new(),
             rng: SplitMix64::derive(cfg.seed, 0),
             latencies: Vec::new(),
+            latency: Histogram::default(),
+            latency_by_class: Default::default(),
             bytes: 0,
             first_post: None,
             last_completion: ModelTime::ZERO,
@@ -323,7 +333,18 @@ impl<'p> World<'p> {
             node.mm.mem.begin_run();
         }
         // Setup happens before time starts; the application starts after the longest setup.
+        // Closed loop: every window slot is free then, so that is when the first transfers
+        // are meant to go. Open loop: the first arrivals follow.
         if !self.manual {
+            let depth = self.cfg.depth;
+            for p in 0..self.pairs.len() {
+                if self.cfg.offered_load_gbps.is_some() {
+                    let gap = self.arrival_gap(p);
+                    self.pairs[p].next_arrival = self.setup.after(gap);
+                } else {
+                    self.pairs[p].intents = std::iter::repeat_n(self.setup, depth).collect();
+                }
+            }
             for n in 0..self.nodes.len() {
                 self.q.schedule(self.setup, Ev::AppRun(n));
             }

@@ -47,6 +47,7 @@ impl<'p> World<'p> {
         now: ModelTime,
         record: &smmu_driver::fault::FaultRecord,
     ) -> VqResult<()> {
+        self.mark_fault(n, record.iova.as_u64());
         let costs = self.cfg.costs;
         let node = &mut self.nodes[n];
         if let Some(policy) = node.faults.handler.policy().cost()
@@ -81,6 +82,40 @@ impl<'p> World<'p> {
             }
         }
         Ok(())
+    }
+
+    /// Notes an engine fault on node `n`'s page `va` against the transfer using that slot
+    /// (for the latency per fault class).
+    fn mark_fault(&mut self, n: usize, va: u64) {
+        let class = match self.nodes[n].mm.mem.fault_cost(va) {
+            Some(FaultCost::Minor) => FaultClass::Minor,
+            Some(FaultCost::Major) => FaultClass::Major,
+            None => return,
+        };
+        let slot_bytes = self.slot_bytes();
+        let buffer_bytes = slot_bytes * self.cfg.slots as u64;
+        let Some(off) = va.checked_sub(VA_BASE) else {
+            return;
+        };
+        let buffer = (off / buffer_bytes) as usize;
+        let slot = ((off % buffer_bytes) / slot_bytes) as usize;
+        let node = &self.nodes[n];
+        let (p, src) = if buffer < node.out_pairs.len() {
+            (node.out_pairs[buffer], true)
+        } else if let Some(&p) = node.in_pairs.get(buffer - node.out_pairs.len()) {
+            (p, false)
+        } else {
+            return;
+        };
+        let pair = &mut self.pairs[p];
+        let classes = if src {
+            &mut pair.src_class
+        } else {
+            &mut pair.dst_class
+        };
+        if let Some(c) = classes.get_mut(slot) {
+            *c = (*c).max(class);
+        }
     }
 
     pub(super) fn fault_done(&mut self, n: usize, now: ModelTime, page: u64) -> VqResult<()> {
@@ -280,9 +315,30 @@ impl<'p> World<'p> {
                     )));
                 }
                 rec.completed = true;
-                self.latencies.push(at.since(rec.posted).as_us());
+                let latency = at.since(rec.prepared.intended);
+                let class = if c.retransmissions > 0 {
+                    FaultClass::Resent
+                } else {
+                    let src = pair.src_class.get(rec.prepared.src_slot as usize);
+                    let dst = pair.dst_class.get(rec.prepared.dst_slot as usize);
+                    src.copied()
+                        .unwrap_or(FaultClass::None)
+                        .max(dst.copied().unwrap_or(FaultClass::None))
+                };
+                self.latency.record(latency.as_ns());
+                if let Some(h) = self.latency_by_class.get_mut(class.index()) {
+                    h.record(latency.as_ns());
+                }
+                if self.cfg.keep_samples {
+                    self.latencies.push(latency.as_us());
+                }
                 self.last_completion = self.last_completion.max(at);
                 pair.inflight -= 1;
+                if self.cfg.offered_load_gbps.is_none() {
+                    // Closed loop: the window slot is free now; the next transfer is meant
+                    // to go at once.
+                    pair.intents.push_back(at);
+                }
                 pair.free_src.push(rec.prepared.src_slot);
                 if rec.verified {
                     pair.free_dst.push(rec.prepared.dst_slot);

@@ -27,13 +27,31 @@ impl<'p> World<'p> {
         if r.duration.0 > 0 {
             r.throughput_gbps = self.bytes as f64 * 8.0 / r.duration.as_secs() / 1e9;
         }
-        let mut samples = std::mem::take(&mut self.latencies);
-        r.latency = Percentiles::of(&mut samples);
+        r.offered_load_gbps = self.cfg.offered_load_gbps;
+        r.latency = self.latency.percentiles();
+        for (slot, h) in r.latency_by_class.iter_mut().zip(&self.latency_by_class) {
+            *slot = h.percentiles();
+        }
         if self.cfg.keep_samples {
+            let mut samples = std::mem::take(&mut self.latencies);
+            samples.sort_by(f64::total_cmp);
             r.samples = samples;
         }
         let mut faults = 0;
         for node in &self.nodes {
+            if let Some(policy) = node.faults.handler.policy().cost() {
+                let d = policy.decisions();
+                let t = &mut r.decisions;
+                t.resumed_present += d.resumed_present;
+                t.resumed_cheaper += d.resumed_cheaper;
+                t.terminated_dearer += d.terminated_dearer;
+                t.terminated_budget += d.terminated_budget;
+                t.terminated_not_stalled += d.terminated_not_stalled;
+                t.aborted += d.aborted;
+            }
+            for (count, stalls) in r.stalling_streams.iter_mut().zip(node.stalling) {
+                *count += usize::from(stalls);
+            }
             let fs = node.faults.handler.stats();
             r.minor_faults += fs.minor;
             r.major_faults += fs.major;
