@@ -17,6 +17,7 @@ mod doctor;
 mod knobs;
 mod output;
 mod plot;
+mod soak;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -39,6 +40,9 @@ enum Command {
     Demo(DemoArgs),
     /// Run one configuration of the virtual QFDB.
     Sim(Box<SimArgs>),
+    /// A long run that must lose nothing: a million transfers (by default) on one QFDB and on
+    /// two QFDBs in a ring, with page-outs, link errors and queue pressure; every byte checked.
+    Soak(SoakArgs),
     /// Report what the server-path library (libnprdma.so) does: mode, budget, pinned vs
     /// registered bytes, and why it steps aside.
     Doctor(DoctorArgs),
@@ -70,6 +74,32 @@ struct DemoArgs {
     /// Worker threads (default: the host's cores).
     #[arg(long)]
     jobs: Option<usize>,
+}
+
+/// Options of `nprdma soak`.
+#[derive(clap::Args, Debug)]
+struct SoakArgs {
+    /// Transfers per configuration.
+    #[arg(long, default_value_t = 1_000_000)]
+    transfers: u64,
+    /// Seed of every random choice (page-outs, link errors).
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Bytes per transfer.
+    #[arg(long, default_value = "4KiB")]
+    size: String,
+    /// Probability that reclaim takes a page of a transfer away before the engine uses it.
+    #[arg(long, default_value_t = 0.01)]
+    fault_rate: f64,
+    /// Probability that a frame is dropped on the wire.
+    #[arg(long, default_value_t = 0.0005)]
+    drop_rate: f64,
+    /// Probability that a frame is corrupted on the wire.
+    #[arg(long, default_value_t = 0.0005)]
+    corrupt_rate: f64,
+    /// Write the results as JSON to this file.
+    #[arg(long)]
+    json: Option<PathBuf>,
 }
 
 /// Options of `nprdma sim`.
@@ -135,6 +165,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Demo(args) => demo::run(&args),
         Command::Sim(args) => run_sim(&args),
+        Command::Soak(args) => soak::run(&args),
         Command::Doctor(args) => {
             doctor::run(args.clean);
             Ok(())

@@ -266,6 +266,9 @@ pub fn report_json(r: &RunReport) -> Value {
         "swap_outs": r.swap_outs,
         "dropped_duplicate_or_unknown_messages": r.dropped_messages,
         "events": r.events,
+        "rx_held": r.rx_held,
+        "crc_drops": r.crc_drops,
+        "back_pressure_refusals": r.back_pressure,
         "verified": true
     })
 }

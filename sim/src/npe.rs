@@ -19,8 +19,11 @@
 //! bus address fails stopping without loss (§4), LINK_ERROR for a peer the fabric does not
 //! reach (§7), and the interrupt summary (§9).
 //!
+//! CRC_DROP only for frames a test's frame hook marks as failing their footer CRC
+//! (`Frame::crc_error`): the modelled links do not corrupt packets themselves.
+//!
 //! Not modelled: FLUSHED (a disabled channel is frozen instead, and its descriptors run when
-//! it is enabled again), CRC_DROP (the modelled links do not corrupt packets).
+//! it is enabled again).
 
 mod receive;
 mod registers;
@@ -28,9 +31,11 @@ mod transmit;
 
 use std::collections::VecDeque;
 
+/// The inline message of a frame (the driver's encoded protocol message).
+pub use dma_engine::npe::desc::InlineMsg;
 use dma_engine::npe::desc::{
-    CQ_ENTRY, CqEntry, EntryStatus, InlineMsg, RQ_ENTRY, RqEntry, RqKind, SQ_ENTRY, SqEntry, SqOp,
-    WCQ_ENTRY, WQ_ENTRY, WcqEntry, WqEntry, WqOp,
+    CQ_ENTRY, CqEntry, EntryStatus, RQ_ENTRY, RqEntry, RqKind, SQ_ENTRY, SqEntry, SqOp, WCQ_ENTRY,
+    WQ_ENTRY, WcqEntry, WqEntry, WqOp,
 };
 use dma_engine::npe::regs::{CHANNEL_BASE, CHANNEL_STRIDE, MAGIC, VERSION, WINDOW_SIZE};
 use hal::dma::HostDma;
@@ -108,6 +113,11 @@ pub struct Frame {
     pub msg: InlineMsg,
     /// The block payload (`None` for a message).
     pub payload: Option<Vec<u8>>,
+    /// The footer's payload CRC does not match what was sent (a link error, injected by a
+    /// test's frame hook: the modelled links themselves do not corrupt packets). The receiving
+    /// engine discards such a frame whole and sets `GEVENT.CRC_DROP` (docs/dma-engine.md
+    /// §4.3).
+    pub crc_error: bool,
 }
 
 impl Frame {
@@ -206,6 +216,8 @@ pub struct EngineStats {
     pub queue_errors: u64,
     /// Descriptors finished with LINK_ERROR (an unreachable peer, or NODE not VALID).
     pub link_errors: u64,
+    /// Frames discarded for a bad footer CRC (`GEVENT.CRC_DROP`).
+    pub crc_drops: u64,
 }
 
 #[derive(Clone, Copy, Debug, Default)]
@@ -371,6 +383,7 @@ const IRQ_LOCAL_FAULT: u32 = 2;
 const IRQ_ERROR: u32 = 4;
 const GEVENT_BAD_DOORBELL: u32 = 1;
 const GEVENT_LINK_ERROR: u32 = 2;
+const GEVENT_CRC_DROP: u32 = 4;
 const GEVENT_RX_HELD: u32 = 8;
 const GEVENT_QUEUE_ERROR: u32 = 0x10;
 const GEVENT_ALL: u32 = 0x1f;
@@ -469,6 +482,11 @@ impl NpeModel {
 
     /// A frame arrived from the link. It waits at the ingress until there is room.
     pub fn deliver(&mut self, frame: Frame) {
+        if frame.crc_error {
+            self.stats.crc_drops += 1;
+            self.gevent |= GEVENT_CRC_DROP;
+            return;
+        }
         if frame.payload.is_some() {
             self.ingress_data.push_back(frame);
         } else {

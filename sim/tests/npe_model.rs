@@ -253,6 +253,7 @@ fn block(len: usize) -> Frame {
         tid14: 0,
         msg: msg(),
         payload: Some(vec![7; len]),
+        crc_error: false,
     }
 }
 

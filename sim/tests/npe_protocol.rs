@@ -241,6 +241,7 @@ fn nack_frame(rig: &Rig, tid: u32, fatal: bool) -> Frame {
         tid14: (tid & 0x3fff) as u16,
         msg: InlineMsg::new(&bytes).unwrap(),
         payload: None,
+        crc_error: false,
     }
 }
 
@@ -306,6 +307,7 @@ fn malformed_packets_are_dropped_and_the_transfer_still_completes() {
         tid14: 0,
         msg: InlineMsg::new(&[0x5a; 32]).unwrap(),
         payload: None,
+        crc_error: false,
     };
     let truncated = Frame {
         msg: InlineMsg::new(&nack_frame(&rig, 0, false).msg.as_bytes()[..20]).unwrap(),
@@ -318,6 +320,7 @@ fn malformed_packets_are_dropped_and_the_transfer_still_completes() {
         tid14: 0,
         msg: InlineMsg::new(&[0xa5; 56]).unwrap(),
         payload: Some(vec![0xee; BLOCK as usize]),
+        crc_error: false,
     };
     rig.inject(foreign).unwrap();
     rig.inject(truncated).unwrap();

@@ -239,6 +239,27 @@ fn corrupted_data_fails_the_run_loudly() {
     let r = run_with_hook(&small(Strategy::Hybrid, 1), &mut |_, _| {}, &mut drop_some).unwrap();
     assert_eq!(r.transfers, 96);
     assert!(r.retransmissions > 0);
+    // A flipped byte the link's CRC catches (the footer CRC fails): the receiving engine
+    // drops the block, the protocol re-sends it, and every byte arrives intact.
+    let mut m = 0;
+    let mut corrupt_some = |mut frame: sim::npe::Frame| {
+        m += 1;
+        if m % 40 == 0
+            && let Some(payload) = frame.payload.as_mut()
+        {
+            payload[7] ^= 0x80;
+            frame.crc_error = true;
+        }
+        vec![frame]
+    };
+    let r = run_with_hook(
+        &small(Strategy::Hybrid, 1),
+        &mut |_, _| {},
+        &mut corrupt_some,
+    )
+    .unwrap();
+    assert_eq!(r.transfers, 96);
+    assert!(r.retransmissions > 0);
 }
 
 #[test]

@@ -97,6 +97,17 @@ pub fn run_all(skip_setup: bool) -> Result<(), XtaskError> {
         ),
     );
 
+    section("soak: nprdma soak, 10^5 transfers per configuration (release; nothing lost)");
+    step(
+        "soak",
+        run_status(
+            "nprdma soak",
+            host_cargo()
+                .args(["run", "--release", "--quiet", "-p", "nprdma", "--", "soak"])
+                .args(["--transfers", "100000"]),
+        ),
+    );
+
     section(&format!(
         "no_std crates for aarch64-unknown-none: {}",
         NO_STD_CRATES.join(", ")

@@ -168,6 +168,7 @@ impl NpeModel {
                                         tid14: entry.tid14,
                                         msg: entry.msg,
                                         payload: None,
+                                        crc_error: false,
                                     });
                                     self.stats.tx_msgs += 1;
                                 } else {
@@ -368,6 +369,7 @@ impl NpeModel {
                 tid14: job.entry.tid14,
                 msg: job.entry.msg,
                 payload: Some(payload),
+                crc_error: false,
             };
             let ser = ModelTime::transfer(frame.wire_bytes(), self.params.link_bps);
             self.tx_busy_until = ctx.now.after(ser);

@@ -239,6 +239,11 @@ pub struct SimConfig {
     /// in the application until their pair's window lets them go. `None`: closed loop, each
     /// pair issues as soon as its window has room.
     pub offered_load_gbps: Option<f64>,
+    /// The application posts up to `slots` transfers per pair without waiting for the
+    /// driver's window (`depth` is ignored): the driver refuses what its window cannot take
+    /// (`QueueFull`) and the application posts it again after a completion (queue-overflow
+    /// pressure; the soak).
+    pub overpost: bool,
 }
 
 impl Default for SimConfig {
@@ -262,6 +267,7 @@ impl Default for SimConfig {
             keep_samples: false,
             smmu: SmmuModel::Mmu500,
             offered_load_gbps: None,
+            overpost: false,
         }
     }
 }
@@ -393,4 +399,11 @@ pub struct RunReport {
     pub dropped_messages: u64,
     /// Events the simulation processed.
     pub events: u64,
+    /// Times an engine held arriving traffic at its ingress for want of a receive slot or RQ
+    /// entry (`GEVENT.RX_HELD`: back-pressure into the network, nothing dropped).
+    pub rx_held: u64,
+    /// Frames engines discarded for a bad footer CRC (injected link errors).
+    pub crc_drops: u64,
+    /// Posts the driver refused with back-pressure (`QueueFull`); each was posted again later.
+    pub back_pressure: u64,
 }

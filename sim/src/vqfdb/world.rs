@@ -152,6 +152,7 @@ pub(crate) struct World<'p> {
     pub(crate) ledger: HashMap<(usize, u32), Record>,
     pub(crate) rng: SplitMix64,
     pub(crate) latencies: Vec<f64>,
+    pub(crate) back_pressure: u64,
     pub(crate) latency: Histogram,
     pub(crate) latency_by_class: [Histogram; 4],
     pub(crate) bytes: u64,

@@ -55,6 +55,11 @@ impl<'p> World<'p> {
             self.pump_arrivals(n, now);
         }
         let count = self.nodes[n].out_pairs.len();
+        let limit = if self.cfg.overpost {
+            self.cfg.slots
+        } else {
+            self.cfg.depth
+        };
         let mut chosen = None;
         for step in 0..count {
             let i = (self.nodes[n].next_pair + step) % count;
@@ -69,7 +74,7 @@ impl<'p> World<'p> {
             }
             if pair.submitted < pair.quota
                 && (!open_loop || !pair.intents.is_empty())
-                && pair.inflight < self.cfg.depth
+                && pair.inflight < limit
                 && !pair.free_src.is_empty()
                 && !pair.free_dst.is_empty()
             {
@@ -233,6 +238,7 @@ impl<'p> World<'p> {
             }
             Err(e) if e.is_back_pressure() => {
                 // Nothing is dropped: the transfer waits for a completion.
+                self.back_pressure += 1;
                 self.pairs[prepared.pair].waiting = Some(prepared);
                 return Ok(());
             }

@@ -101,7 +101,8 @@ impl<'p> World<'p> {
             // Every transfer in flight needs its pages resident at some point (the CPU writes
             // the source, the engine reads it, the peer writes the destination), so a limit
             // below that working set cannot make progress: refuse it as a configuration error.
-            let working_set = (slot_bytes / PAGE) as usize * cfg.depth.max(1) * buffers;
+            let in_flight = if cfg.overpost { cfg.slots } else { cfg.depth };
+            let working_set = (slot_bytes / PAGE) as usize * in_flight.max(1) * buffers;
             if limit < working_set.min(pages) {
                 return Err(SimError::Config(format!(
                     "--memory-limit gives node {n} {} KiB, below its in-flight working set of {} KiB \
@@ -275,6 +276,7 @@ impl<'p> World<'p> {
             ledger: HashMap::new(),
             rng: SplitMix64::derive(cfg.seed, 0),
             latencies: Vec::new(),
+            back_pressure: 0,
             latency: Histogram::default(),
             latency_by_class: Default::default(),
             bytes: 0,
@@ -336,7 +338,11 @@ impl<'p> World<'p> {
         // Closed loop: every window slot is free then, so that is when the first transfers
         // are meant to go. Open loop: the first arrivals follow.
         if !self.manual {
-            let depth = self.cfg.depth;
+            let depth = if self.cfg.overpost {
+                self.cfg.slots
+            } else {
+                self.cfg.depth
+            };
             for p in 0..self.pairs.len() {
                 if self.cfg.offered_load_gbps.is_some() {
                     let gap = self.arrival_gap(p);

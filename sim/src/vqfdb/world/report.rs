@@ -20,6 +20,7 @@ impl<'p> World<'p> {
             bytes: self.bytes,
             setup: self.setup,
             events: self.q.processed(),
+            back_pressure: self.back_pressure,
             ..RunReport::default()
         };
         let start = self.first_post.unwrap_or(ModelTime::ZERO);
@@ -75,6 +76,8 @@ impl<'p> World<'p> {
                     .retransmissions;
             }
             let es = *node.driver.bus().lock().stats();
+            r.rx_held += es.rx_held;
+            r.crc_drops += es.crc_drops;
             r.stall_time = r
                 .stall_time
                 .after(es.read_stall_time)
