@@ -292,6 +292,22 @@ pub fn run(args: &DemoArgs) -> Result<(), CliError> {
     for sc in scenarios::SCENARIOS {
         println!("  {:<14} {}", sc.name, sc.what);
     }
+    println!("the hybrid policy's decisions:");
+    let hybrid_main = main
+        .iter()
+        .find(|r| r.strategy == "hybrid" && r.fault_rate > 0.0);
+    if let Some(r) = hybrid_main {
+        println!(
+            "  {:<14} {}",
+            format!("{:.0}%", MAIN_RATE * 100.0),
+            output::decisions(r)
+        );
+    }
+    for (i, sc) in scenarios::SCENARIOS.iter().enumerate() {
+        if let Some(r) = scenario_runs.get(i * CONTENDERS.len() + 2) {
+            println!("  {:<14} {}", sc.name, output::decisions(r));
+        }
+    }
 
     // Latency, open loop, from the intended issue time.
     let per_load = latency_runs.len() / scenarios::LATENCY_LOADS_GBPS.len().max(1);

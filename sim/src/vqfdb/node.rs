@@ -452,8 +452,10 @@ pub(crate) struct NodeCosts {
 }
 
 impl NodeCosts {
-    /// Costs of node `n` for `cfg`: `hops` is the mean hop count from its senders, `senders`
-    /// how many peers write to it, `fan_out` how many it writes to (sharing its port).
+    /// A node's costs for `cfg`: `hops` is the mean hop count from its senders, `senders` how
+    /// many peers write to it, `fan_out` how many it writes to (sharing its port). These are
+    /// the model's own parameters (link, engine, CPU costs), combined as the comments say;
+    /// the combination is ours.
     pub fn new(cfg: &super::SimConfig, hops: f64, senders: usize, fan_out: usize) -> Self {
         use crate::link::{block_wire_bytes, message_wire_bytes};
         let c = &cfg.costs;
@@ -477,7 +479,11 @@ impl NodeCosts {
         // its port gives it.
         let blocks = u64::from(cfg.transfer_size).div_ceil(PAGE) as f64;
         let service = axi;
-        let round_trip = blocks * block * fan_out.max(1) as f64 + 2.0 * one_way + 2_000.0;
+        // A transfer's round trip: its blocks through the sender's shared port, the trip out
+        // and the ACK's back, and the drivers' handling (entries, the post, the write
+        // completion and the ACK).
+        let handling = 2.0 * ns(c.driver_entry) + ns(c.per_post) + ns(c.per_wcq) + ns(c.per_rq);
+        let round_trip = blocks * block * fan_out.max(1) as f64 + 2.0 * one_way + handling;
         let per_sender = (cfg.depth as f64 * blocks / round_trip).min(1.0 / block);
         let lambda = (senders as f64 * per_sender).min(1.0 / block);
         let rho = (lambda * service).min(0.999);

@@ -61,11 +61,14 @@ impl<'p> World<'p> {
             };
             let queue = now.max(node.faults.cpu_free_at).after(costs.fault_decide);
             policy.set_queue_ns(queue.since(now).as_ns());
-            let resolve = policy
-                .expected_resolve_ns(&smmu_driver::fault::FaultEstimate::Minor {
+            // The class the resolver will report for this page.
+            let estimate = match node.mm.mem.fault_cost(record.iova.as_u64()) {
+                Some(FaultCost::Major) => smmu_driver::fault::FaultEstimate::Major,
+                _ => smmu_driver::fault::FaultEstimate::Minor {
                     expected_ns: costs.minor_fault.as_ns(),
-                })
-                .unwrap_or(0);
+                },
+            };
+            let resolve = policy.expected_resolve_ns(&estimate).unwrap_or(0);
             let mut c = policy.costs(smmu_driver::fault::AccessKind::Write);
             c.blocked_milli = node.costs.write_blocked_milli(waiting * 1000, resolve);
             policy.set_costs(smmu_driver::fault::AccessKind::Write, c);
