@@ -200,30 +200,30 @@ impl CostPolicy {
 impl FaultPolicy for CostPolicy {
     fn decide(&self, input: &PolicyInput<'_>) -> FaultDecision {
         if let Some(error) = abort_reason(input.record, &input.estimate) {
-            self.count(|d| d.aborted += 1);
+            self.count(|d| d.aborted = d.aborted.saturating_add(1));
             return FaultDecision::Abort(error);
         }
         if !(input.stalled && input.stall_tolerant) {
-            self.count(|d| d.terminated_not_stalled += 1);
+            self.count(|d| d.terminated_not_stalled = d.terminated_not_stalled.saturating_add(1));
             return FaultDecision::TerminateAndRetransmit;
         }
         if let FaultEstimate::Present { .. } = input.estimate {
-            self.count(|d| d.resumed_present += 1);
+            self.count(|d| d.resumed_present = d.resumed_present.saturating_add(1));
             return FaultDecision::Resume;
         }
         let resolve = self
             .expected_resolve_ns(&input.estimate)
             .unwrap_or(u64::MAX);
         if resolve > input.stall_budget_ns {
-            self.count(|d| d.terminated_budget += 1);
+            self.count(|d| d.terminated_budget = d.terminated_budget.saturating_add(1));
             return FaultDecision::TerminateAndRetransmit;
         }
         let costs = self.costs(input.record.access);
         if costs.stall_ns(resolve) <= costs.retransmit_ns {
-            self.count(|d| d.resumed_cheaper += 1);
+            self.count(|d| d.resumed_cheaper = d.resumed_cheaper.saturating_add(1));
             FaultDecision::Resume
         } else {
-            self.count(|d| d.terminated_dearer += 1);
+            self.count(|d| d.terminated_dearer = d.terminated_dearer.saturating_add(1));
             FaultDecision::TerminateAndRetransmit
         }
     }
