@@ -143,12 +143,13 @@ fn cache_dir() -> PathBuf {
     workspace_root().join("target").join("kernel-test")
 }
 
-/// `linux-image-6.1.0-57-amd64` -> (`6.1.0-57`, `6.1`): the kernel ABI name and the series
-/// of its `linux-kbuild-*` package.
-fn abi_and_series(kernel_package: &str) -> Option<(String, String)> {
+/// `linux-image-6.1.0-57-amd64` with `arch` "amd64" -> (`6.1.0-57`, `6.1`): the kernel ABI
+/// name and the series of its `linux-kbuild-*` package.
+pub(crate) fn abi_and_series(kernel_package: &str, arch: &str) -> Option<(String, String)> {
     let abi = kernel_package
         .strip_prefix("linux-image-")?
-        .strip_suffix("-amd64")?;
+        .strip_suffix(arch)?
+        .strip_suffix('-')?;
     let mut parts = abi.split('.');
     let (major, minor) = (parts.next()?, parts.next()?);
     if major.is_empty() || !major.bytes().all(|b| b.is_ascii_digit()) {
@@ -161,7 +162,7 @@ fn abi_and_series(kernel_package: &str) -> Option<(String, String)> {
 fn wanted_packages() -> Result<Vec<Wanted>, XtaskError> {
     let kernel = guest::kernel_package()?;
     let version = guest::candidate_version(&kernel)?;
-    let (abi, series) = abi_and_series(&kernel)
+    let (abi, series) = abi_and_series(&kernel, "amd64")
         .ok_or_else(|| other(format!("cannot read the kernel ABI from `{kernel}`")))?;
     let pinned = |name: String| Wanted {
         name,
@@ -486,15 +487,15 @@ mod tests {
     #[test]
     fn the_headers_and_kbuild_follow_the_kernel_package() {
         assert_eq!(
-            abi_and_series("linux-image-6.1.0-57-amd64"),
+            abi_and_series("linux-image-6.1.0-57-amd64", "amd64"),
             Some(("6.1.0-57".into(), "6.1".into()))
         );
         assert_eq!(
-            abi_and_series("linux-image-6.12.9+bpo-amd64"),
+            abi_and_series("linux-image-6.12.9+bpo-amd64", "amd64"),
             Some(("6.12.9+bpo".into(), "6.12".into()))
         );
-        assert_eq!(abi_and_series("linux-image-amd64"), None);
-        assert_eq!(abi_and_series("linux-image-6.1.0-57-arm64"), None);
+        assert_eq!(abi_and_series("linux-image-amd64", "amd64"), None);
+        assert_eq!(abi_and_series("linux-image-6.1.0-57-arm64", "amd64"), None);
     }
 
     #[test]

@@ -123,19 +123,6 @@ fn cache_dir() -> PathBuf {
     workspace_root().join("target").join("kernel-test-arm64")
 }
 
-/// `linux-image-6.1.0-57-arm64` -> (`6.1.0-57`, `6.1`).
-fn abi_and_series(kernel_package: &str) -> Option<(String, String)> {
-    let abi = kernel_package
-        .strip_prefix("linux-image-")?
-        .strip_suffix("-arm64")?;
-    let mut parts = abi.split('.');
-    let (major, minor) = (parts.next()?, parts.next()?);
-    if major.is_empty() || !major.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    Some((abi.to_string(), format!("{major}.{minor}")))
-}
-
 /// The kernel package `linux-image-arm64` depends on, and its version.
 fn kernel_package(apt: &AptState) -> Result<(String, String), XtaskError> {
     let find = || -> Result<Option<(String, String)>, XtaskError> {
@@ -278,7 +265,7 @@ pub fn run(opts: &Options) -> Result<(), XtaskError> {
     let apt = AptState::new(cache.join("apt"), "arm64");
     apt.update(false)?;
     let (kernel, version) = kernel_package(&apt)?;
-    let (abi, series) = abi_and_series(&kernel)
+    let (abi, series) = crate::kernel_test::abi_and_series(&kernel, "arm64")
         .ok_or_else(|| other(format!("cannot read the kernel ABI from `{kernel}`")))?;
     let pinned = |name: String, v: &str| Wanted {
         name,
@@ -412,11 +399,17 @@ mod tests {
     #[test]
     fn the_arm64_kernel_package_names_its_abi_and_series() {
         assert_eq!(
-            abi_and_series("linux-image-6.1.0-57-arm64"),
+            crate::kernel_test::abi_and_series("linux-image-6.1.0-57-arm64", "arm64"),
             Some(("6.1.0-57".into(), "6.1".into()))
         );
-        assert_eq!(abi_and_series("linux-image-6.1.0-57-amd64"), None);
-        assert_eq!(abi_and_series("linux-image-arm64"), None);
+        assert_eq!(
+            crate::kernel_test::abi_and_series("linux-image-6.1.0-57-amd64", "arm64"),
+            None
+        );
+        assert_eq!(
+            crate::kernel_test::abi_and_series("linux-image-arm64", "arm64"),
+            None
+        );
     }
 
     #[test]
