@@ -32,7 +32,12 @@ fn main() {
 }
 
 #[cfg(target_os = "linux")]
+#[path = "../guest/checks.rs"]
+mod guest_checks;
+
+#[cfg(target_os = "linux")]
 mod dt {
+    use super::guest_checks::{Check, Report, ensure, errno, errno_name, glue};
     use std::os::fd::RawFd;
     use std::sync::Arc;
     use std::time::{Duration, Instant};
@@ -50,69 +55,6 @@ mod dt {
     const MAX_SENDS: u32 = 16;
 
     type Client = ModuleClient<Arc<RealModule>>;
-    type Check = Result<String, String>;
-
-    #[derive(Default)]
-    struct Report {
-        passed: u32,
-        failed: u32,
-        skipped: u32,
-    }
-
-    impl Report {
-        fn line(&mut self, name: &str, r: Check) {
-            match r {
-                Ok(detail) if detail.starts_with("SKIP ") => {
-                    self.skipped += 1;
-                    println!("NPRDMA-KMOD: SKIP {name}: {}", &detail[5..]);
-                }
-                Ok(detail) => {
-                    self.passed += 1;
-                    println!("NPRDMA-KMOD: PASS {name}: {detail}");
-                }
-                Err(why) => {
-                    self.failed += 1;
-                    println!("NPRDMA-KMOD: FAIL {name}: {why}");
-                }
-            }
-        }
-
-        fn finish(&self) -> i32 {
-            println!(
-                "NPRDMA-KMOD: TOTAL {} passed, {} failed, {} skipped",
-                self.passed, self.failed, self.skipped
-            );
-            i32::from(self.failed > 0)
-        }
-    }
-
-    fn ensure(cond: bool, what: impl FnOnce() -> String) -> Result<(), String> {
-        if cond { Ok(()) } else { Err(what()) }
-    }
-
-    fn glue<T>(what: &str, r: linux_glue::Result<T>) -> Result<T, String> {
-        r.map_err(|e| format!("{what}: {e}"))
-    }
-
-    fn errno() -> i32 {
-        std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
-    }
-
-    fn errno_name(e: i32) -> String {
-        let name = match e {
-            libc::ENODEV => "ENODEV",
-            libc::ENOTCONN => "ENOTCONN",
-            libc::EBUSY => "EBUSY",
-            libc::EALREADY => "EALREADY",
-            libc::EPROTO => "EPROTO",
-            libc::EINVAL => "EINVAL",
-            libc::EINTR => "EINTR",
-            libc::ETIMEDOUT => "ETIMEDOUT",
-            0 => "success",
-            _ => return format!("errno {e}"),
-        };
-        name.to_string()
-    }
 
     fn os_errno(e: &GlueError) -> Option<i32> {
         match e {

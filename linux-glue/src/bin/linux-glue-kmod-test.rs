@@ -24,7 +24,12 @@ fn main() {
 }
 
 #[cfg(target_os = "linux")]
+#[path = "../guest/checks.rs"]
+mod guest_checks;
+
+#[cfg(target_os = "linux")]
 mod kt {
+    use super::guest_checks::{Check, Report, ensure, errno, errno_name, glue};
     use std::fs::File;
     use std::os::fd::{AsRawFd, RawFd};
     use std::os::unix::fs::FileExt;
@@ -44,62 +49,6 @@ mod kt {
     const STATS: &str = "/sys/class/misc/nprdma-glue/stats";
 
     type Client = ModuleClient<Arc<RealModule>>;
-    type Check = Result<String, String>;
-
-    /// Counts and prints the checks.
-    #[derive(Default)]
-    struct Report {
-        passed: u32,
-        failed: u32,
-        skipped: u32,
-    }
-
-    impl Report {
-        fn line(&mut self, name: &str, r: Check) {
-            match r {
-                Ok(detail) if detail.starts_with("SKIP ") => {
-                    self.skipped += 1;
-                    println!("NPRDMA-KMOD: SKIP {name}: {}", &detail[5..]);
-                }
-                Ok(detail) => {
-                    self.passed += 1;
-                    println!("NPRDMA-KMOD: PASS {name}: {detail}");
-                }
-                Err(why) => {
-                    self.failed += 1;
-                    println!("NPRDMA-KMOD: FAIL {name}: {why}");
-                }
-            }
-        }
-    }
-
-    fn ensure(cond: bool, what: impl FnOnce() -> String) -> Result<(), String> {
-        if cond { Ok(()) } else { Err(what()) }
-    }
-
-    fn glue<T>(what: &str, r: linux_glue::Result<T>) -> Result<T, String> {
-        r.map_err(|e| format!("{what}: {e}"))
-    }
-
-    fn errno() -> i32 {
-        std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
-    }
-
-    fn errno_name(e: i32) -> String {
-        let name = match e {
-            libc::EINVAL => "EINVAL",
-            libc::EPROTO => "EPROTO",
-            libc::ENOTTY => "ENOTTY",
-            libc::EBADF => "EBADF",
-            libc::EACCES => "EACCES",
-            libc::EBUSY => "EBUSY",
-            libc::EAGAIN => "EAGAIN/EWOULDBLOCK",
-            libc::EFAULT => "EFAULT",
-            0 => "success",
-            _ => return format!("errno {e}"),
-        };
-        name.to_string()
-    }
 
     fn range(start: u64, len: u64) -> Result<AlignedRange<VirtAddr>, String> {
         AlignedRange::new(VirtAddr::new(start), len, PageSize::Size4K).map_err(|e| e.to_string())
@@ -1234,10 +1183,6 @@ mod kt {
         if with_rmmod {
             report.line("rmmod", rmmod());
         }
-        println!(
-            "NPRDMA-KMOD: TOTAL {} passed, {} failed, {} skipped",
-            report.passed, report.failed, report.skipped
-        );
-        i32::from(report.failed > 0)
+        report.finish()
     }
 }
