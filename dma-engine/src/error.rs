@@ -133,6 +133,21 @@ pub enum DmaError {
         /// Reads of CTRL made.
         polls: u32,
     },
+    /// NPE: the loaded bitstream's manifest declares another spec version or register map
+    /// than this driver implements (`npe::regmap::check_design`).
+    #[error(
+        "NPE design mismatch: engine version {engine_version}, manifest version {manifest_version} with register-map hash {manifest_hash:#010x}, driver hash {driver_hash:#010x}"
+    )]
+    DesignMismatch {
+        /// `ID.VERSION` read from the engine.
+        engine_version: u32,
+        /// The version the manifest declares.
+        manifest_version: u32,
+        /// The register-map hash the manifest declares.
+        manifest_hash: u32,
+        /// The driver's `REGMAP_HASH`.
+        driver_hash: u32,
+    },
 }
 
 impl DmaError {
@@ -160,6 +175,7 @@ impl DmaError {
             Self::NoSuchPeer { .. } => 19,
             Self::PeerInUse { .. } => 20,
             Self::ResetStuck { .. } => 21,
+            Self::DesignMismatch { .. } => 22,
         }
     }
 

@@ -1,6 +1,8 @@
 //! Driver of NPE, our PL RDMA engine (specification: `docs/dma-engine.md`).
 //!
 //! - [`regs`]: the register map (§3) as tock-registers fields and `hal::register_block!`s.
+//! - [`regmap`]: the register map as data and its hash, shared with bitstream manifests,
+//!   and the probe-time design check.
 //! - [`desc`]: the queue entries (§4) with `bitfield` word views and checked decoding.
 //! - [`Npe`]: the driver. It runs the unpinned-memory protocol (`protocol::Sender` per
 //!   channel, `protocol::Receiver` per peer), gates every arriving block through
@@ -14,6 +16,7 @@
 
 pub mod desc;
 mod driver;
+pub mod regmap;
 pub mod regs;
 mod ring;
 
