@@ -28,6 +28,12 @@ pub enum BoardError {
         /// The ID asked for.
         axi_id: u8,
     },
+    /// A PL-to-PS interrupt line beyond `pl_ps_irq1[7]` (16 lines).
+    #[error("PL interrupt line {line} does not exist (0-15)")]
+    PlIrqOutOfRange {
+        /// The line asked for.
+        line: u8,
+    },
     /// A transferred byte differs from the source.
     #[error(
         "{phase:?} transfer {transfer}: byte {offset:#x} is {found:#04x}, expected {expected:#04x}"
@@ -178,6 +184,7 @@ impl BoardError {
             Self::NoSuchFrame { .. } => 15,
             Self::FaultStorm { .. } => 16,
             Self::NotTranslated { .. } => 17,
+            Self::PlIrqOutOfRange { .. } => 18,
         }
     }
 }

@@ -6,6 +6,7 @@
 //! ID layout and TBU per port), and Arm DDI0517 §2.3.1 (how MMU-500 forms stream IDs).
 //! **\[C\]** = stated by the named source, **\[I\]** = inferred by us.
 
+pub mod pl;
 pub mod scenario;
 pub mod security;
 
