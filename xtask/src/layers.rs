@@ -15,6 +15,7 @@ pub const LAYERS: &[(&str, u32)] = &[
     ("linux-glue", 2),
     ("boards", 3),
     ("sim", 4),
+    ("fpga-bitstreams", 4),
     ("firmware", 5),
     ("connectx", 5),
     ("nprdma", 6),
