@@ -13,6 +13,8 @@
 //! - `kernel-test`: the kernel module nprdma.ko (linux-glue/kernel), built against Debian's
 //!   headers and exercised by `linux-glue-kmod-test` in a Debian guest under
 //!   `qemu-system-x86_64`.
+//! - `image BOARD`: the SD-card boot directory (BOOT.BIN via bootgen, overlay, firmware
+//!   ELFs, manifest; the Vivado Tcl) from the user's bitstream and Xilinx boot files.
 //! - `test`: everything CI checks.
 //! - `list`: the firmware programs and what each is expected to do.
 //!
@@ -21,6 +23,7 @@
 
 mod firmware;
 mod guest;
+mod image;
 mod kernel_test;
 mod kernel_test_arm64;
 mod layers;
@@ -63,6 +66,14 @@ commands:
                               edu DMA in an IOMMU domain with IOVA = VA, the scratch page and
                               re-sends, a swap soak (default 10000 transfers); fails on any
                               WARNING/BUG/Oops or SMMU event in a guest log (default: all)
+  image <board> [--bitstream <.bit>] [--fsbl <elf>] [--pmufw <elf>] [--atf <elf>]
+        [--uboot <elf>] [--out <dir>]
+                              a directory for the SD card's boot partition (zcu102): BOOT.BIN
+                              made by bootgen, the NPE overlay, the firmware ELFs, the manifest,
+                              the Vivado Tcl; says exactly what is missing. Without --atf and
+                              --uboot, BOOT.BIN boots the bare-metal zynqmp-smmu-faults program
+  image-check                 the image builder's own checks on a bitstream-shaped test file
+                              (part of `test`)
   test [--skip-setup]         everything CI checks: fmt, the layering rule, clippy, host tests,
                               a small nprdma demo, no_std cross builds, every firmware test on
                               QEMU, rxe-test, kernel-test
@@ -186,6 +197,25 @@ fn run(args: &[String]) -> Result<(), XtaskError> {
             }
             opts.finish()?;
             kernel_test::run(&o)
+        }
+        "image" => {
+            let mut inputs = image::Inputs::default();
+            let path = |v: Option<String>| v.map(std::path::PathBuf::from);
+            inputs.bitstream = path(opts.value_str("--bitstream")?);
+            inputs.fsbl = path(opts.value_str("--fsbl")?);
+            inputs.pmufw = path(opts.value_str("--pmufw")?);
+            inputs.atf = path(opts.value_str("--atf")?);
+            inputs.uboot = path(opts.value_str("--uboot")?);
+            inputs.out = path(opts.value_str("--out")?);
+            let board = opts.positional("board name")?;
+            opts.finish()?;
+            let report = image::build(&board, &inputs)?;
+            image::print(&report);
+            Ok(())
+        }
+        "image-check" => {
+            opts.finish()?;
+            image::self_check()
         }
         "test" => {
             let skip_setup = opts.flag("--skip-setup");

@@ -71,6 +71,14 @@ pub const ALL_PACKAGES: &[Package] = &[
         why: "<linux/types.h> and <linux/ioctl.h>: linux-glue's test compiles the kernel module's ABI header in user space",
     },
     Package {
+        name: "device-tree-compiler",
+        why: "dtc -@: fpga-bitstreams compiles the NPE device-tree overlay (warnings are errors)",
+    },
+    Package {
+        name: "xilinx-bootgen",
+        why: "bootgen: `cargo xtask image` makes BOOT.BIN and checks the bitstream's .bin against bootgen's",
+    },
+    Package {
         name: "libibverbs-dev",
         why: "rdma-core headers: connectx's layout test checks its ABI declarations against them",
     },

@@ -1,7 +1,7 @@
 //! `cargo xtask test`: everything CI checks, in one command.
 //!
 //! Order: set-up (Debian packages), formatting, the layering rule, clippy, host tests, a small
-//! run of the main job (`nprdma demo`), cross builds of the `no_std` crates, every firmware
+//! run of the main job (`nprdma demo`), cross builds of the `no_std` crates, the board image builder's checks, every firmware
 //! program on QEMU, then the server path on Soft-RoCE (`rxe-test`). Every step runs even if an
 //! earlier one failed, so one CI run reports all problems; the command fails if any step failed.
 
@@ -12,7 +12,14 @@ use crate::util::{XtaskError, run_status, section, workspace_root};
 use crate::{firmware, setup};
 
 /// Crates that must build for `aarch64-unknown-none` (they run on the boards).
-pub const NO_STD_CRATES: &[&str] = &["hal", "smmu-driver", "protocol", "dma-engine", "boards"];
+pub const NO_STD_CRATES: &[&str] = &[
+    "hal",
+    "smmu-driver",
+    "protocol",
+    "dma-engine",
+    "boards",
+    "fpga-bitstreams",
+];
 
 fn host_cargo() -> Command {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
@@ -117,6 +124,9 @@ pub fn run_all(skip_setup: bool) -> Result<(), XtaskError> {
         args.extend(["-p", c]);
     }
     step("cross-build", firmware::cross_build(&args, false));
+
+    section("board image builder: a bitstream-shaped test file through cargo xtask image");
+    step("image-check", crate::image::self_check());
 
     failed.extend(
         firmware::test_all()
