@@ -15,7 +15,12 @@
 //! the spec and the hash cannot drift apart. Field layouts inside registers are part of the
 //! spec version: changing one is a new `ID.VERSION`.
 
-use super::regs::{CHANNEL_BASE, CHANNEL_STRIDE, ID, MAGIC, MAX_CHANNELS, VERSION, WINDOW_SIZE};
+use hal::regs::RegisterBus;
+use tock_registers::interfaces::Readable;
+
+use super::regs::{
+    CHANNEL_BASE, CHANNEL_STRIDE, ID, MAGIC, MAX_CHANNELS, NpeGlobal, VERSION, WINDOW_SIZE,
+};
 use crate::{DmaError, Result};
 
 /// How software may access a register (the "access" column of §3).
@@ -198,9 +203,48 @@ pub fn check_design(id: u32, design: DesignId) -> Result<()> {
     Ok(())
 }
 
+/// Probes the engine behind `bus` (its register window at offset 0) for `design`: reads
+/// `ID` and applies [`check_design`]. Call it before `Npe::new` when the loaded bitstream's
+/// manifest is at hand (on Linux, after the FPGA manager reports `operating`).
+pub fn probe_design<B: RegisterBus>(bus: &B, design: DesignId) -> Result<()> {
+    let global = NpeGlobal::new(bus, 0)?;
+    check_design(global.id().get(), design)
+}
+
 #[cfg(test)]
 mod tests {
+    use hal::model::{ModelBus, RegisterModel};
+    use hal::regs::AccessWidth;
+
     use super::*;
+
+    /// An engine window whose `ID` reads `id` and everything else 0.
+    struct IdOnly {
+        id: u32,
+    }
+
+    impl RegisterModel for IdOnly {
+        fn size(&self) -> usize {
+            WINDOW_SIZE
+        }
+        fn read(&mut self, offset: usize, _width: AccessWidth) -> u64 {
+            if offset == 0 { u64::from(self.id) } else { 0 }
+        }
+        fn write(&mut self, _offset: usize, _width: AccessWidth, _value: u64) {}
+    }
+
+    #[test]
+    fn probing_reads_id_through_the_bus() {
+        let ok = ModelBus::new(IdOnly {
+            id: MAGIC << 8 | VERSION,
+        });
+        assert_eq!(probe_design(&ok, DRIVER_DESIGN), Ok(()));
+        let old = ModelBus::new(IdOnly { id: MAGIC << 8 | 7 });
+        assert_eq!(
+            probe_design(&old, DRIVER_DESIGN),
+            Err(DmaError::UnsupportedVersion { found: 7 })
+        );
+    }
 
     /// The rows of the §3.x table that starts after `heading`: (offset, name, access, bits).
     fn spec_rows(heading: &str) -> Vec<(u16, String, String, u8)> {
