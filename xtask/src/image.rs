@@ -39,6 +39,9 @@ pub struct Inputs {
     pub skip_firmware: bool,
 }
 
+/// Marks an image directory whose build has not finished (removed at the end).
+const INCOMPLETE: &str = ".nprdma-image-incomplete";
+
 /// The bare-metal program the image boots without Linux.
 const BARE_METAL_PROGRAM: &str = "zynqmp-smmu-faults";
 
@@ -111,23 +114,34 @@ pub fn build(board_name: &str, inputs: &Inputs) -> Result<Report, XtaskError> {
             .join(format!("image-{}", pl.board))
     });
     if dir.exists() {
+        // Only an earlier image (our manifest, or the marker of a build that failed) or an
+        // empty directory is cleared.
+        let ours = std::fs::read_to_string(dir.join(manifest::FILE_NAME))
+            .is_ok_and(|m| m.starts_with("# nprdma board image manifest"))
+            || dir.join(INCOMPLETE).exists();
+        let empty = std::fs::read_dir(&dir).is_ok_and(|mut d| d.next().is_none());
+        if !ours && !empty {
+            return Err(other(format!(
+                "{} exists and is not an earlier image: give an empty or new --out",
+                dir.display()
+            )));
+        }
         std::fs::remove_dir_all(&dir)
             .map_err(|e| other(format!("clear {}: {e}", dir.display())))?;
     }
-    std::fs::create_dir_all(dir.join("vivado"))
-        .map_err(|e| other(format!("create {}: {e}", dir.display())))?;
+    std::fs::create_dir_all(&dir).map_err(|e| other(format!("create {}: {e}", dir.display())))?;
+    write(
+        &dir.join(INCOMPLETE),
+        "an nprdma image build that has not finished\n",
+    )?;
     let mut missing = Vec::new();
     let mut manifest_files: Vec<String> = Vec::new();
 
     // The Vivado flow, generated (not run here: Vivado is not on the build machines).
-    write(
-        &dir.join("vivado").join(format!("{base}.tcl")),
-        vivado::tcl(pl).map_err(other)?,
-    )?;
-    write(
-        &dir.join("vivado").join(format!("{base}.xdc")),
-        vivado::xdc(pl),
-    )?;
+    let (tcl, xdc) = (format!("{base}.tcl"), format!("{base}.xdc"));
+    write(&dir.join(&tcl), vivado::tcl(pl).map_err(other)?)?;
+    write(&dir.join(&xdc), vivado::xdc(pl))?;
+    manifest_files.extend([tcl, xdc]);
 
     // The overlay.
     let dtso = dir.join(overlay::DTSO_NAME);
@@ -177,7 +191,7 @@ pub fn build(board_name: &str, inputs: &Inputs) -> Result<Report, XtaskError> {
             manifest_files.extend([bit_name.clone(), pl.firmware_name.to_string()]);
         }
         None => missing.push(format!(
-            "bitstream: --bitstream {bit_name}, built by `vivado -mode batch -source {}/vivado/{base}.tcl -tclargs fpga-bitstreams/rtl <dir>` (Vivado with the ZCU102 board files)",
+            "bitstream: --bitstream {bit_name}, built by `vivado -mode batch -source {}/{base}.tcl -tclargs fpga-bitstreams/rtl <dir>` (Vivado with the ZCU102 board files)",
             dir.display()
         )),
     }
@@ -315,6 +329,8 @@ pub fn build(board_name: &str, inputs: &Inputs) -> Result<Report, XtaskError> {
         .and_then(|back| back.check(pl, &dir))
         .map_err(other)?;
 
+    std::fs::remove_file(dir.join(INCOMPLETE))
+        .map_err(|e| other(format!("remove {INCOMPLETE}: {e}")))?;
     let mut files = Vec::new();
     for name in manifest_files
         .iter()
@@ -356,6 +372,10 @@ pub fn self_check() -> Result<(), XtaskError> {
     let started = Instant::now();
     let pl = &ZCU102_PL;
     let tmp = workspace_root().join("target").join("image-check");
+    if tmp.exists() {
+        std::fs::remove_dir_all(&tmp)
+            .map_err(|e| other(format!("clear {}: {e}", tmp.display())))?;
+    }
     std::fs::create_dir_all(&tmp).map_err(|e| other(format!("create {}: {e}", tmp.display())))?;
     let mut part = [0u8; 64];
     let n = pl.part.write_name(&mut part).unwrap_or(0);
