@@ -31,6 +31,37 @@ use crate::{BitstreamError, Result};
 /// The RTL top-level module of one engine.
 pub const NPE_MODULE: &str = "npe_top";
 
+/// The engine's ports and interfaces as the block design connects them: the one place that
+/// names them, for the Tcl and for reading it back.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NpePorts {
+    /// Clock pin.
+    pub clock: &'static str,
+    /// Active-low reset pin.
+    pub reset: &'static str,
+    /// AXI4-Lite register slave interface (ports `<name>_*`).
+    pub slave: &'static str,
+    /// AXI4 master interface.
+    pub master: &'static str,
+    /// Link AXI4-Stream out.
+    pub link_tx: &'static str,
+    /// Link AXI4-Stream in.
+    pub link_rx: &'static str,
+    /// Interrupt pin.
+    pub irq: &'static str,
+}
+
+/// The interface of `npe_top` this generator wires (issue #29's top-level contract).
+pub const NPE_PORTS: NpePorts = NpePorts {
+    clock: "aclk",
+    reset: "aresetn",
+    slave: "s_axil",
+    master: "m_axi",
+    link_tx: "tx",
+    link_rx: "rx",
+    irq: "irq",
+};
+
 fn bad(what: String) -> BitstreamError {
     BitstreamError::ManifestMismatch { what }
 }
@@ -162,7 +193,11 @@ pub fn tcl(pl: &PlDesign) -> Result<String> {
         // S_AXI_HP0_FPD's clock pin is saxihp0_fpd_aclk, S_AXI_HPC0_FPD's saxihpc0_fpd_aclk.
         let pin = port.trim_start_matches("s_axi_").replace('_', "");
         let pin = format!("saxi{}_aclk", pin.replacen("fpd", "_fpd", 1));
-        let _ = write!(clk, " [get_bd_pins ps/{pin}] [get_bd_pins {}/aclk]", e.name);
+        let _ = write!(
+            clk,
+            " [get_bd_pins ps/{pin}] [get_bd_pins {}/{}]",
+            e.name, NPE_PORTS.clock
+        );
     }
     let _ = writeln!(
         w,
@@ -176,7 +211,7 @@ pub fn tcl(pl: &PlDesign) -> Result<String> {
         "connect_bd_net [get_bd_pins rst_pl0/peripheral_aresetn] [get_bd_pins smc_regs/aresetn]",
     );
     for e in &pl.npes {
-        let _ = write!(rst, " [get_bd_pins {}/aresetn]", e.name);
+        let _ = write!(rst, " [get_bd_pins {}/{}]", e.name, NPE_PORTS.reset);
     }
     let _ = writeln!(w, "{rst}");
 
@@ -188,8 +223,8 @@ pub fn tcl(pl: &PlDesign) -> Result<String> {
     for (i, e) in pl.npes.iter().enumerate() {
         let _ = writeln!(
             w,
-            "connect_bd_intf_net [get_bd_intf_pins smc_regs/M{i:02}_AXI] [get_bd_intf_pins {}/s_axil]",
-            e.name
+            "connect_bd_intf_net [get_bd_intf_pins smc_regs/M{i:02}_AXI] [get_bd_intf_pins {}/{}]",
+            e.name, NPE_PORTS.slave
         );
     }
     let _ = writeln!(
@@ -207,8 +242,9 @@ pub fn tcl(pl: &PlDesign) -> Result<String> {
         );
         let _ = writeln!(
             w,
-            "connect_bd_intf_net [get_bd_intf_pins {}/m_axi] [get_bd_intf_pins ps/{}]",
+            "connect_bd_intf_net [get_bd_intf_pins {}/{}] [get_bd_intf_pins ps/{}]",
             e.name,
+            NPE_PORTS.master,
             e.port.vivado_port()
         );
     }
@@ -217,8 +253,8 @@ pub fn tcl(pl: &PlDesign) -> Result<String> {
         let next = &pl.npes[(i + 1) % pl.npes.len()];
         let _ = writeln!(
             w,
-            "connect_bd_intf_net [get_bd_intf_pins {}/tx] [get_bd_intf_pins {}/rx]",
-            e.name, next.name
+            "connect_bd_intf_net [get_bd_intf_pins {}/{}] [get_bd_intf_pins {}/{}]",
+            e.name, NPE_PORTS.link_tx, next.name, NPE_PORTS.link_rx
         );
     }
     let _ = writeln!(
@@ -228,8 +264,8 @@ pub fn tcl(pl: &PlDesign) -> Result<String> {
     for e in &pl.npes {
         let _ = writeln!(
             w,
-            "connect_bd_net [get_bd_pins {}/irq] [get_bd_pins irq_concat/In{}]",
-            e.name, e.irq.0
+            "connect_bd_net [get_bd_pins {}/{}] [get_bd_pins irq_concat/In{}]",
+            e.name, NPE_PORTS.irq, e.irq.0
         );
     }
     let _ = writeln!(
@@ -240,8 +276,8 @@ pub fn tcl(pl: &PlDesign) -> Result<String> {
     for e in &pl.npes {
         let _ = writeln!(
             w,
-            "assign_bd_address -offset {:#010x} -range {:#010x} -target_address_space [get_bd_addr_spaces ps/Data] [get_bd_addr_segs {}/s_axil/reg0] -force",
-            e.regs.base, e.regs.size, e.name
+            "assign_bd_address -offset {:#010x} -range {:#010x} -target_address_space [get_bd_addr_spaces ps/Data] [get_bd_addr_segs {}/{}/reg0] -force",
+            e.regs.base, e.regs.size, e.name, NPE_PORTS.slave
         );
         let gp = e.port.vivado_gp_index();
         let short = e
@@ -252,8 +288,8 @@ pub fn tcl(pl: &PlDesign) -> Result<String> {
         for seg in ["DDR_LOW", "DDR_HIGH"] {
             let _ = writeln!(
                 w,
-                "assign_bd_address -target_address_space [get_bd_addr_spaces {}/m_axi] [get_bd_addr_segs ps/SAXIGP{gp}/{short}_{seg}] -force",
-                e.name
+                "assign_bd_address -target_address_space [get_bd_addr_spaces {}/{}] [get_bd_addr_segs ps/SAXIGP{gp}/{short}_{seg}] -force",
+                e.name, NPE_PORTS.master
             );
         }
     }
@@ -333,6 +369,9 @@ fn pins(line: &str) -> Vec<&str> {
 
 /// Reads the facts back out of a script [`tcl`] wrote.
 pub fn facts(tcl: &str) -> Result<TclFacts> {
+    let master = format!("/{}]", NPE_PORTS.master);
+    let irq = format!("/{}] [get_bd_pins irq_concat/In", NPE_PORTS.irq);
+    let reg_seg = format!("/{}/reg0", NPE_PORTS.slave);
     let mut part = None;
     let mut mhz = None;
     let mut engines: Vec<EngineFacts> = Vec::new();
@@ -358,12 +397,12 @@ pub fn facts(tcl: &str) -> Result<TclFacts> {
                 port: PlPort::Hpc0,
                 irq_line: u8::MAX,
             });
-        } else if line.starts_with("connect_bd_intf_net") && line.contains("/m_axi]") {
+        } else if line.starts_with("connect_bd_intf_net") && line.contains(&master) {
             let p = pins(line);
             let (Some(from), Some(to)) = (p.first(), p.get(1)) else {
                 continue;
             };
-            let name = from.trim_end_matches("/m_axi");
+            let name = from.trim_end_matches(&master[..master.len() - 1]);
             let port_name = to.trim_start_matches("ps/");
             let port = PlPort::ALL
                 .into_iter()
@@ -371,14 +410,12 @@ pub fn facts(tcl: &str) -> Result<TclFacts> {
                 .ok_or_else(|| bad(format!("Tcl: unknown PS port {port_name}")))?;
             let i = engine(&mut engines, name)?;
             engines[i].port = port;
-        } else if line.starts_with("connect_bd_net")
-            && line.contains("/irq] [get_bd_pins irq_concat/In")
-        {
+        } else if line.starts_with("connect_bd_net") && line.contains(&irq) {
             let p = pins(line);
             let (Some(from), Some(to)) = (p.first(), p.get(1)) else {
                 continue;
             };
-            let name = from.trim_end_matches("/irq");
+            let name = from.trim_end_matches(&irq[..NPE_PORTS.irq.len() + 1]);
             let line_no = to
                 .trim_start_matches("irq_concat/In")
                 .parse()
@@ -389,11 +426,11 @@ pub fn facts(tcl: &str) -> Result<TclFacts> {
             let words: Vec<&str> = line.split_whitespace().collect();
             let base = words.get(2).and_then(|w| hex(w));
             let range = words.get(4).and_then(|w| hex(w));
-            let seg = pins(line).into_iter().find(|p| p.ends_with("/s_axil/reg0"));
+            let seg = pins(line).into_iter().find(|p| p.ends_with(&reg_seg));
             let (Some(base), Some(range), Some(seg)) = (base, range, seg) else {
                 return Err(bad(format!("Tcl: cannot read `{line}`")));
             };
-            let i = engine(&mut engines, seg.trim_end_matches("/s_axil/reg0"))?;
+            let i = engine(&mut engines, seg.trim_end_matches(&reg_seg))?;
             engines[i].base = base;
             engines[i].range = range;
         }
