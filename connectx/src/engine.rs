@@ -1968,18 +1968,29 @@ impl QpCtl {
                 core::ptr::null_mut()
             };
         }
-        let mut bad: *mut ibv_send_wr = core::ptr::null_mut();
-        // SAFETY: a live QP and a well-formed list of WRs whose SGE arrays outlive the call.
-        let rc = unsafe { post(self.qp as *mut ibv_qp, base, &mut bad) };
-        if rc == 0 {
-            batch.clear();
-            return Ok(());
-        }
-        let idx = if bad.is_null() {
-            0
-        } else {
-            ((bad as usize).wrapping_sub(base as usize) / core::mem::size_of::<ibv_send_wr>())
-                .min(n - 1)
+        // The first WR not yet posted; a full send queue is waited out (sq_room.rs).
+        let mut from = 0;
+        let mut waiting = None;
+        let (rc, idx) = loop {
+            let mut bad: *mut ibv_send_wr = core::ptr::null_mut();
+            // SAFETY: `from < n`; a live QP and a well-formed list of WRs whose SGE arrays
+            // outlive the call.
+            let rc = unsafe { post(self.qp as *mut ibv_qp, base.add(from), &mut bad) };
+            if rc == 0 {
+                batch.clear();
+                return Ok(());
+            }
+            let idx = if bad.is_null() {
+                from
+            } else {
+                ((bad as usize).wrapping_sub(base as usize) / core::mem::size_of::<ibv_send_wr>())
+                    .clamp(from, n - 1)
+            };
+            if rc == libc::ENOMEM && self.wait_for_send_room(&mut waiting) {
+                from = idx;
+                continue;
+            }
+            break (rc, idx);
         };
         // Forget the records of the WRs not posted (unrecorded ones, seq 0, have none).
         if let Some(first) = batch.seqs[idx..].iter().copied().find(|&q| q != 0) {
@@ -2425,7 +2436,15 @@ impl QpCtl {
         // SAFETY: a live QP and one well-formed WR whose SGE (in the same template, under the
         // send lock) outlives the call; `held_post` is the provider's (`held_off` is zero);
         // `bad` is writable.
-        let rc = unsafe { (self.held_post)(self.qp as *mut ibv_qp, wr, bad) };
+        let mut rc = unsafe { (self.held_post)(self.qp as *mut ibv_qp, wr, bad) };
+        if rc == libc::ENOMEM {
+            // The send queue may be full of the library's own WRs (sq_room.rs).
+            let mut waiting = None;
+            while rc == libc::ENOMEM && self.wait_for_send_room(&mut waiting) {
+                // SAFETY: as above.
+                rc = unsafe { (self.held_post)(self.qp as *mut ibv_qp, wr, bad) };
+            }
+        }
         if rc != 0 {
             // SAFETY: `bad` is writable.
             unsafe { *bad = app_ptr };
@@ -2714,17 +2733,24 @@ impl QpCtl {
         app_wr: *mut ibv_send_wr,
         bad: *mut *mut ibv_send_wr,
     ) -> c_int {
-        let rc = match self.orig_post_send() {
-            Some(post) => {
-                let mut provider_bad: *mut ibv_send_wr = core::ptr::null_mut();
-                // SAFETY: a live QP and one well-formed WR (the caller's contract).
-                unsafe { post(self.qp as *mut ibv_qp, wr, &mut provider_bad) }
+        let mut waiting = None;
+        let rc = loop {
+            let rc = match self.orig_post_send() {
+                Some(post) => {
+                    let mut provider_bad: *mut ibv_send_wr = core::ptr::null_mut();
+                    // SAFETY: a live QP and one well-formed WR (the caller's contract).
+                    unsafe { post(self.qp as *mut ibv_qp, wr, &mut provider_bad) }
+                }
+                None => libc::EOPNOTSUPP,
+            };
+            if rc == 0 {
+                return 0;
             }
-            None => libc::EOPNOTSUPP,
+            // The send queue may be full of the library's own WRs (sq_room.rs).
+            if rc != libc::ENOMEM || !self.wait_for_send_room(&mut waiting) {
+                break rc;
+            }
         };
-        if rc == 0 {
-            return 0;
-        }
         if seq != 0 {
             let windows = self.track.lock().send.unrecord_after(seq - 1);
             self.engine.release(&windows);

@@ -55,6 +55,12 @@ struct Qp {
     built_posts: u64,
     /// The `wr_id` of the last WR posted on the QP.
     last_wr_id: u64,
+    /// Send-queue slots in use: a WR holds its slot until the completion that retires it
+    /// (its own, or that of a later signaled WR) is polled, as mlx5 frees send-queue entries
+    /// when it polls their completion. A post beyond `cap.max_send_wr` fails with ENOMEM.
+    sq_used: u32,
+    /// WRs posted since the last one that made a completion.
+    sq_unsignaled: u32,
 }
 
 /// Posted receives: (wr_id, SGEs).
@@ -78,6 +84,9 @@ struct Fake {
     in_session: FastMap<usize, ()>,
     /// ibv_poll_cq calls that gave up waiting for a session (a deadlock in a real provider).
     poll_blocked: u64,
+    /// Per CQ, parallel to `cqs`: for a send completion, its QP and the send-queue slots
+    /// polling it frees.
+    cq_slots: FastMap<usize, VecDeque<Option<(u32, u32)>>>,
     srqs: FastMap<usize, (usize, RecvQueue)>,
     pinned: FastMap<usize, u64>,
     peak: FastMap<usize, u64>,
@@ -478,6 +487,7 @@ unsafe extern "C" fn fake_destroy_cq(cq: *mut ibv_cq) -> c_int {
     if f.cqs.remove(&(cq as usize)).is_none() {
         return libc::EINVAL;
     }
+    f.cq_slots.remove(&(cq as usize));
     if f.ex_cqs.remove(&(cq as usize)).is_some() {
         free(cq.cast::<ibv_cq_ex>());
     } else {
@@ -524,6 +534,9 @@ unsafe extern "C" fn fake_create_cq_ex(
 fn fake_advance(cq: *mut ibv_cq_ex) -> c_int {
     let mut f = fake();
     let next = f.cqs.get_mut(&(cq as usize)).and_then(|q| q.pop_front());
+    if next.is_some() {
+        free_send_slots(&mut f, cq as usize);
+    }
     let Some(cur) = f.ex_cqs.get_mut(&(cq as usize)) else {
         return libc::EINVAL;
     };
@@ -867,6 +880,8 @@ fn new_qp(
             builder: FakeBatch::default(),
             built_posts: 0,
             last_wr_id: 0,
+            sq_used: 0,
+            sq_unsignaled: 0,
         },
     );
     f.qpns.insert(qpx as usize, qpn);
@@ -965,9 +980,33 @@ unsafe extern "C" fn fake_qp_to_qp_ex(qp: *mut ibv_qp) -> *mut ibv_qp_ex {
     qp.cast()
 }
 
+/// Frees the send-queue slots that the completion just polled from `cq` retires.
+fn free_send_slots(f: &mut Fake, cq: usize) {
+    let Some(Some((qpn, n))) = f.cq_slots.get_mut(&cq).and_then(|d| d.pop_front()) else {
+        return;
+    };
+    if let Some(q) = f.qps.get_mut(&qpn) {
+        q.sq_used = q.sq_used.saturating_sub(n);
+    }
+}
+
+/// Pushes a send completion of `qpn`: polling it frees the slots of every WR posted since the
+/// previous one.
+fn push_send_cq(f: &mut Fake, cq: usize, qpn: u32, wc: ibv_wc) {
+    let n = f
+        .qps
+        .get_mut(&qpn)
+        .map_or(0, |q| core::mem::take(&mut q.sq_unsignaled));
+    if let Some(q) = f.cqs.get_mut(&cq) {
+        q.push_back(wc);
+        f.cq_slots.entry(cq).or_default().push_back(Some((qpn, n)));
+    }
+}
+
 fn push_cq(f: &mut Fake, cq: usize, wc: ibv_wc) {
     if let Some(q) = f.cqs.get_mut(&cq) {
         q.push_back(wc);
+        f.cq_slots.entry(cq).or_default().push_back(None);
     }
 }
 
@@ -1265,10 +1304,22 @@ unsafe extern "C" fn fake_post_send(
     while !cur.is_null() {
         // SAFETY: an element of the caller's list.
         let w = unsafe { *cur };
-        let (state, cq, sig_all, max_sge) = match f.qps.get(&qpn) {
-            Some(q) => (q.state, q.send_cq, q.sq_sig_all, q.cap.max_send_sge),
+        let (state, cq, sig_all, max_sge, full) = match f.qps.get(&qpn) {
+            Some(q) => (
+                q.state,
+                q.send_cq,
+                q.sq_sig_all,
+                q.cap.max_send_sge,
+                q.sq_used >= q.cap.max_send_wr,
+            ),
             None => return libc::EINVAL,
         };
+        if full {
+            // As rxe and mlx5 when the send queue has no free entry.
+            // SAFETY: the caller's out-pointer.
+            unsafe { *bad = cur };
+            return libc::ENOMEM;
+        }
         if (state != IBV_QPS_RTS && state != IBV_QPS_ERR)
             || w.num_sge < 0
             || (w.num_sge as u32 > max_sge && w.send_flags & IBV_SEND_INLINE == 0)
@@ -1286,6 +1337,8 @@ unsafe extern "C" fn fake_post_send(
         f.posted += 1;
         if let Some(q) = f.qps.get_mut(&qpn) {
             q.last_wr_id = w.wr_id;
+            q.sq_used += 1;
+            q.sq_unsignaled += 1;
         }
         let status = if state == IBV_QPS_ERR {
             IBV_WC_WR_FLUSH_ERR
@@ -1302,9 +1355,10 @@ unsafe extern "C" fn fake_post_send(
         }
         if status != IBV_WC_SUCCESS || sig_all || w.send_flags & IBV_SEND_SIGNALED != 0 {
             let opcode = crate::engine::wc_opcode_of(w.opcode);
-            push_cq(
+            push_send_cq(
                 &mut f,
                 cq,
+                qpn,
                 ibv_wc {
                     wr_id: w.wr_id,
                     status,
@@ -1420,12 +1474,15 @@ unsafe extern "C" fn fake_poll_cq(cq: *mut ibv_cq, n: c_int, wc: *mut ibv_wc) ->
         std::thread::sleep(std::time::Duration::from_millis(1));
         f = fake();
     }
-    let Some(q) = f.cqs.get_mut(&(cq as usize)) else {
+    if !f.cqs.contains_key(&(cq as usize)) {
         return -1;
-    };
+    }
     let mut i = 0;
     while i < n.max(0) as usize {
-        let Some(w) = q.pop_front() else { break };
+        let Some(w) = f.cqs.get_mut(&(cq as usize)).and_then(|q| q.pop_front()) else {
+            break;
+        };
+        free_send_slots(&mut f, cq as usize);
         // SAFETY: `i < n`, inside the caller's array.
         unsafe { wc.add(i).write(w) };
         i += 1;

@@ -36,6 +36,7 @@ pub mod real;
 mod registry;
 mod remote;
 mod spin;
+mod sq_room;
 pub mod status;
 pub mod sys;
 pub mod translate;
