@@ -45,6 +45,11 @@ pub fn describe(r: &Report) -> Vec<String> {
             "  peers:      {} leases granted, {} remote window requests, {} errors synthesized",
             r.leases_granted, r.remote_requests, r.synthesized_errors
         ),
+        format!(
+            "  fallback:   {} ranges pinned as plain verbs would pin them ({} pinned now, outside the budget)",
+            r.fallback_pins,
+            mib(r.fallback_bytes)
+        ),
     ];
     for reason in &r.reasons {
         lines.push(format!("  note:       {reason}"));

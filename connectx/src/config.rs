@@ -3,7 +3,7 @@
 //! | variable | meaning | default |
 //! |---|---|---|
 //! | `NPRDMA` | `on`, or `off` for pass-through (the library steps aside completely) | `on` |
-//! | `NPRDMA_PIN_BUDGET` | bytes the library may keep pinned (`K`/`M`/`G` suffixes) | 64 MiB, lowered to `RLIMIT_MEMLOCK` when that is smaller |
+//! | `NPRDMA_PIN_BUDGET` | bytes the library may keep pinned (`K`/`M`/`G` suffixes) | 64 MiB, lowered to `RLIMIT_MEMLOCK` when that is smaller and the process lacks `CAP_IPC_LOCK` |
 //! | `NPRDMA_WINDOW` | size of a registration window, a power of two ≥ 4 KiB | 1 MiB |
 //! | `NPRDMA_REMOTE_TIMEOUT_MS` | how long a requester waits for a peer's directory | 5000 |
 //! | `NPRDMA_LOG` | `0` silences the library's stderr log | `1` |
@@ -139,9 +139,17 @@ impl Config {
         }
     }
 
-    /// The process's configuration: environment, `RLIMIT_MEMLOCK` and uid.
+    /// The process's configuration: environment, the memlock limit the kernel enforces on
+    /// it ([`enforced_memlock`]) and uid.
     pub fn from_env() -> Result<Self> {
-        Self::from_lookup(|k| std::env::var(k).ok(), memlock_limit(), current_uid())
+        let cap_eff = std::fs::read_to_string("/proc/self/status")
+            .ok()
+            .and_then(|s| effective_caps(&s));
+        Self::from_lookup(
+            |k| std::env::var(k).ok(),
+            enforced_memlock(cap_eff, memlock_limit()),
+            current_uid(),
+        )
     }
 
     /// [`pass_through_from_lookup`](Self::pass_through_from_lookup) on the environment.
@@ -172,6 +180,30 @@ pub fn default_status_dir(uid: u32) -> PathBuf {
 pub fn current_uid() -> u32 {
     // SAFETY: getuid has no preconditions and cannot fail.
     unsafe { libc::getuid() }
+}
+
+/// `CAP_IPC_LOCK`'s bit (linux/capability.h).
+const CAP_IPC_LOCK: u32 = 14;
+
+/// The memlock limit the kernel applies to registrations: `ib_umem_get`
+/// (drivers/infiniband/core/umem.c) fails a pin beyond `RLIMIT_MEMLOCK` only without
+/// `CAP_IPC_LOCK`, so a process that has it (root, usually) pins without a limit, and the
+/// budget follows plain verbs: `None`, no limit. `cap_eff` is the effective capability set
+/// (`None` when unknown: the rlimit is kept, the safe side).
+pub fn enforced_memlock(cap_eff: Option<u64>, rlimit: Option<u64>) -> Option<u64> {
+    match cap_eff {
+        Some(caps) if caps & (1 << CAP_IPC_LOCK) != 0 => None,
+        _ => rlimit,
+    }
+}
+
+/// The effective capability set from the text of `/proc/<pid>/status` (its `CapEff:` line,
+/// hexadecimal; proc(5)).
+pub fn effective_caps(status: &str) -> Option<u64> {
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
 }
 
 fn memlock_limit() -> Option<u64> {
@@ -241,6 +273,27 @@ mod tests {
         // An explicit budget wins.
         let c = cfg(&[("NPRDMA_PIN_BUDGET", "16M")], Some(8 << 20)).unwrap();
         assert_eq!(c.budget, 16 << 20);
+    }
+
+    #[test]
+    fn cap_ipc_lock_lifts_the_memlock_cap_as_it_does_for_plain_verbs() {
+        // Root in a stock Debian guest: 8 MiB RLIMIT_MEMLOCK, full capabilities.
+        let root = effective_caps("Name:\tx\nCapEff:\t000001ffffffffff\n");
+        assert_eq!(root, Some(0x1ff_ffff_ffff));
+        assert_eq!(enforced_memlock(root, Some(8 << 20)), None);
+        let c = cfg(&[], enforced_memlock(root, Some(8 << 20))).unwrap();
+        assert_eq!((c.budget, c.budget_source), (DEFAULT_BUDGET, "default"));
+        // A user without CAP_IPC_LOCK keeps the rlimit, as ib_umem_get enforces it.
+        let user = effective_caps("CapEff:\t0000000000000000\n");
+        assert_eq!(enforced_memlock(user, Some(8 << 20)), Some(8 << 20));
+        // Only CAP_IPC_LOCK counts; unknown capabilities keep the rlimit.
+        assert_eq!(enforced_memlock(Some(1 << 14), Some(1 << 20)), None);
+        assert_eq!(
+            enforced_memlock(Some(!(1 << 14)), Some(1 << 20)),
+            Some(1 << 20)
+        );
+        assert_eq!(enforced_memlock(None, Some(1 << 20)), Some(1 << 20));
+        assert_eq!(effective_caps("CapEff:\tzz\n"), None);
     }
 
     #[test]

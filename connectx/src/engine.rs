@@ -332,9 +332,19 @@ impl Engine {
     }
 
     fn release_windows(&self, windows: &WinList) {
-        let mut st = lock(&self.state);
-        for w in windows.iter() {
-            st.cache.release(w);
+        let mut pins = false;
+        {
+            let mut st = lock(&self.state);
+            for w in windows.iter() {
+                if crate::fallback::is_pin(&w) {
+                    pins = true;
+                } else {
+                    st.cache.release(w);
+                }
+            }
+        }
+        if pins {
+            crate::fallback::unpin(windows);
         }
     }
 
@@ -2568,8 +2578,26 @@ impl QpCtl {
         } else {
             self.classify_remote(side, app_rkey, raddr, remote_len, batch)?
         };
+        // Fallback pins of a SEND that windows cannot serve (fallback.rs), released with the
+        // record of its (only) part.
+        let mut pins = WinList::new();
         let parts = match crate::translate::plan(&classes, remote, splittable, self.max_send_sge) {
             Ok(p) => p,
+            Err(PlanError::TooManySges { .. }) if !has_remote && !inline => {
+                // A SEND is one message: over more windows than the queue has SGEs, its
+                // ranges are pinned as plain verbs would have them.
+                let (sges, p) = self.engine.pin_sges(
+                    self.ctx.ctx,
+                    app_sges,
+                    "a SEND spanning more windows than its SGE limit was pinned as plain verbs would pin it",
+                );
+                pins = p;
+                vec![crate::translate::PlannedPart {
+                    sges: sges.into_iter().map(PlannedSge::Keep).collect(),
+                    remote: None,
+                    len: total,
+                }]
+            }
             Err(PlanError::TooManySges { .. }) => {
                 return Err(PostFail::Errno(libc::EINVAL, app_ptr));
             }
@@ -2623,7 +2651,10 @@ impl QpCtl {
                     }
                 }
             };
-            let (sges, windows) = self.local_windows(side, &part.sges, batch, true)?;
+            let (sges, mut windows) = self.local_windows(side, &part.sges, batch, true)?;
+            if first {
+                windows.extend(core::mem::take(&mut pins));
+            }
             let mut w = *app;
             w.next = core::ptr::null_mut();
             w.opcode = match op {
@@ -3162,18 +3193,27 @@ pub(crate) unsafe fn post_recv_common(
             }
             v
         };
-        if planned.len() > max_sge {
-            fail = Some((libc::EINVAL, cur));
-            break;
-        }
-        let mut windows = acquire_recv_windows(engine, &planned);
-        if windows.is_none() {
-            windows = acquire_after_revoking_holds(engine, &planned);
-        }
-        let Some((sg, windows)) = windows else {
-            engine.note("pinned-memory budget full of windows in use: post_recv failed with ENOMEM (raise NPRDMA_PIN_BUDGET)");
-            fail = Some((libc::ENOMEM, cur));
-            break;
+        // Windows that cannot serve the receive (more pieces than SGEs, or no room in the
+        // budget) give way to pinning its ranges as plain verbs would (fallback.rs).
+        let (sg, windows) = if planned.len() > max_sge {
+            engine.pin_sges(
+                ctx,
+                app_sges,
+                "a receive spanning more windows than its SGE limit was pinned as plain verbs would pin it",
+            )
+        } else {
+            let mut windows = acquire_recv_windows(engine, &planned);
+            if windows.is_none() {
+                windows = acquire_after_revoking_holds(engine, &planned);
+            }
+            match windows {
+                Some(w) => w,
+                None => engine.pin_sges(
+                    ctx,
+                    app_sges,
+                    "pinned-memory budget full of windows in use: a receive was pinned as plain verbs would pin it (outside the budget)",
+                ),
+            }
         };
         let (seq, wr_id) = record(app.wr_id, windows);
         let mut w = app;

@@ -26,6 +26,7 @@ pub mod directory;
 mod engine;
 pub mod error;
 pub mod fake;
+mod fallback;
 pub mod fasthash;
 pub mod fdtable;
 pub mod hooks;

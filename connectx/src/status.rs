@@ -22,7 +22,7 @@ use crate::error::{ConnectxError, Result};
 /// `NPRDMAST` as a little-endian u64.
 pub const STATUS_MAGIC: u64 = u64::from_le_bytes(*b"NPRDMAST");
 /// Layout version of the status page.
-pub const STATUS_VERSION: u32 = 1;
+pub const STATUS_VERSION: u32 = 2;
 /// Number of pass-through reasons kept.
 pub const MAX_REASONS: usize = 12;
 /// Bytes per reason (NUL-padded UTF-8).
@@ -60,6 +60,10 @@ pub struct Counters {
     pub synthesized_errors: AtomicU64,
     /// Application work requests translated.
     pub work_requests: AtomicU64,
+    /// Receives pinned as plain verbs would pin them, outside the budget (fallback.rs).
+    pub fallback_pins: AtomicU64,
+    /// Bytes those fallback pins hold now.
+    pub fallback_bytes: AtomicU64,
 }
 
 /// The page.
@@ -174,6 +178,8 @@ impl StatusPage {
             remote_requests: get(&c.remote_requests),
             synthesized_errors: get(&c.synthesized_errors),
             work_requests: get(&c.work_requests),
+            fallback_pins: get(&c.fallback_pins),
+            fallback_bytes: get(&c.fallback_bytes),
             alive: true,
         }
     }
@@ -346,6 +352,10 @@ pub struct Report {
     pub synthesized_errors: u64,
     /// Work requests translated so far.
     pub work_requests: u64,
+    /// Ranges pinned as plain verbs would (fallback) so far.
+    pub fallback_pins: u64,
+    /// Bytes the fallback pins hold now.
+    pub fallback_bytes: u64,
     /// Whether the process still runs.
     pub alive: bool,
 }
@@ -547,7 +557,7 @@ mod tests {
         let live = std::fs::read(store.path().unwrap()).unwrap();
         // Layout: magic @0, version @8, pid @12, start time @16.
         let mut other_release = live.clone();
-        other_release[8..12].copy_from_slice(&2u32.to_le_bytes());
+        other_release[8..12].copy_from_slice(&(STATUS_VERSION + 1).to_le_bytes());
         let newer = put(&dir, "other-release", &other_release);
         // The same pid with another start time: the process exited and its pid was reused.
         let mut exited = live.clone();
@@ -574,7 +584,8 @@ mod tests {
                 .map(|s| s.why.clone())
                 .unwrap()
         };
-        assert!(why(&newer).contains("layout version 2"), "{}", why(&newer));
+        let other = format!("layout version {}", STATUS_VERSION + 1);
+        assert!(why(&newer).contains(&other), "{}", why(&newer));
         assert!(why(&junk).contains("not an nprdma status page"));
         drop(store);
         std::fs::remove_dir_all(&dir).unwrap();

@@ -76,3 +76,114 @@ fn the_same_posts_work_without_the_library() {
     let (a, b, qa, _qb) = connected(Host::plain(), Host::plain());
     write_whole_queue(&a, &b, qa);
 }
+
+fn recv_wr(wr_id: u64, sges: &mut [ibv_sge]) -> ibv_recv_wr {
+    ibv_recv_wr {
+        wr_id,
+        next: core::ptr::null_mut(),
+        sg_list: sges.as_mut_ptr(),
+        num_sge: sges.len() as i32,
+    }
+}
+
+fn send_wr(wr_id: u64, sges: &mut [ibv_sge]) -> ibv_send_wr {
+    let mut w = ibv_send_wr::zeroed();
+    w.wr_id = wr_id;
+    w.opcode = IBV_WR_SEND;
+    w.send_flags = IBV_SEND_SIGNALED;
+    w.sg_list = sges.as_mut_ptr();
+    w.num_sge = sges.len() as i32;
+    w
+}
+
+/// `ibv_rc_pingpong -s 16777216` in small: a receive and a SEND of one SGE each over 20
+/// windows, where the QPs take 4 SGEs (2 asked for, widened). Plain verbs accept both; the
+/// library pins their ranges as plain verbs would, instead of refusing them with EINVAL, and
+/// unpins them at their completions.
+#[test]
+fn a_receive_and_a_send_over_more_windows_than_sges_are_pinned_not_refused() {
+    let (a, b, qa, qb) = connected(
+        Host::with_library(1 << 20, 16 * 1024),
+        Host::with_library(1 << 20, 16 * 1024),
+    );
+    let len = 300 * KIB;
+    let mut src = Buf::new(512 * KIB);
+    let mut dst = Buf::new(512 * KIB);
+    fill(&mut src, 9);
+    let smr = a.reg(&mut src, IBV_ACCESS_LOCAL_WRITE);
+    let dmr = b.reg(&mut dst, IBV_ACCESS_LOCAL_WRITE);
+    let (slkey, _) = keys(smr);
+    let (dlkey, _) = keys(dmr);
+    let (a_before, b_before) = (a.pinned(), b.pinned());
+    let mut rs = [sge(&dst, 10 * KIB, len, dlkey)];
+    assert_eq!(post_recv(qb, &mut recv_wr(41, &mut rs)), 0);
+    let mut ss = [sge(&src, 3 * KIB, len, slkey)];
+    assert_eq!(post_send(qa, &mut send_wr(42, &mut ss)).0, 0);
+    let wa = poll(a.cq, 1);
+    assert_eq!((wa[0].wr_id, wa[0].status), (42, IBV_WC_SUCCESS));
+    let wb = poll(b.cq, 1);
+    assert_eq!(
+        (wb[0].wr_id, wb[0].status, wb[0].byte_len),
+        (41, IBV_WC_SUCCESS, len as u32)
+    );
+    assert_eq!(&dst[10 * KIB..10 * KIB + len], &src[3 * KIB..3 * KIB + len]);
+    for h in [&a, &b] {
+        let r = h.eng().status().page().report();
+        assert_eq!((r.fallback_pins, r.fallback_bytes), (1, 0), "{r:?}");
+        assert!(
+            r.reasons
+                .iter()
+                .any(|s| s.contains("pinned as plain verbs"))
+        );
+    }
+    // The pins went with the completions.
+    assert_eq!((a.pinned(), b.pinned()), (a_before, b_before));
+}
+
+/// A receive pool larger than the budget: posted receives hold their windows until a message
+/// arrives, so the receives beyond the budget cannot get windows. Plain verbs accept them (the
+/// memory is registered); the library pins them outside the budget instead of failing with
+/// ENOMEM, and the budget itself still holds.
+#[test]
+fn posted_receives_beyond_the_budget_are_pinned_not_refused() {
+    let (a, b, qa, qb) = connected(
+        Host::with_library(64 * 1024, 16 * 1024),
+        Host::with_library(64 * 1024, 16 * 1024),
+    );
+    let mut buf = Buf::new(1 << 20);
+    let mut src = Buf::new(16 * KIB);
+    fill(&mut src, 2);
+    let bmr = b.reg(&mut buf, IBV_ACCESS_LOCAL_WRITE);
+    let amr = a.reg(&mut src, IBV_ACCESS_LOCAL_WRITE);
+    let (bl, _) = keys(bmr);
+    let (al, _) = keys(amr);
+    // Start at a window boundary so that each receive needs exactly one 16 KiB window.
+    let base = (buf.as_ptr() as usize).next_multiple_of(16 * KIB) - buf.as_ptr() as usize;
+    for i in 0..8usize {
+        let mut rs = [sge(&buf, base + i * 64 * KIB, 16 * KIB, bl)];
+        assert_eq!(
+            post_recv(qb, &mut recv_wr(i as u64, &mut rs)),
+            0,
+            "receive {i}"
+        );
+    }
+    // 64 KiB budget, a 4 KiB directory: three 16 KiB windows fit; the other five are pinned.
+    let r = b.eng().status().page().report();
+    assert_eq!(r.fallback_pins, 5, "{r:?}");
+    assert_eq!(r.fallback_bytes, 5 * 16 * 1024);
+    assert!(r.pinned_peak <= 64 * 1024);
+    for i in 0..8u64 {
+        let mut ss = [sge(&src, 0, 16 * KIB, al)];
+        assert_eq!(post_send(qa, &mut send_wr(100 + i, &mut ss)).0, 0);
+    }
+    assert_eq!(poll(a.cq, 8).len(), 8);
+    let wb = poll(b.cq, 8);
+    let ids: Vec<u64> = wb.iter().map(|w| w.wr_id).collect();
+    assert_eq!(ids, (0..8).collect::<Vec<_>>());
+    assert!(wb.iter().all(|w| w.status == IBV_WC_SUCCESS));
+    for i in 0..8usize {
+        let at = base + i * 64 * KIB;
+        assert_eq!(&buf[at..at + 16 * KIB], &src[..], "receive {i}");
+    }
+    assert_eq!(b.eng().status().page().report().fallback_bytes, 0);
+}
