@@ -46,7 +46,7 @@ pub fn describe(r: &Report) -> Vec<String> {
             r.leases_granted, r.remote_requests, r.synthesized_errors
         ),
         format!(
-            "  fallback:   {} ranges pinned as plain verbs would pin them ({} pinned now, outside the budget)",
+            "  fallback:   {} work requests served by pinning as plain verbs would ({} pinned now, outside the budget)",
             r.fallback_pins,
             mib(r.fallback_bytes)
         ),

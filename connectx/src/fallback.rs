@@ -27,18 +27,32 @@ use crate::window::{RegionId, WindowId, WindowUse, pinned_bytes};
 /// The region id of fallback pins (regions are numbered from 1 upwards).
 pub(crate) const FALLBACK_REGION: RegionId = RegionId::MAX;
 
-/// A live fallback pin: the provider MR, the bytes it pins, and its engine (which
-/// deregisters it and counts them).
+/// A live fallback pin: the provider MR, the bytes it pins, its engine (which deregisters it
+/// and counts them), what it covers, and how many records use it.
 struct Pin {
     mr: usize,
     bytes: u64,
     engine: Arc<Engine>,
+    range: Range,
+    uses: u64,
 }
 
-static PINS: Mutex<Option<FastMap<u64, Pin>>> = Mutex::new(None);
+/// What a pin covers: PD, address, IOVA, length and access. WRs over the same range share one
+/// pin (`ibv_rc_pingpong` posts 500 receives into one buffer: one registration, as plain
+/// verbs have, instead of 500).
+type Range = (usize, u64, u64, u32, u32);
+
+/// The live pins, by id and by range.
+#[derive(Default)]
+struct Pins {
+    by_id: FastMap<u64, Pin>,
+    by_range: FastMap<Range, u64>,
+}
+
+static PINS: Mutex<Option<Pins>> = Mutex::new(None);
 static NEXT_PIN: AtomicU64 = AtomicU64::new(1);
 
-fn pins() -> MutexGuard<'static, Option<FastMap<u64, Pin>>> {
+fn pins() -> MutexGuard<'static, Option<Pins>> {
     lock(&PINS)
 }
 
@@ -52,14 +66,23 @@ pub(crate) fn is_pin(w: &WindowUse) -> bool {
 pub(crate) fn unpin(windows: &WinList) {
     let gone: Vec<Pin> = {
         let mut g = pins();
-        let Some(map) = g.as_mut() else {
+        let Some(p) = g.as_mut() else {
             return;
         };
-        windows
-            .iter()
-            .filter(is_pin)
-            .filter_map(|w| map.remove(&w.id.index))
-            .collect()
+        let mut gone = Vec::new();
+        for w in windows.iter().filter(is_pin) {
+            let Some(pin) = p.by_id.get_mut(&w.id.index) else {
+                continue;
+            };
+            pin.uses -= 1;
+            if pin.uses == 0
+                && let Some(pin) = p.by_id.remove(&w.id.index)
+            {
+                p.by_range.remove(&pin.range);
+                gone.push(pin);
+            }
+        }
+        gone
     };
     for p in gone {
         let _g = RealCall::enter();
@@ -148,44 +171,31 @@ impl Engine {
                     lkey,
                     poison,
                 } => {
-                    let mr = {
-                        let _g = RealCall::enter();
-                        // SAFETY: `pd` is the live PD of the application's region, and the
-                        // range lies inside that region, which the application keeps mapped
-                        // while it is registered.
-                        unsafe {
-                            (self.real.reg_mr_iova2)(
-                                pd as *mut ibv_pd,
-                                va as *mut c_void,
-                                len as usize,
-                                iova,
-                                access,
-                            )
-                        }
-                    };
-                    if mr.is_null() {
-                        sges.push(ibv_sge {
-                            addr: poison,
-                            length: len,
-                            lkey,
-                        });
-                        continue;
-                    }
-                    let bytes = pinned_bytes(va, u64::from(len));
-                    let id = NEXT_PIN.fetch_add(1, Ordering::Relaxed);
-                    pins().get_or_insert_with(FastMap::default).insert(
-                        id,
-                        Pin {
-                            mr: mr as usize,
-                            bytes,
-                            engine: self.clone(),
+                    let range = (pd, va, iova, len, access);
+                    let shared = pins().as_mut().and_then(|p| {
+                        let id = *p.by_range.get(&range)?;
+                        let pin = p.by_id.get_mut(&id)?;
+                        pin.uses += 1;
+                        // SAFETY: a live MR of this module (it has a use, so it stays).
+                        Some((id, unsafe { (*(pin.mr as *mut ibv_mr)).lkey }))
+                    });
+                    let (id, lkey) = match shared {
+                        Some(found) => found,
+                        None => match self.register_pin(range) {
+                            Some(new) => new,
+                            None => {
+                                sges.push(ibv_sge {
+                                    addr: poison,
+                                    length: len,
+                                    lkey,
+                                });
+                                continue;
+                            }
                         },
-                    );
-                    let c = self.counters();
-                    c.fallback_pins.fetch_add(1, Ordering::Relaxed);
-                    c.fallback_bytes.fetch_add(bytes, Ordering::Relaxed);
-                    // SAFETY: the provider returned a valid MR.
-                    let lkey = unsafe { (*mr).lkey };
+                    };
+                    self.counters()
+                        .fallback_pins
+                        .fetch_add(1, Ordering::Relaxed);
                     sges.push(ibv_sge {
                         addr: iova,
                         length: len,
@@ -202,5 +212,49 @@ impl Engine {
             }
         }
         (sges, uses)
+    }
+
+    /// Registers a new pin over `range`; returns its id and lkey (`None`: the provider
+    /// refused it).
+    fn register_pin(self: &Arc<Self>, range: Range) -> Option<(u64, u32)> {
+        let (pd, va, iova, len, access) = range;
+        let mr = {
+            let _g = RealCall::enter();
+            // SAFETY: `pd` is the live PD of the application's region, and the range lies
+            // inside that region, which the application keeps mapped while it is registered.
+            unsafe {
+                (self.real.reg_mr_iova2)(
+                    pd as *mut ibv_pd,
+                    va as *mut c_void,
+                    len as usize,
+                    iova,
+                    access,
+                )
+            }
+        };
+        if mr.is_null() {
+            return None;
+        }
+        let bytes = pinned_bytes(va, u64::from(len));
+        let id = NEXT_PIN.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: the provider returned a valid MR.
+        let lkey = unsafe { (*mr).lkey };
+        let mut g = pins();
+        let p = g.get_or_insert_with(Pins::default);
+        p.by_id.insert(
+            id,
+            Pin {
+                mr: mr as usize,
+                bytes,
+                engine: self.clone(),
+                range,
+                uses: 1,
+            },
+        );
+        p.by_range.insert(range, id);
+        self.counters()
+            .fallback_bytes
+            .fetch_add(bytes, Ordering::Relaxed);
+        Some((id, lkey))
     }
 }

@@ -60,7 +60,8 @@ pub struct Counters {
     pub synthesized_errors: AtomicU64,
     /// Application work requests translated.
     pub work_requests: AtomicU64,
-    /// Receives pinned as plain verbs would pin them, outside the budget (fallback.rs).
+    /// Work requests served by pinning their ranges as plain verbs would, outside the budget
+    /// (fallback.rs).
     pub fallback_pins: AtomicU64,
     /// Bytes those fallback pins hold now.
     pub fallback_bytes: AtomicU64,
@@ -352,7 +353,7 @@ pub struct Report {
     pub synthesized_errors: u64,
     /// Work requests translated so far.
     pub work_requests: u64,
-    /// Ranges pinned as plain verbs would (fallback) so far.
+    /// Work requests served by fallback pins so far.
     pub fallback_pins: u64,
     /// Bytes the fallback pins hold now.
     pub fallback_bytes: u64,
