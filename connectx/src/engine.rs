@@ -685,6 +685,11 @@ impl Engine {
         if access & IBV_ACCESS_ZERO_BASED != 0 {
             return passthrough("zero-based region (IBV_ACCESS_ZERO_BASED): pass-through");
         }
+        if crate::transport::pd_passes_through(pd as usize, access) {
+            return passthrough(
+                "region with remote access in a PD with a UC QP: pass-through (transport.rs)",
+            );
+        }
         let exported = access
             & (IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)
             != 0;
@@ -855,6 +860,7 @@ impl Engine {
     /// # Safety
     /// `mr` is an MR returned by a registration of this engine (virtual or pass-through).
     pub(crate) unsafe fn dereg_mr(&self, mr: *mut ibv_mr) -> c_int {
+        self.before_dereg(mr);
         let mut st = lock(&self.state);
         let Some(id) = st.by_mr.get(&(mr as usize)).copied() else {
             let len = st.passthrough_mrs.remove(&(mr as usize));
@@ -1168,6 +1174,7 @@ impl Engine {
             held.wr.sg_list = &mut held.sge;
         }
         registry::add_qp(ctl);
+        self.on_transport(q.pd as usize, q.qp_type);
         if !qpx.is_null() {
             // SAFETY: the provider's ibv_qp_ex of this QP; the application has not used it.
             unsafe { crate::ops::wrap_qp_ex(qpx) };

@@ -41,6 +41,7 @@ mod sq_room;
 pub mod status;
 pub mod sys;
 pub mod translate;
+mod transport;
 pub mod window;
 
 pub use config::{Config, Mode};

@@ -187,3 +187,76 @@ fn posted_receives_beyond_the_budget_are_pinned_not_refused() {
     }
     assert_eq!(b.eng().status().page().report().fallback_bytes, 0);
 }
+
+/// A QP of `qp_type` on `h` (64 WRs, 2 SGEs each way).
+fn create_qp_of(h: &Host, qp_type: u32) -> *mut ibv_qp {
+    let mut attr = ibv_qp_init_attr {
+        qp_context: core::ptr::null_mut(),
+        send_cq: h.cq,
+        recv_cq: h.cq,
+        srq: core::ptr::null_mut(),
+        cap: ibv_qp_cap {
+            max_send_wr: 64,
+            max_recv_wr: 64,
+            max_send_sge: 2,
+            max_recv_sge: 2,
+            max_inline_data: 0,
+        },
+        qp_type,
+        sq_sig_all: 0,
+    };
+    // SAFETY: a live PD and attributes.
+    let qp = unsafe {
+        match &h.eng {
+            Some(e) => nprdma::interpose::create_qp(e, h.pd, &mut attr),
+            None => (nprdma::fake::real_verbs().create_qp)(h.pd, &mut attr),
+        }
+    };
+    assert!(!qp.is_null());
+    qp
+}
+
+/// `ib_write_lat -c UC`: both sides register their buffer, then create a UC QP, then tell the
+/// peer `mr->rkey`. The peer protocol needs RC, so the library passes UC through: the regions
+/// of a PD with a UC QP are registered whole and the application's MR shows the whole
+/// registration's keys. Before, the WRITE went to the directory's rkey and, on a real UC QP,
+/// landed nowhere (both sides hung).
+#[test]
+fn rdma_write_on_a_uc_qp_reaches_the_peers_memory() {
+    let a = Host::with_library(1 << 20, 16 * 1024);
+    let b = Host::with_library(1 << 20, 16 * 1024);
+    let mut src = Buf::new(256 * KIB);
+    let mut dst = Buf::new(256 * KIB);
+    fill(&mut src, 4);
+    let smr = a.reg(&mut src, ALL_ACCESS);
+    let dmr = b.reg(&mut dst, ALL_ACCESS);
+    let dir_rkey = keys(dmr).1;
+    let qa = create_qp_of(&a, IBV_QPT_UC);
+    let qb = create_qp_of(&b, IBV_QPT_UC);
+    connect(&a, qa, &b, qb);
+    // Read after the QPs exist, as perftest does.
+    let (slkey, _) = keys(smr);
+    let (_, drkey) = keys(dmr);
+    assert_ne!(
+        drkey, dir_rkey,
+        "the MR shows the whole registration's rkey"
+    );
+    let len = 100 * KIB;
+    let mut s = [sge(&src, 5 * KIB, len, slkey)];
+    let raddr = dst.as_ptr() as u64 + 20 * KIB as u64;
+    let mut wr = rdma(IBV_WR_RDMA_WRITE, 7, &mut s, raddr, drkey, true);
+    assert_eq!(post_send(qa, &mut wr).0, 0);
+    let wc = poll(a.cq, 1);
+    assert_eq!((wc[0].wr_id, wc[0].status), (7, IBV_WC_SUCCESS));
+    assert_eq!(&dst[20 * KIB..20 * KIB + len], &src[5 * KIB..5 * KIB + len]);
+    // A region registered later in that PD is passed through.
+    let mut more = Buf::new(64 * KIB);
+    let mmr = b.reg(&mut more, ALL_ACCESS);
+    let r = b.eng().status().page().report();
+    assert!(r.reasons.iter().any(|s| s.contains("UC QP")), "{r:?}");
+    assert_eq!(r.passthrough_bytes, (256 + 64) as u64 * 1024);
+    // Deregistration gives the whole registrations back.
+    assert_eq!(b.dereg(dmr), 0);
+    assert_eq!(b.dereg(mmr), 0);
+    assert_eq!(b.eng().status().page().report().passthrough_bytes, 0);
+}
