@@ -132,6 +132,10 @@ pub enum Origin {
         last: bool,
         /// Whether the application wants a completion on success.
         wants_completion: bool,
+        /// On the last part of a split RDMA READ: the bytes of the whole application WR,
+        /// which its completion reports (the provider's `byte_len` counts the last part
+        /// only). 0: the provider's value stands.
+        byte_len: u32,
     },
     /// The library's own WR; `token` identifies the waiter ([`NO_WAITER`]: nobody waits).
     Internal {
@@ -185,6 +189,8 @@ pub struct SendTracker {
     /// How many of `entries` are [`Origin::Retired`] markers (not posted WRs).
     markers: usize,
     last_reported_group: Option<u64>,
+    /// The `byte_len` the last delivered success must show (0: the provider's).
+    delivered_len: u32,
 }
 
 impl SendTracker {
@@ -349,10 +355,11 @@ impl SendTracker {
                 group,
                 last,
                 wants_completion,
-                ..
+                byte_len,
             } => {
                 if status == IBV_WC_SUCCESS {
                     if last && wants_completion {
+                        self.delivered_len = byte_len;
                         Outcome::Deliver { wr_id }
                     } else {
                         Outcome::Suppress
@@ -406,6 +413,12 @@ impl SendTracker {
             w.extend(std::mem::take(&mut e.windows));
         }
         w
+    }
+
+    /// The `byte_len` the success just delivered by [`complete`](Self::complete) must show
+    /// (the whole split READ's), or 0 when the provider's value stands; reads it once.
+    pub fn take_delivered_len(&mut self) -> u32 {
+        core::mem::take(&mut self.delivered_len)
     }
 
     /// Whether an error of application WR `group` was already delivered (through one of its
@@ -562,6 +575,7 @@ mod tests {
             group,
             last,
             wants_completion: wants,
+            byte_len: 0,
         }
     }
 

@@ -1769,7 +1769,14 @@ fn translate_wc(qpc: &QpCtl, wc: &mut ibv_wc) -> bool {
         // A WR the library did not record (see TrackLock).
         return true;
     }
-    let (released, outcome) = qpc.track.lock().send.complete(wc.wr_id, wc.status);
+    let (released, outcome, byte_len) = {
+        let mut t = qpc.track.lock();
+        let (released, outcome) = t.send.complete(wc.wr_id, wc.status);
+        (released, outcome, t.send.take_delivered_len())
+    };
+    if byte_len != 0 {
+        wc.byte_len = byte_len;
+    }
 
     qpc.engine.release(&released);
     match outcome {
@@ -2696,6 +2703,12 @@ impl QpCtl {
                         group,
                         last,
                         wants_completion: wants,
+                        // A split READ's completion reports the whole WR's bytes.
+                        byte_len: if last && count > 1 && op == IBV_WR_RDMA_READ {
+                            u32::try_from(total).unwrap_or(u32::MAX)
+                        } else {
+                            0
+                        },
                     },
                     windows,
                 );
@@ -3090,6 +3103,7 @@ impl QpCtl {
                 group,
                 last: true,
                 wants_completion: wants,
+                byte_len: 0,
             },
             windows,
         );

@@ -260,3 +260,29 @@ fn rdma_write_on_a_uc_qp_reaches_the_peers_memory() {
     assert_eq!(b.dereg(mmr), 0);
     assert_eq!(b.eng().status().page().report().passthrough_bytes, 0);
 }
+
+/// A READ split over the peer's windows completes once, and its `byte_len` counts the whole
+/// READ as on plain verbs (ibv_poll_cq(3): relevant for RDMA READ), not its last part.
+#[test]
+fn a_split_read_reports_the_whole_byte_len() {
+    let (a, b, qa, _qb) = connected(
+        Host::with_library(1 << 20, 16 * 1024),
+        Host::with_library(1 << 20, 16 * 1024),
+    );
+    let mut local = Buf::new(256 * KIB);
+    let mut remote = Buf::new(256 * KIB);
+    fill(&mut remote, 6);
+    let lmr = a.reg(&mut local, IBV_ACCESS_LOCAL_WRITE);
+    let rmr = b.reg(&mut remote, ALL_ACCESS);
+    let len = 100 * KIB + 123;
+    let mut s = [sge(&local, 0, len, keys(lmr).0)];
+    let raddr = remote.as_ptr() as u64 + 7 * KIB as u64;
+    let mut wr = rdma(IBV_WR_RDMA_READ, 9, &mut s, raddr, keys(rmr).1, true);
+    assert_eq!(post_send(qa, &mut wr).0, 0);
+    let wc = poll(a.cq, 1);
+    assert_eq!(
+        (wc[0].wr_id, wc[0].status, wc[0].opcode, wc[0].byte_len),
+        (9, IBV_WC_SUCCESS, IBV_WC_RDMA_READ, len as u32)
+    );
+    assert_eq!(&local[..len], &remote[7 * KIB..7 * KIB + len]);
+}
