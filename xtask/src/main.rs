@@ -28,6 +28,7 @@ mod kernel_test;
 mod kernel_test_arm64;
 mod layers;
 mod rxe;
+mod rxe_clients;
 mod setup;
 mod test;
 mod util;
@@ -50,11 +51,14 @@ commands:
                               lines (NPRDMA-DEFMT: ...) decoded by the program's ELF, which must
                               be the one that ran (default: the last `cargo xtask firmware` build)
   rxe-test [--iters <n>] [--cmp-iters <n>] [--stress-ops <n>] [--rounds <n>] [--bw-rounds <n>]
-           [--smp <n>] [--compare-only] [--no-pin] [--cmp-flags <perftest flags>]
+           [--smp <n>] [--compare-only] [--clients-only] [--clients-full] [--no-pin] [--cmp-flags <perftest flags>]
            [--candidate <libnprdma.so>] [--boots <n>]
                               libnprdma.so on Soft-RoCE in a Debian guest (qemu-system-x86_64):
                               unmodified perftest, the stress program, with/without ratios
                               (--compare-only: just the alternating with/without comparison;
+                              --clients-only: just every perftest benchmark and rdma-core
+                              example without the library, with it and with NPRDMA=off;
+                              --clients-full: those with every perftest size, -a, up to 8 MiB;
                               --candidate: also a second build of the library, in the same
                               rounds, compared run by run with this one;
                               --boots: boot n times and pool the latency ratios)
@@ -168,6 +172,8 @@ fn run(args: &[String]) -> Result<(), XtaskError> {
                 o.smp = n.clamp(1, 64);
             }
             o.compare_only = opts.flag("--compare-only");
+            o.clients_only = opts.flag("--clients-only");
+            o.clients_full = opts.flag("--clients-full");
             if opts.flag("--no-pin") {
                 o.pin = false;
             }

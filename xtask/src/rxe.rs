@@ -35,6 +35,7 @@ const GUEST_PACKAGES: &[&str] = &[
     "librdmacm1",
     "libibumad3",
     "perftest",
+    "rdmacm-utils",
     "iproute2",
     "libc6",
     "libgcc-s1",
@@ -144,11 +145,11 @@ run() {
     cand) pre="env LD_PRELOAD=$CAND" ;;
     *) pre="env" ;;
   esac
-  $pre $SRV_PIN timeout 90 "$@" > /tmp/srv.out 2>&1 &
+  $pre $SRV_PIN timeout ${RUN_TIMEOUT:-90} "$@" > /tmp/srv.out 2>&1 &
   spid=$!
   # SRV_WAIT: a fixed wait instead, for servers that listen through rdma_cm, not TCP.
   if [ -n "$SRV_WAIT" ]; then sleep $SRV_WAIT; else wait_listen; fi
-  $pre $CLI_PIN timeout 90 "$@" $target > /tmp/cli.out 2>&1
+  $pre $CLI_PIN timeout ${RUN_TIMEOUT:-90} "$@" $target > /tmp/cli.out 2>&1
   crc=$?
   # perftest -R connects a second time after exchanging parameters; a server slow to listen
   # again under emulation rejects it (REJECTED, reason 8: no listener). Retry the client once.
@@ -210,6 +211,15 @@ grep -h '^STRESS' /tmp/srv.out /tmp/cli.out | sed 's/^/  /'
 run nprdma_verbs_stress_events small "--connect 127.0.0.1" \
   $STRESS --device rxe0 --gid-index $GIDX --size 1G --ops $(( $(arg stress_ops) / 2 + 1 )) --budget 16M --events --seed 11
 grep -h '^STRESS' /tmp/srv.out /tmp/cli.out | sed 's/^/  /'
+fi
+# Every perftest benchmark and rdma-core example, without the library, with it, NPRDMA=off.
+if [ "$SUITE" = all ] || [ "$SUITE" = clients ]; then
+  . /opt/nprdma/clients.sh
+fi
+if [ "$SUITE" = clients ]; then
+  say DONE
+  sync
+  poweroff -f
 fi
 
 # Same boot, with and without the library, alternating; server and client on CPUs of their
@@ -279,6 +289,10 @@ pub struct Options {
     pub stress_ops: u64,
     /// Only the with/without comparison (no functional tests, no stress program).
     pub compare_only: bool,
+    /// Only the real clients ([`crate::rxe_clients`]).
+    pub clients_only: bool,
+    /// The clients with every perftest size (`-a`, up to 8 MiB); much longer under TCG.
+    pub clients_full: bool,
     /// Rounds of the alternating latency comparison.
     pub rounds: u64,
     /// How many of those rounds also compare bandwidth (a bandwidth run takes about three
@@ -314,8 +328,21 @@ impl Options {
         let per_bw_round = 40u64.saturating_mul(scale);
         let extra = per_round
             .saturating_mul(self.rounds)
-            .saturating_add(per_bw_round.saturating_mul(self.bw_rounds));
+            .saturating_add(per_bw_round.saturating_mul(self.bw_rounds))
+            .saturating_add(self.clients_budget());
         VM_TIMEOUT.saturating_add(Duration::from_secs(extra))
+    }
+
+    /// Seconds the real clients may take: 60 runs of at most 40 s each (69 of 240 s with
+    /// `--clients-full`), bounded well below that sum (most take a few seconds).
+    fn clients_budget(&self) -> u64 {
+        if self.compare_only {
+            0
+        } else if self.clients_full {
+            4 * 3600
+        } else {
+            900
+        }
     }
 
     /// Refuses option values no run can use.
@@ -338,6 +365,8 @@ impl Default for Options {
             cmp_iters: 500,
             stress_ops: 100,
             compare_only: false,
+            clients_only: false,
+            clients_full: false,
             rounds: 31,
             bw_rounds: 5,
             smp: 4,
@@ -404,15 +433,22 @@ fn run_vm(
         smp: opts.smp,
         memory_mib: 2048,
         append: format!(
-            "console=ttyS0 panic=-1 loglevel=3 iters={} cmp_iters={} stress_ops={} suite={} rounds={} bw_rounds={} cmp_flags={} pin={}",
+            "console=ttyS0 panic=-1 loglevel=3 iters={} cmp_iters={} stress_ops={} suite={} rounds={} bw_rounds={} cmp_flags={} pin={} clients_full={}",
             opts.iters,
             opts.cmp_iters,
             opts.stress_ops,
-            if opts.compare_only { "compare" } else { "all" },
+            if opts.compare_only {
+                "compare"
+            } else if opts.clients_only {
+                "clients"
+            } else {
+                "all"
+            },
             opts.rounds,
             opts.bw_rounds,
             opts.cmp_flags.replace(' ', ","),
-            u8::from(opts.pin)
+            u8::from(opts.pin),
+            u8::from(opts.clients_full)
         ),
         timeout: opts.vm_timeout(),
         log,
@@ -584,7 +620,10 @@ fn build_initramfs(
         cpio.dir(d);
     }
     let mut elfs: Vec<PathBuf> = Vec::new();
-    for (src, dest) in GUEST_BINARIES {
+    for (src, dest) in GUEST_BINARIES
+        .iter()
+        .chain(crate::rxe_clients::CLIENT_BINARIES)
+    {
         let p = stage.join(src);
         cpio.file(dest, 0o755, &read(&p)?);
         if !src.ends_with("busybox") {
@@ -636,6 +675,11 @@ fn build_initramfs(
     }
     cpio.file("etc/modules.order", 0o644, list.as_bytes());
     cpio.file("init", 0o755, GUEST_INIT.as_bytes());
+    cpio.file(
+        "opt/nprdma/clients.sh",
+        0o644,
+        crate::rxe_clients::CLIENTS_SCRIPT.as_bytes(),
+    );
     std::fs::write(out, cpio.finish()).map_err(|e| other(format!("{}: {e}", out.display())))
 }
 
@@ -1108,13 +1152,13 @@ mod tests {
         let mut o = Options::default();
         assert_eq!(
             o.vm_timeout(),
-            VM_TIMEOUT + Duration::from_secs(31 * 10 + 5 * 40)
+            VM_TIMEOUT + Duration::from_secs(31 * 10 + 5 * 40 + 900)
         );
         assert!(o.validate().is_ok());
         o.cmp_iters = 1000;
         assert_eq!(
             o.vm_timeout(),
-            VM_TIMEOUT + Duration::from_secs(2 * (31 * 10 + 5 * 40))
+            VM_TIMEOUT + Duration::from_secs(2 * (31 * 10 + 5 * 40) + 900)
         );
         o.rounds = u64::MAX;
         o.bw_rounds = u64::MAX;
