@@ -16,6 +16,8 @@
 //! - [`window`], [`translate`], [`completion`], [`directory`]: the pure logic (window cache and
 //!   budget, WR planning, completion rules, directory layout and leases).
 //! - [`fdtable`]: the helper thread's private descriptor table.
+//! - `sq_room`, `fallback`, `transport`: the rule "never break a program that works without
+//!   the library" (waiting for send-queue room, pinning as plain verbs would, UC pass-through).
 //! - [`sys`]: the rdma-core ABI, layout-checked against the installed headers.
 #![cfg(all(target_os = "linux", target_arch = "x86_64"))]
 
