@@ -20,8 +20,8 @@ pub const CLIENT_BINARIES: &[(&str, &str)] = &[
 ///
 /// perftest: `-a` runs every size from 2 bytes to 2^23 (8 MiB), `-n 5` is the least number
 /// of iterations it takes (and caps the send-queue depth at 5). UC is offered by write and
-/// send, UD by send (perftest's usage); read and atomics are RC only. By default only the UD
-/// runs (UD messages end at the MTU) use `-a`, the others 1 or 2 MiB (RC) or 64 KiB (UC);
+/// send, UD by send (perftest's usage); read and atomics are RC only. By default the runs use
+/// 1 or 2 MiB (RC), 64 KiB (UC) or 512 B (UD, whose messages end at the MTU);
 /// `--clients-full` runs all with `-a`, and adds `ib_write_bw -s 4M -n 128` (its default
 /// send-queue depth of 128 in flight: the case where split WRITEs filled the send queue) and
 /// the 16 MiB UC and SRQ pingpongs. rdma-core's pingpongs
@@ -35,9 +35,9 @@ pub const CLIENTS_SCRIPT: &str = r#"
 # few minutes under TCG (rxe moves a few MB/s there: ib_write_bw -a alone takes 40 s).
 FULL=$(arg clients_full)
 if [ "$FULL" = 1 ]; then
-  LAT=-a; BW=-a; SMALL=-a; CT=240
+  LAT=-a; BW=-a; SMALL=-a; UD=-a; CT=240
 else
-  LAT="-s 1048576"; BW="-s 2097152"; SMALL="-s 65536"; CT=40
+  LAT="-s 1048576"; BW="-s 2097152"; SMALL="-s 65536"; UD="-s 512"; CT=40
 fi
 now() { cut -d' ' -f1 /proc/uptime; }
 # trio NAME TARGET CMD...: three runs of CMD (server and client), timed; a run that does not
@@ -60,10 +60,10 @@ trio read_lat_rc $L ib_read_lat $P $LAT
 trio read_bw_rc $L ib_read_bw $P $BW
 trio send_lat_rc $L ib_send_lat $P $BW
 trio send_lat_uc $L ib_send_lat $P $SMALL -c UC
-trio send_lat_ud $L ib_send_lat $P -a -c UD
+trio send_lat_ud $L ib_send_lat $P $UD -c UD
 trio send_bw_rc $L ib_send_bw $P $BW
 trio send_bw_uc $L ib_send_bw $P $SMALL -c UC
-trio send_bw_ud $L ib_send_bw $P -a -c UD
+trio send_bw_ud $L ib_send_bw $P $UD -c UD
 trio atomic_lat_rc $L ib_atomic_lat $P
 trio atomic_bw_rc $L ib_atomic_bw $P
 G="-d rxe0 -g $GIDX -c"
