@@ -3,7 +3,8 @@
 //! For this process it prints what a verbs application started now with the same environment
 //! would get (mode, budget, why the library would step aside); for every running process that
 //! has the library preloaded it prints the live counters from that process's status page
-//! (docs/connectx.md, "nprdma doctor").
+//! (docs/connectx.md, "nprdma doctor"). It also says which linux-glue backend (kernel module or
+//! user space) this environment gets, and why (docs/linux-glue.md, "Choosing the backend").
 
 use libnprdma::doctor::{self, Report, ReportMode, Survey};
 
@@ -93,8 +94,30 @@ pub fn describe_others(found: &Survey, clean: bool) -> Vec<String> {
     lines
 }
 
+/// The line about linux-glue's backend for `setting` (from `NPRDMA_BACKEND`): which one a
+/// process started now would get, and why; the error when none (a bad setting, or the kernel
+/// backend forced where the module is not usable).
+#[cfg(target_os = "linux")]
+pub fn describe_glue_backend<P: linux_glue::backend::KernelProbe>(
+    setting: linux_glue::Result<linux_glue::backend::BackendSetting>,
+    probe: &P,
+) -> String {
+    match setting.and_then(|s| linux_glue::backend::choose(s, probe)) {
+        Ok(sel) => format!("linux-glue backend: {} ({})", sel.kind.as_str(), sel.reason),
+        Err(e) => format!("linux-glue backend: none: {e}"),
+    }
+}
+
 /// Prints the report.
 pub fn run(clean: bool) {
+    #[cfg(target_os = "linux")]
+    println!(
+        "{}",
+        describe_glue_backend(
+            linux_glue::backend::BackendSetting::from_env(),
+            &linux_glue::backend::DeviceProbe::default()
+        )
+    );
     let me = doctor::current();
     println!("this environment (a verbs application started now with LD_PRELOAD=libnprdma.so):");
     for l in describe(&me) {
@@ -108,6 +131,23 @@ pub fn run(clean: bool) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn the_glue_backend_line_says_which_and_why() {
+        use linux_glue::backend::{BackendSetting, DeviceProbe};
+        let absent = DeviceProbe::at("/nonexistent/nprdma-glue");
+        let auto = describe_glue_backend(Ok(BackendSetting::Auto), &absent);
+        assert!(auto.starts_with("linux-glue backend: user ("), "{auto}");
+        assert!(auto.contains("not loaded"), "{auto}");
+        let forced = describe_glue_backend(Ok(BackendSetting::Kernel), &absent);
+        assert!(forced.starts_with("linux-glue backend: none: "), "{forced}");
+        assert!(forced.contains("not usable"), "{forced}");
+        let user = describe_glue_backend(Ok(BackendSetting::User), &absent);
+        assert!(user.contains("NPRDMA_BACKEND=user"), "{user}");
+        let bad = describe_glue_backend(BackendSetting::parse("both"), &absent);
+        assert!(bad.contains("\"both\" is not valid"), "{bad}");
+    }
 
     #[test]
     fn exited_processes_are_named_and_removed_only_with_clean() {

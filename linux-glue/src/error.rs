@@ -159,6 +159,25 @@ pub enum GlueError {
         /// The page.
         addr: u64,
     },
+    /// A setting (an environment variable) has a value that is not one of its choices.
+    #[error("{name}={value:?} is not valid (expected {expected})")]
+    BadSetting {
+        /// The setting's name.
+        name: &'static str,
+        /// The value found.
+        value: String,
+        /// The values it takes.
+        expected: &'static str,
+    },
+    /// The kernel backend was forced (`NPRDMA_BACKEND=kernel`) but the module's device is not
+    /// usable: absent, not openable, or the ABI handshake failed.
+    #[error("the kernel backend was asked for but {path} is not usable: {why}")]
+    KernelBackendUnavailable {
+        /// The device node probed.
+        path: String,
+        /// What opening it or the handshake answered.
+        why: Box<GlueError>,
+    },
 }
 
 impl GlueError {
@@ -188,6 +207,8 @@ impl GlueError {
             Self::Contended { .. } => 20,
             Self::InvalidArgument { .. } => 21,
             Self::HwPoison { .. } => 22,
+            Self::BadSetting { .. } => 23,
+            Self::KernelBackendUnavailable { .. } => 24,
         }
     }
 }

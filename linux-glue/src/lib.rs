@@ -16,6 +16,8 @@
 //! - **The kernel-module ABI** ([`abi`]) and its user-space half ([`kmod`]), tested against an
 //!   in-process fake module, and against the module itself by `cargo xtask kernel-test` (the
 //!   binary `linux-glue-kmod-test`).
+//! - **Backend choice** ([`backend`]): the kernel module when its device is usable, user space
+//!   otherwise; `NPRDMA_BACKEND=auto|kernel|user` forces one.
 //! - **Swap experiments** ([`swap`]): a swap file and sysctl changes that are always undone.
 //!
 //! What each mechanism can and cannot see, and the measured costs, are in docs/linux-glue.md.
@@ -25,6 +27,7 @@
 #![cfg(target_os = "linux")]
 
 pub mod abi;
+pub mod backend;
 mod error;
 mod faultin;
 mod glue;

@@ -1101,6 +1101,55 @@ mod kt {
         ))
     }
 
+    /// With the module loaded, `auto` picks the kernel backend (the device opens and shakes
+    /// hands), `user` forces user space without probing, and `kernel` at a node that does not
+    /// exist is the typed error.
+    fn backend_choice() -> Check {
+        use linux_glue::backend::{BackendKind, BackendSetting, DeviceProbe, Reason, choose};
+        let auto = glue(
+            "auto",
+            choose(BackendSetting::Auto, &DeviceProbe::default()),
+        )?;
+        ensure(auto.kind == BackendKind::Kernel, || {
+            format!("auto chose {}: {}", auto.kind.as_str(), auto.reason)
+        })?;
+        ensure(matches!(auto.reason, Reason::DeviceUsable { .. }), || {
+            format!("auto's reason: {}", auto.reason)
+        })?;
+        let client = auto
+            .client
+            .ok_or("auto chose the kernel without a client")?;
+        let m = glue("map", Mapping::anonymous(4 * PAGE, Protection::ReadWrite))?;
+        let reg = glue(
+            "register through the chosen backend",
+            client.register(m.addr(), 4 * PAGE, Access::Write),
+        )?;
+        let res = glue(
+            "resolve",
+            client.resolve(&reg, m.addr(), Access::Write, false),
+        )?;
+        let user = glue(
+            "user",
+            choose(BackendSetting::User, &DeviceProbe::default()),
+        )?;
+        ensure(user.kind == BackendKind::User, || {
+            "user not honoured".into()
+        })?;
+        let missing = choose(
+            BackendSetting::Kernel,
+            &DeviceProbe::at("/dev/nprdma-absent"),
+        );
+        ensure(
+            matches!(missing, Err(GlueError::KernelBackendUnavailable { .. })),
+            || format!("forced kernel at a missing node: {missing:?}"),
+        )?;
+        Ok(format!(
+            "auto: kernel ({}); a register + resolve through it: {:?} pfn {:#x}; user forced: \
+             user; kernel forced at a missing node: KernelBackendUnavailable",
+            auto.reason, res.kind, res.pfn
+        ))
+    }
+
     fn delete_module() -> Result<(), i32> {
         let name = std::ffi::CString::new(MODULE_NAME).map_err(|_| libc::EINVAL)?;
         // SAFETY: a NUL-terminated name that outlives the call.
@@ -1150,6 +1199,7 @@ mod kt {
             }
         };
         report.line("handshake", handshake(&env));
+        report.line("backend-choice", backend_choice());
         report.line("dma-without-device", dma_without_device(&env));
         report.line("register-untouched-unpinned", register_untouched(&mut env));
         report.line("resolve-read", resolve_read(&mut env));
