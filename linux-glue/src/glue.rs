@@ -42,7 +42,11 @@ pub enum StatePreference {
 pub struct GlueConfig {
     /// Where VMAs come from.
     pub vma_source: VmaSource,
-    /// Read /proc/self/smaps at registration for `THPeligible`, VmFlags and KernelPageSize.
+    /// Read /proc/self/smaps at registration for `THPeligible`, VmFlags and KernelPageSize,
+    /// where it is needed: always when the VMAs come from the maps text, and with
+    /// PROCMAP_QUERY (which already gives the page size) only for a range holding a file
+    /// mapping of 4 KiB pages (which may be a device mapping, `VM_IO`/`VM_PFNMAP`, that
+    /// registration refuses); ranges of anonymous, shmem and hugetlb memory skip it.
     pub read_smaps: bool,
     /// Which interface answers page-state queries.
     pub state_source: StatePreference,
@@ -148,6 +152,8 @@ pub struct GlueStats {
     pub malformed: u64,
     /// Reclaim scans run.
     pub scans: u64,
+    /// Registrations that read /proc/self/smaps (see [`GlueConfig::read_smaps`]).
+    pub smaps_reads: u64,
 }
 
 #[derive(Default)]
@@ -157,6 +163,7 @@ struct Counters {
     unexpected_faults: AtomicU64,
     malformed: AtomicU64,
     scans: AtomicU64,
+    smaps_reads: AtomicU64,
 }
 
 /// The callback that receives invalidations.
@@ -304,8 +311,8 @@ impl Glue {
     ///
     /// Validates the range against the process's mappings and records the VMAs and their
     /// properties. Touches no page: the cost is O(VMAs in the range) (one PROCMAP_QUERY ioctl
-    /// or maps line per VMA, the smaps entries up to the range, and one UFFDIO_REGISTER per
-    /// anonymous/shmem VMA).
+    /// or maps line per VMA, the smaps entries up to the range where they are needed, see
+    /// [`GlueConfig::read_smaps`], and one UFFDIO_REGISTER per anonymous/shmem VMA).
     pub fn register(&self, addr: VirtAddr, len: u64, access: Access) -> Result<RegionId> {
         let range = AlignedRange::new(addr, len, PageSize::Size4K)?;
         let (start, end) = (range.start().as_u64(), range.end().as_u64());
@@ -428,6 +435,16 @@ impl Drop for Glue {
 }
 
 /// Checks that the VMAs cover `[start, end)` without holes and allow `access`.
+/// Whether VMAs that PROCMAP_QUERY described still need smaps: a file mapping of 4 KiB pages
+/// may be a device mapping (`VM_IO`/`VM_PFNMAP`, only smaps' VmFlags say so). Anonymous and
+/// shmem memory cannot be, and hugetlb's page size came with the query; their THP
+/// eligibility stays unknown (resolution then checks each 2 MiB block).
+fn smaps_needed(vmas: &[VmaInfo]) -> bool {
+    vmas.iter().any(|v| {
+        !matches!(v.backing, Backing::Anonymous | Backing::Shmem) && v.page_size == PageSize::Size4K
+    })
+}
+
 fn validate_coverage(vmas: &[VmaInfo], start: u64, end: u64, access: Access) -> Result<()> {
     let mut cur = start;
     for v in vmas {
@@ -510,6 +527,7 @@ impl Inner {
             unexpected_faults: c.unexpected_faults.load(Ordering::Relaxed),
             malformed: c.malformed.load(Ordering::Relaxed),
             scans: c.scans.load(Ordering::Relaxed),
+            smaps_reads: c.smaps_reads.load(Ordering::Relaxed),
         }
     }
 
@@ -526,15 +544,17 @@ impl Inner {
             (Some(maps), true, VmaSource::Auto) => vma::query_in_range(maps, start, end).ok(),
             _ => None,
         };
+        let from_query = queried.is_some();
         let mut vmas = match queried {
             Some(v) => v,
             None => vma::maps_in_range(start, end)?,
         };
         vma::clip(&mut vmas, start, end);
-        if self.config.read_smaps
-            && let Ok(smaps) = vma::smaps_in_range(start, end)
-        {
-            vma::apply_smaps(&mut vmas, &smaps);
+        if self.config.read_smaps && (!from_query || smaps_needed(&vmas)) {
+            self.counters.smaps_reads.fetch_add(1, Ordering::Relaxed);
+            if let Ok(smaps) = vma::smaps_in_range(start, end) {
+                vma::apply_smaps(&mut vmas, &smaps);
+            }
         }
         Ok(vmas)
     }

@@ -58,15 +58,33 @@ fn vmas_are_the_same_from_procmap_query_and_from_maps_text() {
     a.deregister(ia).unwrap();
     let ib = b.register(m.addr(), m.len(), Access::Read).unwrap();
     let vb = b.region(ib).unwrap().vmas;
+    b.deregister(ib).unwrap();
     assert_eq!(va.len(), 3);
-    assert_eq!(va, vb);
-    assert_eq!(va[1].has_flag(b"hg"), Some(true));
+    // With PROCMAP_QUERY, anonymous memory is registered without smaps: compare what both
+    // sources say, then the smaps part of the maps-text registration.
+    let without_smaps = |v: &[linux_glue::VmaInfo]| -> Vec<linux_glue::VmaInfo> {
+        v.iter()
+            .cloned()
+            .map(|mut x| {
+                x.thp_eligible = None;
+                x.vm_flags = None;
+                x
+            })
+            .collect()
+    };
+    assert_eq!(without_smaps(&va), without_smaps(&vb));
+    assert_eq!(vb[1].has_flag(b"hg"), Some(true));
     println!("capabilities: {:?}", a.capabilities());
 }
 
 #[test]
 fn a_range_spanning_several_vmas_records_each() {
-    let (glue, _rx) = glue();
+    // The maps text plus smaps, so that VmFlags are known.
+    let (glue, _rx) = Glue::new(GlueConfig {
+        vma_source: VmaSource::MapsText,
+        ..Default::default()
+    })
+    .unwrap();
     let m = Mapping::anonymous(6 * PAGE, Protection::ReadWrite).unwrap();
     // Make the middle two pages a separate VMA by changing their THP advice.
     m.advise(2 * PAGE, 2 * PAGE, Advice::NoHugePage).unwrap();
@@ -270,4 +288,53 @@ fn deregistration_is_symmetric() {
         states.iter().all(|s| !s.present),
         "deregistration touches no page either"
     );
+}
+
+#[test]
+fn smaps_is_read_only_where_procmap_query_does_not_answer() {
+    let (glue, _rx) = glue();
+    let anon = Mapping::anonymous(64 * PAGE, Protection::ReadWrite).unwrap();
+    let path = std::env::temp_dir().join(format!("linux-glue-smaps-{}", std::process::id()));
+    std::fs::write(&path, vec![1u8; 4 * PAGE as usize]).unwrap();
+    let f = std::fs::File::open(&path).unwrap();
+    let file = Mapping::file(&f, 4 * PAGE, Protection::Read, false).unwrap();
+    std::fs::remove_file(&path).unwrap();
+
+    let before = glue.stats().smaps_reads;
+    let id = glue
+        .register(anon.addr(), anon.len(), Access::Write)
+        .unwrap();
+    let anon_reads = glue.stats().smaps_reads - before;
+    let fid = glue
+        .register(file.addr(), file.len(), Access::Read)
+        .unwrap();
+    let file_reads = glue.stats().smaps_reads - before - anon_reads;
+    if glue.capabilities().procmap_query {
+        assert_eq!(anon_reads, 0, "anonymous memory: PROCMAP_QUERY answers");
+        assert_eq!(glue.region(id).unwrap().vmas[0].thp_eligible, None);
+    } else {
+        skip(
+            "smaps_is_read_only_where_procmap_query_does_not_answer (anonymous part)",
+            "no PROCMAP_QUERY (Linux < 6.11): the smaps walk is the fallback",
+        );
+        assert_eq!(anon_reads, 1);
+    }
+    assert_eq!(
+        file_reads, 1,
+        "a file mapping may be VM_IO/VM_PFNMAP: smaps is read"
+    );
+    glue.deregister(id).unwrap();
+    glue.deregister(fid).unwrap();
+
+    // The maps-text source (what a kernel without PROCMAP_QUERY gets) always reads smaps.
+    let (text, _rx) = Glue::new(GlueConfig {
+        vma_source: VmaSource::MapsText,
+        ..Default::default()
+    })
+    .unwrap();
+    let id = text
+        .register(anon.addr(), anon.len(), Access::Write)
+        .unwrap();
+    assert_eq!(text.stats().smaps_reads, 1);
+    assert!(text.region(id).unwrap().vmas[0].thp_eligible.is_some());
 }
