@@ -14,7 +14,8 @@
  * The ABI (ioctl numbers, argument layouts, table and ring layouts, status codes) is
  * nprdma_abi.h, which mirrors linux-glue/src/abi.rs.
  *
- * Objects, lifetimes and locks (no lock below is ever taken in interrupt context):
+ * Objects, lifetimes and locks (only ring_lock is ever taken in interrupt context: by the
+ * IOMMU fault handler, so it is always taken with interrupts off):
  *
  * struct npg_ctx (one per open file)
  *   - ref: kref. One reference for the open file, one for a queued teardown work item.
@@ -27,9 +28,10 @@
  *     is never taken by an invalidation callback or by mmap (which runs under mmap_lock).
  *   - lookup_lock (spinlock): the regions list, for the mmap lookup. Writers hold mutex
  *     too; mmap holds only lookup_lock (mmap_lock -> lookup_lock).
- *   - ring_lock (spinlock): the ring's private producer and dropped counters (user space
- *     can write the shared header; the module never reads its own counters back from it)
- *     and the records. Taken by invalidation callbacks, after (never inside) a region's lock.
+ *   - ring_lock (spinlock, irqsave): the ring's private producer and dropped counters (user
+ *     space can write the shared header; the module never reads its own counters back from
+ *     it) and the records. Taken by invalidation callbacks, after (never inside) a region's
+ *     lock, and by the IOMMU fault handler (hard interrupt), which takes no other lock.
  *   - ring: set once under ring_lock by IOC_RING_SETUP, freed with the context.
  *   - dead: set by the first MMU_NOTIFY_RELEASE callback (the mm's exit_mmap): the
  *     teardown work then removes every region; release does the same at close.
@@ -143,6 +145,8 @@ static atomic_long_t npg_stale = ATOMIC_LONG_INIT(0);
 static atomic_long_t npg_scratched = ATOMIC_LONG_INIT(0);
 /* iommu_map failures (the page is then left on the scratch page, or unmapped). */
 static atomic_long_t npg_iommu_errors = ATOMIC_LONG_INIT(0);
+/* IOMMU faults the SMMU driver reported for a file's domain (posted to its ring). */
+static atomic_long_t npg_device_faults = ATOMIC_LONG_INIT(0);
 
 /* QEMU's edu device, hw/misc/edu.c: registers of BAR 0. */
 #define EDU_VENDOR 0x1234
@@ -201,6 +205,7 @@ struct npg_ctx {
 	struct iommu_domain *domain;
 	struct page *scratch;
 	struct npg_dev *dev;
+	u32 requester_id; /* the device's PCI requester ID, set before its fault handler */
 };
 
 struct npg_region {
@@ -272,13 +277,14 @@ static unsigned long npg_region_end(const struct npg_region *r)
  * never trusted: any value that does not leave a free slot counts as full. Takes ring_lock.
  */
 static void npg_post(struct npg_ctx *ctx, u64 region, unsigned long start, unsigned long len,
-		     u32 cause, u32 flags)
+		     u32 cause, u32 flags, u64 new_start)
 {
 	struct nprdma_ring_header *h;
 	struct nprdma_invalidation_record *rec;
+	unsigned long irqflags;
 	u64 consumer;
 
-	spin_lock(&ctx->ring_lock);
+	spin_lock_irqsave(&ctx->ring_lock, irqflags);
 	if (!ctx->ring)
 		goto out;
 	h = ctx->ring->mem;
@@ -297,12 +303,12 @@ static void npg_post(struct npg_ctx *ctx, u64 region, unsigned long start, unsig
 	WRITE_ONCE(rec->len, len);
 	WRITE_ONCE(rec->cause, cause);
 	WRITE_ONCE(rec->flags, flags);
-	WRITE_ONCE(rec->new_start, 0);
+	WRITE_ONCE(rec->new_start, new_start);
 	ctx->ring_producer++;
 	/* Publishes the record: pairs with user space's acquire load of `producer`. */
 	smp_store_release(&h->producer, ctx->ring_producer);
 out:
-	spin_unlock(&ctx->ring_lock);
+	spin_unlock_irqrestore(&ctx->ring_lock, irqflags);
 }
 
 static u32 npg_cause(enum mmu_notifier_event event)
@@ -501,7 +507,7 @@ static bool npg_invalidate(struct mmu_interval_notifier *mni,
 	spin_unlock(&r->lock);
 
 	if (start < end)
-		npg_post(ctx, r->id, start, end - start, npg_cause(range->event), flags);
+		npg_post(ctx, r->id, start, end - start, npg_cause(range->event), flags, 0);
 
 	/* The mm is being torn down (exit_mmap): remove every region of this context. */
 	if (release && !atomic_xchg(&ctx->dead, 1)) {
@@ -1010,10 +1016,10 @@ static long npg_ring_setup(struct npg_ctx *ctx, struct nprdma_ring_setup_args *a
 	h->entry_size = sizeof(struct nprdma_invalidation_record);
 	b->pgoff = ctx->next_pgoff;
 	ctx->next_pgoff += b->bytes >> PAGE_SHIFT;
-	spin_lock(&ctx->ring_lock);
+	spin_lock_irq(&ctx->ring_lock);
 	ctx->ring_entries = a->entries;
 	ctx->ring = b;
-	spin_unlock(&ctx->ring_lock);
+	spin_unlock_irq(&ctx->ring_lock);
 	a->ring_offset = (u64)b->pgoff << PAGE_SHIFT;
 	a->ring_bytes = bytes;
 	return 0;
@@ -1056,6 +1062,36 @@ static void npg_dma_detach(struct npg_ctx *ctx)
 	ctx->scratch = NULL;
 }
 
+/*
+ * IOMMU fault forwarding (ABI 4). Where the SMMU driver reports a context fault with
+ * report_iommu_fault() (drivers/iommu/iommu.c), as arm-smmu does for SMMUv1/v2 such as the
+ * MMU-500 from its context-bank interrupt (drivers/iommu/arm/arm-smmu/arm-smmu.c
+ * arm_smmu_context_fault(): the faulting address from CB_FAR, read or write from FSYNR0.WNR),
+ * the fault is posted to the file's ring as a NPRDMA_CAUSE_DEVICE_FAULT record: start = the
+ * IOVA (the process's virtual address), len 0, region_id 0 (the handler runs in hard
+ * interrupt context and looks up no region; user space finds it by address), flags
+ * NPRDMA_RECORD_DEVICE_WRITE for a write, new_start = the device's PCI requester ID (its
+ * stream). User space's policy then decides what the bare-metal driver decides. arm-smmu
+ * programs its context banks to terminate faulting transactions (SMMU_CBn_SCTLR.CFCFG = 0,
+ * Arm IHI 0062), so under Linux the access was already aborted when the record is read and
+ * the only policy left is fault-in and re-send. With the scratch page every IOVA of a region
+ * is mapped, so a record means an access outside every region. arm-smmu-v3 never calls
+ * report_iommu_fault() (its events go to iommu_report_device_fault(), a per-device path), so
+ * on QEMU's SMMUv3 the handler is installed but never runs, and QEMU models no SMMUv2: this
+ * path is compiled for arm64 and x86_64, not exercised. Returns 0 (handled), so the SMMU
+ * driver does not log the fault again.
+ */
+static int npg_iommu_fault(struct iommu_domain *domain, struct device *dev, unsigned long iova,
+			   int flags, void *token)
+{
+	struct npg_ctx *ctx = token;
+	u32 rflags = (flags & IOMMU_FAULT_WRITE) ? NPRDMA_RECORD_DEVICE_WRITE : 0;
+
+	atomic_long_inc(&npg_device_faults);
+	npg_post(ctx, 0, iova, 0, NPRDMA_CAUSE_DEVICE_FAULT, rflags, READ_ONCE(ctx->requester_id));
+	return 0;
+}
+
 static long npg_dma_attach(struct npg_ctx *ctx, struct nprdma_dma_attach_args *a)
 {
 	struct iommu_domain *domain;
@@ -1085,6 +1121,9 @@ static long npg_dma_attach(struct npg_ctx *ctx, struct nprdma_dma_attach_args *a
 	domain = iommu_domain_alloc(dev->pdev->dev.bus);
 	if (!domain)
 		goto unlock;
+	WRITE_ONCE(ctx->requester_id, pci_dev_id(dev->pdev));
+	/* Before the attach: the device cannot fault in this domain until it is in it. */
+	iommu_set_fault_handler(domain, npg_iommu_fault, ctx);
 	ret = iommu_attach_device(domain, &dev->pdev->dev);
 	if (ret) {
 		iommu_domain_free(domain);
@@ -1580,12 +1619,12 @@ static int npg_mmap(struct file *file, struct vm_area_struct *vma)
 	spin_unlock(&ctx->lookup_lock);
 	if (!b) {
 		/* The ring is set once, under ring_lock, and lives as long as the context. */
-		spin_lock(&ctx->ring_lock);
+		spin_lock_irq(&ctx->ring_lock);
 		if (ctx->ring && ctx->ring->pgoff == vma->vm_pgoff) {
 			b = ctx->ring;
 			kref_get(&b->ref);
 		}
-		spin_unlock(&ctx->ring_lock);
+		spin_unlock_irq(&ctx->ring_lock);
 	}
 	if (!b)
 		return -EINVAL;
@@ -1628,11 +1667,12 @@ static const struct file_operations npg_fops = {
 static ssize_t stats_show(struct device *dev, struct device_attribute *attr, char *buf)
 {
 	return sysfs_emit(buf,
-			  "contexts %d regions %d teardowns %d retries %ld dmas %ld stale %ld scratched %ld iommu_errors %ld\n",
+			  "contexts %d regions %d teardowns %d retries %ld dmas %ld stale %ld scratched %ld iommu_errors %ld device_faults %ld\n",
 			  atomic_read(&npg_contexts), atomic_read(&npg_regions),
 			  atomic_read(&npg_teardowns), atomic_long_read(&npg_retries),
 			  atomic_long_read(&npg_dmas), atomic_long_read(&npg_stale),
-			  atomic_long_read(&npg_scratched), atomic_long_read(&npg_iommu_errors));
+			  atomic_long_read(&npg_scratched), atomic_long_read(&npg_iommu_errors),
+			  atomic_long_read(&npg_device_faults));
 }
 static DEVICE_ATTR_RO(stats);
 

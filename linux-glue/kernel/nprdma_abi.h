@@ -20,7 +20,7 @@
 #include <stddef.h>
 #endif
 
-#define NPRDMA_ABI_VERSION 3u
+#define NPRDMA_ABI_VERSION 4u
 /* The misc device's name: the node is /dev/nprdma-glue (abi.rs DEVICE_NODE). */
 #define NPRDMA_DEVICE_NAME "nprdma-glue"
 /* Unassigned in Documentation/userspace-api/ioctl/ioctl-number.rst as read. */
@@ -182,9 +182,11 @@ struct nprdma_ring_header {
 #define NPRDMA_CAUSE_CLEARED 7u       /* MMU_NOTIFY_CLEAR (madvise, reclaim, migration, COW) */
 #define NPRDMA_CAUSE_PROTECTION 8u    /* MMU_NOTIFY_PROTECTION_*, SOFT_DIRTY */
 #define NPRDMA_CAUSE_RELEASED 9u      /* MMU_NOTIFY_RELEASE: the mm is gone */
+#define NPRDMA_CAUSE_DEVICE_FAULT 10u /* ABI 4: an IOMMU fault (start = IOVA, new_start = RID) */
 
 /* Record flags. */
 #define NPRDMA_RECORD_NONBLOCKING (1u << 0) /* from a non-blockable invalidation */
+#define NPRDMA_RECORD_DEVICE_WRITE (1u << 1) /* ABI 4: the faulting access was a write */
 
 struct nprdma_invalidation_record {
 	__u64 seq;

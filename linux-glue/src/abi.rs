@@ -48,7 +48,7 @@ use std::sync::atomic::AtomicU64;
 use crate::sys::{IOC_READ, IOC_WRITE, ioc};
 
 /// The ABI version this crate speaks.
-pub const ABI_VERSION: u32 = 3;
+pub const ABI_VERSION: u32 = 4;
 /// The module's character device.
 pub const DEVICE_NODE: &str = "/dev/nprdma-glue";
 /// ioctl type byte. Unassigned in Documentation/userspace-api/ioctl/ioctl-number.rst as read
@@ -355,11 +355,20 @@ pub mod cause {
     pub const PROTECTION: u32 = 8;
     /// The module's `MMU_NOTIFY_RELEASE`: the process's mm is gone (exit, exec).
     pub const RELEASED: u32 = 9;
+    /// ABI 4: not an invalidation but an IOMMU fault the SMMU driver reported for the file's
+    /// domain (arm-smmu / MMU-500 context faults): `start` = the IOVA (a virtual address of
+    /// the process), `len` 0, `region_id` 0, `new_start` = the device's PCI requester ID,
+    /// [`super::RECORD_DEVICE_WRITE`] for a write. Decoded by `kmod::DeviceFault`.
+    pub const DEVICE_FAULT: u32 = 10;
 }
 
 /// [`InvalidationRecord::flags`]: the invalidation came from a context that may not block
 /// (`mmu_notifier_range_blockable` false, e.g. the OOM reaper).
 pub const RECORD_NONBLOCKING: u32 = 1 << 0;
+
+/// [`InvalidationRecord::flags`] of a [`cause::DEVICE_FAULT`] record (ABI 4): the faulting
+/// access was a write.
+pub const RECORD_DEVICE_WRITE: u32 = 1 << 1;
 
 /// One record of the event ring.
 #[repr(C)]
@@ -377,7 +386,8 @@ pub struct InvalidationRecord {
     pub cause: u32,
     /// `RECORD_*` bits.
     pub flags: u32,
-    /// For `REMAPPED`: the new address of `start`; otherwise 0.
+    /// For `REMAPPED`: the new address of `start`; for `DEVICE_FAULT`: the device's PCI
+    /// requester ID; otherwise 0.
     pub new_start: u64,
 }
 

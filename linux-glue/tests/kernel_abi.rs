@@ -62,6 +62,8 @@ fn expected() -> Vec<(&'static str, u64)> {
         ("NPRDMA_CAUSE_PROTECTION", u64::from(cause::PROTECTION)),
         ("NPRDMA_CAUSE_RELEASED", u64::from(cause::RELEASED)),
         ("NPRDMA_RECORD_NONBLOCKING", u64::from(RECORD_NONBLOCKING)),
+        ("NPRDMA_CAUSE_DEVICE_FAULT", u64::from(cause::DEVICE_FAULT)),
+        ("NPRDMA_RECORD_DEVICE_WRITE", u64::from(RECORD_DEVICE_WRITE)),
         ("NPRDMA_ENTRY_PRESENT", PageStateEntry::PRESENT),
         ("NPRDMA_ENTRY_WRITABLE", PageStateEntry::WRITABLE),
         ("NPRDMA_ENTRY_HUGE", PageStateEntry::HUGE),

@@ -21,9 +21,11 @@ use crate::resolver::FaultKind;
 use crate::sys::{PAGE, PAGE_SHIFT};
 use crate::{GlueError, Result};
 
+mod device_fault;
 mod fake;
 mod real;
 
+pub use device_fault::DeviceFault;
 pub use fake::{FAKE_PFN_BASE, FakeModule};
 pub use real::RealModule;
 
