@@ -10,10 +10,11 @@ use std::time::{Duration, Instant};
 
 use hal::{AlignedRange, PageSize, PhysAddr, VirtAddr};
 
+use crate::classify;
 use crate::faultin::{self, FaultInMethod};
 use crate::pagemap::{self, PageState, PagemapEntry, PagemapReader, StateSource};
 use crate::registry::{self, Access, Invalidate, RangeSet, RegionId, Registry};
-use crate::resolver::Resolver;
+use crate::resolver::{FaultKind, Resolver};
 use crate::sys::{self, FaultCounters, HUGE_2M, PAGE, PAGE_SHIFT};
 use crate::uffd::{Uffd, UffdEvent};
 use crate::vma::{self, Backing, ThpMode, VmaInfo};
@@ -445,6 +446,18 @@ fn smaps_needed(vmas: &[VmaInfo]) -> bool {
     })
 }
 
+/// `(start, end, an absent page is filled without I/O, shared)` of a VMA, for
+/// [`Inner::predict_faults`]: private anonymous memory is zero-filled, and hugetlb pages come
+/// from the huge page pool (they are never swapped, mm/hugetlb.c).
+pub(crate) fn vma_kind(v: &VmaInfo) -> (u64, u64, bool, bool) {
+    (
+        v.start.as_u64(),
+        v.end.as_u64(),
+        (v.backing == Backing::Anonymous && !v.shared) || v.hugetlb(),
+        v.shared,
+    )
+}
+
 fn validate_coverage(vmas: &[VmaInfo], start: u64, end: u64, access: Access) -> Result<()> {
     let mut cur = start;
     for v in vmas {
@@ -623,6 +636,7 @@ impl Inner {
         addr: u64,
         len: u64,
         access: Access,
+        count: bool,
     ) -> Result<(FaultInMethod, FaultCounters)> {
         let method = match self.config.fault_in {
             FaultInMethod::Auto if self.caps.populate => FaultInMethod::Populate,
@@ -649,7 +663,11 @@ impl Inner {
                 }
             }
         }
-        let before = FaultCounters::now();
+        let before = if count {
+            FaultCounters::now()
+        } else {
+            FaultCounters::default()
+        };
         if method == FaultInMethod::Touch {
             // SAFETY: the whole range was just found mapped, readable and (for `access`
             // Write) writable in the live VMAs; a concurrent munmap/mprotect by the
@@ -659,13 +677,71 @@ impl Inner {
         } else {
             faultin::populate(addr, len, access)?;
         }
-        Ok((method, FaultCounters::now().since(before)))
+        let faults = if count {
+            FaultCounters::now().since(before)
+        } else {
+            FaultCounters::default()
+        };
+        Ok((method, faults))
+    }
+
+    /// The fault each page of `count` pages from `addr` will take for `access`, from its state
+    /// now (crate::classify); `vmas` are `(start, end, private anonymous, shared)` covering
+    /// the range. `None` where pagemap is not the state source: the caller then counts
+    /// faults with getrusage.
+    pub(crate) fn predict_faults(
+        &self,
+        addr: u64,
+        count: u64,
+        access: Access,
+        vmas: &[(u64, u64, bool, bool)],
+    ) -> Result<Option<Vec<FaultKind>>> {
+        let Some(p) = &self.pagemap else {
+            return Ok(None);
+        };
+        if self.config.state_source != StatePreference::Auto {
+            return Ok(None);
+        }
+        let entries = p.entries(addr, count)?;
+        let vma_of = |a: u64| {
+            vmas.iter()
+                .find(|v| v.0 <= a && a < v.1)
+                .map_or((false, false), |v| (v.2, v.3))
+        };
+        let page_addr = |i: usize| addr + ((i as u64) << PAGE_SHIFT);
+        let need = entries
+            .iter()
+            .enumerate()
+            .any(|(i, e)| classify::needs_residency(*e, vma_of(page_addr(i)).0));
+        let resident = if need {
+            Some(pagemap::mincore(addr, count)?)
+        } else {
+            None
+        };
+        Ok(Some(
+            entries
+                .iter()
+                .enumerate()
+                .map(|(i, e)| {
+                    let (private_anon, shared) = vma_of(page_addr(i));
+                    classify::kind(
+                        classify::Before {
+                            entry: *e,
+                            resident: resident.as_ref().and_then(|r| r.get(i).copied()),
+                            private_anon,
+                            shared,
+                        },
+                        access,
+                    )
+                })
+                .collect(),
+        ))
     }
 
     fn fault_in(&self, range: AlignedRange<VirtAddr>, access: Access) -> Result<FaultInReport> {
         let (start, end) = (range.start().as_u64(), range.end().as_u64());
         for _ in 0..8 {
-            let (id, seq, eff) = {
+            let (id, seq, eff, vma_kinds) = {
                 let reg = self.lock();
                 let r = reg.lookup(start)?;
                 if end > r.end() {
@@ -678,9 +754,16 @@ impl Inner {
                     });
                 }
                 check_access(r, start, end, access)?;
-                (r.id, r.seq, self.effective_access(r, start, end, access))
+                (
+                    r.id,
+                    r.seq,
+                    self.effective_access(r, start, end, access),
+                    r.vmas.iter().map(vma_kind).collect::<Vec<_>>(),
+                )
             };
-            let (method, faults) = self.fault_in_raw(start, end - start, eff)?;
+            let predicted = self.predict_faults(start, range.page_count(), eff, &vma_kinds)?;
+            let (method, faults) =
+                self.fault_in_raw(start, end - start, eff, predicted.is_none())?;
             let (entries, _) = self.entries(start, range.page_count())?;
             let huge: Vec<(u64, u64)> = match &self.pagemap {
                 Some(p) if p.has_scan() => p.scan_ranges(start, end, pagemap::PAGE_IS_HUGE)?,
@@ -704,10 +787,23 @@ impl Inner {
                 }
             }
             let huge_blocks = huge.iter().map(|&(s, e)| (e - s) / HUGE_2M).sum();
+            let (minor_faults, major_faults) = match &predicted {
+                Some(kinds) => {
+                    let mut cursor = pagemap::RunCursor::new(&huge);
+                    let blocks: Vec<Option<u64>> = (0..kinds.len())
+                        .map(|i| {
+                            let a = start + ((i as u64) << PAGE_SHIFT);
+                            cursor.contains(a).then_some(a / HUGE_2M)
+                        })
+                        .collect();
+                    classify::count(kinds, |i| blocks.get(i).copied().flatten())
+                }
+                None => (faults.minor, faults.major),
+            };
             return Ok(FaultInReport {
                 range,
-                minor_faults: faults.minor,
-                major_faults: faults.major,
+                minor_faults,
+                major_faults,
                 pages_present: present,
                 huge_blocks,
                 method,

@@ -28,6 +28,7 @@
 
 pub mod abi;
 pub mod backend;
+mod classify;
 mod error;
 mod faultin;
 mod glue;

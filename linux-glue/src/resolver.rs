@@ -162,7 +162,7 @@ impl Resolver {
         let inner = &self.inner;
         let page = addr.align_down(PageSize::Size4K).as_u64();
         for _ in 0..RETRIES {
-            let (id, seq, eff, unit, huge_candidate, region_pages, region_start) = {
+            let (id, seq, eff, unit, huge_candidate, region_pages, region_start, vk) = {
                 let reg = inner.lock();
                 let r = reg.lookup(page)?;
                 check_access(r, page, page + PAGE, access)?;
@@ -188,16 +188,19 @@ impl Resolver {
                     thp_possible.then_some((block, inside)),
                     r.pages(),
                     r.start(),
+                    crate::glue::vma_kind(v),
                 )
             };
 
-            let (_, delta) = inner.fault_in_raw(page, PAGE, eff)?;
-            let kind = if delta.major > 0 {
-                FaultKind::Major
-            } else if delta.minor > 0 {
-                FaultKind::Minor
-            } else {
-                FaultKind::AlreadyPresent
+            // The kind from the page's state before (crate::classify); getrusage only where
+            // pagemap is not the state source.
+            let predicted = inner.predict_faults(page, 1, eff, &[vk])?;
+            let (_, delta) = inner.fault_in_raw(page, PAGE, eff, predicted.is_none())?;
+            let kind = match predicted.as_deref() {
+                Some([k]) => *k,
+                _ if delta.major > 0 => FaultKind::Major,
+                _ if delta.minor > 0 => FaultKind::Minor,
+                _ => FaultKind::AlreadyPresent,
             };
 
             let (entries, _) = inner.entries(page, 1)?;
