@@ -120,6 +120,9 @@ pub struct RegionInfo {
     pub monitored: Vec<(VirtAddr, VirtAddr)>,
     /// Pages handed out (resolved or faulted in) and not invalidated since.
     pub tracked_pages: u64,
+    /// Bytes of the sparse table that tracks them (4 KiB per 2 MiB of the region holding a
+    /// tracked page; nothing for untouched parts).
+    pub tracked_table_bytes: u64,
 }
 
 /// Outcome of [`Glue::fault_in`].
@@ -400,6 +403,7 @@ impl Glue {
             live: pairs(&r.live),
             monitored: pairs(&r.uffd),
             tracked_pages: r.tracked.count(),
+            tracked_table_bytes: r.tracked.allocated_bytes(),
         })
     }
 

@@ -148,12 +148,24 @@ impl RangeSet {
 }
 
 /// Pages handed to the device (by resolve or fault-in), with the frame they had then. The
-/// reclaim scan checks exactly these pages. One u64 per page of the region, allocated on first
-/// use (0.2% of the region; untouched parts of the zeroed allocation stay unbacked).
+/// reclaim scan checks exactly these pages. Sparse: one chunk of 512 slots (4 KiB, 2 MiB of
+/// region) per 2 MiB of the region that holds a tracked page, allocated when its first page is
+/// tracked and freed when its last one is untracked, so the table grows with the pages handed
+/// out, never with the untouched part of the region (8 bytes per tracked page, 2 MiB per GiB
+/// touched).
 #[derive(Debug, Default)]
 pub(crate) struct Tracked {
-    table: Vec<u64>,
+    chunks: BTreeMap<u64, Chunk>,
     count: u64,
+}
+
+/// Slots per chunk.
+const CHUNK: u64 = 512;
+
+#[derive(Debug)]
+struct Chunk {
+    slots: Box<[u64; CHUNK as usize]>,
+    used: u32,
 }
 
 const TRACKED: u64 = 1 << 63;
@@ -161,25 +173,9 @@ const TRACKED_HUGE: u64 = 1 << 62;
 const PFN_BITS: u64 = (1 << 55) - 1;
 
 impl Tracked {
-    /// Allocates the table for a region of `pages` pages, failing (not aborting) when it
-    /// cannot: registration is cheap for any size, the table is 8 bytes per page.
-    fn ensure(&mut self, pages: u64) -> crate::Result<()> {
-        if self.table.is_empty() {
-            let too_large = crate::GlueError::InvalidArgument {
-                what: "region too large for its table of tracked pages",
-            };
-            let pages = usize::try_from(pages).map_err(|_| too_large.clone())?;
-            let mut table = Vec::new();
-            table.try_reserve_exact(pages).map_err(|_| too_large)?;
-            table.resize(pages, 0);
-            self.table = table;
-        }
-        Ok(())
-    }
-
-    /// Records that page `index` of a region of `pages` pages was handed out with frame `pfn`.
-    /// An error (the table cannot be allocated) means the page is not tracked: the caller must
-    /// not hand it out.
+    /// Records that page `index` of a region of `pages` pages was handed out with frame `pfn`
+    /// (an index outside the region is ignored). An error (a chunk cannot be allocated) means
+    /// the page is not tracked: the caller must not hand it out.
     pub(crate) fn track(
         &mut self,
         pages: u64,
@@ -187,30 +183,73 @@ impl Tracked {
         pfn: Option<u64>,
         huge: bool,
     ) -> crate::Result<()> {
-        self.ensure(pages)?;
-        if let Some(slot) = self.table.get_mut(index as usize) {
-            if *slot == 0 {
-                self.count += 1;
-            }
-            *slot = TRACKED | if huge { TRACKED_HUGE } else { 0 } | (pfn.unwrap_or(0) & PFN_BITS);
+        if index >= pages {
+            return Ok(());
         }
+        let chunk = match self.chunks.entry(index / CHUNK) {
+            std::collections::btree_map::Entry::Occupied(o) => o.into_mut(),
+            std::collections::btree_map::Entry::Vacant(v) => {
+                let mut slots = Vec::new();
+                slots.try_reserve_exact(CHUNK as usize).map_err(|_| {
+                    crate::GlueError::InvalidArgument {
+                        what: "no memory for the table of tracked pages",
+                    }
+                })?;
+                slots.resize(CHUNK as usize, 0u64);
+                let slots: Box<[u64; CHUNK as usize]> = slots
+                    .into_boxed_slice()
+                    .try_into()
+                    .map_err(|_| crate::GlueError::InvalidArgument {
+                        what: "tracked-page chunk size",
+                    })?;
+                v.insert(Chunk { slots, used: 0 })
+            }
+        };
+        let slot = &mut chunk.slots[(index % CHUNK) as usize];
+        if *slot == 0 {
+            self.count += 1;
+            chunk.used += 1;
+        }
+        *slot = TRACKED | if huge { TRACKED_HUGE } else { 0 } | (pfn.unwrap_or(0) & PFN_BITS);
         Ok(())
     }
 
+    /// Forgets pages `[first, end)`; chunks left empty are freed.
     pub(crate) fn untrack(&mut self, first: u64, end: u64) {
-        let end = end.min(self.table.len() as u64);
-        for i in first..end {
-            if let Some(slot) = self.table.get_mut(i as usize)
-                && *slot != 0
-            {
-                *slot = 0;
-                self.count -= 1;
+        if first >= end {
+            return;
+        }
+        let keys: Vec<u64> = self
+            .chunks
+            .range(first / CHUNK..=(end - 1) / CHUNK)
+            .map(|(k, _)| *k)
+            .collect();
+        for k in keys {
+            let Some(chunk) = self.chunks.get_mut(&k) else {
+                continue;
+            };
+            let lo = first.max(k * CHUNK) - k * CHUNK;
+            let hi = end.min((k + 1) * CHUNK) - k * CHUNK;
+            for slot in &mut chunk.slots[lo as usize..hi as usize] {
+                if *slot != 0 {
+                    *slot = 0;
+                    chunk.used -= 1;
+                    self.count -= 1;
+                }
+            }
+            if chunk.used == 0 {
+                self.chunks.remove(&k);
             }
         }
     }
 
     pub(crate) fn count(&self) -> u64 {
         self.count
+    }
+
+    /// Bytes of chunks allocated (for tests and the benchmark).
+    pub(crate) fn allocated_bytes(&self) -> u64 {
+        self.chunks.len() as u64 * CHUNK * 8
     }
 
     /// The frame recorded for page `index` (`Some(None)`: tracked, PFN not visible).
@@ -220,7 +259,7 @@ impl Tracked {
 
     /// The frame and the huge flag recorded for page `index`, if tracked.
     pub(crate) fn entry(&self, index: u64) -> Option<(Option<u64>, bool)> {
-        let v = *self.table.get(index as usize)?;
+        let v = self.chunks.get(&(index / CHUNK))?.slots[(index % CHUNK) as usize];
         if v == 0 {
             return None;
         }
@@ -230,21 +269,18 @@ impl Tracked {
 
     /// Runs of consecutive tracked page indices, as (first, count).
     pub(crate) fn runs(&self) -> Vec<(u64, u64)> {
-        let mut out = Vec::new();
-        if self.count == 0 {
-            return out;
-        }
-        let mut i = 0usize;
-        while i < self.table.len() {
-            if self.table[i] == 0 {
-                i += 1;
-                continue;
+        let mut out: Vec<(u64, u64)> = Vec::new();
+        for (k, chunk) in &self.chunks {
+            for (j, v) in chunk.slots.iter().enumerate() {
+                if *v == 0 {
+                    continue;
+                }
+                let i = k * CHUNK + j as u64;
+                match out.last_mut() {
+                    Some((s, n)) if *s + *n == i => *n += 1,
+                    _ => out.push((i, 1)),
+                }
             }
-            let s = i;
-            while i < self.table.len() && self.table[i] != 0 {
-                i += 1;
-            }
-            out.push((s as u64, (i - s) as u64));
         }
         out
     }
@@ -730,15 +766,37 @@ mod tests {
     }
 
     #[test]
-    fn a_table_too_large_to_allocate_is_an_error_not_an_abort() {
+    fn the_table_grows_with_tracked_pages_not_with_the_region() {
         let mut t = Tracked::default();
-        // 2^50 pages (a 4 EiB region): 8 PiB of table.
-        assert!(matches!(
-            t.track(1 << 50, 0, Some(1), false),
-            Err(crate::GlueError::InvalidArgument { .. })
-        ));
-        assert!(t.runs().is_empty(), "nothing tracked");
-        t.track(4, 2, Some(1), false).unwrap();
-        assert_eq!(t.runs(), vec![(2, 1)]);
+        // 2^50 pages (a 4 EiB region): a dense table would be 8 PiB.
+        t.track(1 << 50, 0, Some(1), false).unwrap();
+        t.track(1 << 50, (1 << 50) - 1, Some(2), false).unwrap();
+        assert_eq!(t.allocated_bytes(), 2 * 4096, "two chunks");
+        assert_eq!(t.runs(), vec![(0, 1), ((1 << 50) - 1, 1)]);
+        // An index outside the region is ignored.
+        t.track(4, 9, Some(1), false).unwrap();
+        assert_eq!(t.count(), 2);
+        // Untracking frees the chunk.
+        t.untrack(0, 1);
+        assert_eq!(t.allocated_bytes(), 4096);
+        t.untrack(0, 1 << 50);
+        assert_eq!((t.count(), t.allocated_bytes()), (0, 0));
+        assert!(t.runs().is_empty());
+    }
+
+    #[test]
+    fn runs_cross_chunk_boundaries() {
+        let mut t = Tracked::default();
+        for i in 510..515 {
+            t.track(2048, i, None, false).unwrap();
+        }
+        t.track(2048, 1024, Some(5), true).unwrap();
+        assert_eq!(t.runs(), vec![(510, 5), (1024, 1)]);
+        assert_eq!(t.entry(1024), Some((Some(5), true)));
+        assert_eq!(t.get(512), Some(None));
+        assert_eq!(t.get(515), None);
+        t.untrack(511, 513);
+        assert_eq!(t.runs(), vec![(510, 1), (513, 2), (1024, 1)]);
+        assert_eq!(t.count(), 4);
     }
 }

@@ -655,3 +655,45 @@ fn hugetlb_pages_resolve_with_their_page_size() {
     drop(glue);
     drop(m);
 }
+
+/// VmRSS of this process in KiB.
+fn rss_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .unwrap()
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("VmRSS:")?
+                .split_whitespace()
+                .next()?
+                .parse()
+                .ok()
+        })
+        .unwrap()
+}
+
+#[test]
+fn the_tracked_table_does_not_grow_with_the_untouched_part() {
+    let (glue, _rx) = glue();
+    let len = 16 * 1024 * MIB;
+    let Ok(m) = Mapping::anonymous(len, Protection::ReadWrite) else {
+        skip("tracked table", "cannot reserve 16 GiB of address space");
+        return;
+    };
+    m.advise(0, 4 * MIB, Advice::NoHugePage).unwrap();
+    let id = glue.register(m.addr(), len, Access::Write).unwrap();
+    let before = rss_kib();
+    let r = glue.resolver();
+    r.resolve(m.at(0), Access::Write).unwrap();
+    r.resolve(m.at(len - PAGE), Access::Write).unwrap();
+    let grew = rss_kib().saturating_sub(before);
+    let info = glue.region(id).unwrap();
+    assert_eq!(info.tracked_pages, 2);
+    assert_eq!(
+        info.tracked_table_bytes,
+        2 * 4096,
+        "one 4 KiB chunk per 2 MiB holding a tracked page"
+    );
+    // A dense table would be 32 MiB here; two pages and two chunks are a few KiB.
+    assert!(grew < 4096, "RSS grew by {grew} KiB");
+    glue.deregister(id).unwrap();
+}
