@@ -10,7 +10,9 @@
 //! host; Debian 12's glibc in the guest, as in rxe-test), and runs the test binary as root
 //! after `insmod`.
 //!
-//! The guest prints `NPRDMA-KMOD: PASS|FAIL|SKIP <check>: <detail>` per check, then checks its
+//! First the test binary's quick benchmark runs (`--bench --quick`: `NPRDMA-BENCH:` lines,
+//! module vs user space vs CPU, goals beside the figures, nothing asserted). Then the guest
+//! prints `NPRDMA-KMOD: PASS|FAIL|SKIP <check>: <detail>` per check, then checks its
 //! kernel log for WARNING, BUG, Oops, call traces and lockdep reports, reloads the module
 //! once, and ends with `NPRDMA-KMOD: VERDICT PASS|FAIL`. The command fails on any FAIL, a
 //! missing verdict, or a guest that outlives its timeout.
@@ -77,6 +79,8 @@ if insmod /lib/modules/nprdma.ko 2>/tmp/e; then
 else
   fail "insmod: $(cat /tmp/e)"
 fi
+# The benchmark (module vs user space vs CPU; printed, not asserted), then the checks.
+/opt/nprdma/linux-glue-kmod-test --bench --quick || say "INFO the benchmark did not complete"
 /opt/nprdma/linux-glue-kmod-test --rmmod || FAILED=1
 # The module loads and unloads again after the test unloaded it.
 if insmod /lib/modules/nprdma.ko 2>/tmp/e && rmmod nprdma 2>>/tmp/e; then

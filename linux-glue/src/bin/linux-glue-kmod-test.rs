@@ -4,8 +4,11 @@
 //!
 //! ```text
 //! linux-glue-kmod-test [--rmmod]
+//! linux-glue-kmod-test --bench [--quick]
 //!   --rmmod   also check that delete_module refuses while a file is open and succeeds after
 //!             (needs CAP_SYS_MODULE; leaves the module unloaded)
+//!   --bench   instead of the checks, the benchmark of src/guest/bench.rs (`NPRDMA-BENCH:`
+//!             lines, goals beside the figures, nothing asserted); --quick: fewer samples
 //! ```
 //! One line per check, `NPRDMA-KMOD: PASS|FAIL|SKIP <name>: <detail>`, then
 //! `NPRDMA-KMOD: TOTAL <passed> passed, <failed> failed, <skipped> skipped`; the exit status is
@@ -19,9 +22,18 @@ fn main() {
 
 #[cfg(target_os = "linux")]
 fn main() {
-    let rmmod = std::env::args().skip(1).any(|a| a == "--rmmod");
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.iter().any(|a| a == "--bench") {
+        let quick = args.iter().any(|a| a == "--quick");
+        std::process::exit(guest_bench::run(quick));
+    }
+    let rmmod = args.iter().any(|a| a == "--rmmod");
     std::process::exit(kt::run(rmmod));
 }
+
+#[cfg(target_os = "linux")]
+#[path = "../guest/bench.rs"]
+mod guest_bench;
 
 #[cfg(target_os = "linux")]
 #[path = "../guest/checks.rs"]
