@@ -47,8 +47,17 @@
  *   - table: npg_buf with the table; the region holds one reference, each VMA mapping it
  *     another, so an unregistered table stays valid while user space still maps it.
  *
- * struct npg_buf (vmalloc_user memory shared with user space)
+ * struct npg_buf (memory shared with user space)
  *   - ref: kref: the owner (region or context) plus one per VMA (vm_ops open/close).
+ *   - The ring is dense (vmalloc_user, remap_vmalloc_range at mmap). A page-state table is
+ *     sparse: `pages` (an xarray, its own lock) holds a zeroed page for each 4 KiB of the
+ *     table that has been needed, allocated (GFP_KERNEL) when the fault path is about to
+ *     record a page in it (npg_table_prepare, ctx->mutex held, before r->lock) or when user
+ *     space first reads it (npg_table_fault, under the mmap lock), and freed with the buffer.
+ *     Readers under r->lock only xa_load(); an entry whose table page does not exist reads as
+ *     absent with version 0, and invalidations skip it. Page 0 (the header) exists from
+ *     registration. So a table costs 4 KiB per 2 MiB of region that was resolved or looked
+ *     at, not 8 bytes per registered page.
  *
  * The IOMMU half (ABI 3, docs/linux-glue.md "The IOMMU half"): the module also binds one
  * DMA-capable PCI device, QEMU's edu (hw/misc/edu.c), with driver_managed_dma set, so the
@@ -116,6 +125,7 @@
 #include <linux/vmalloc.h>
 #include <linux/wait.h>
 #include <linux/workqueue.h>
+#include <linux/xarray.h>
 
 #include "nprdma_abi.h"
 
@@ -127,7 +137,7 @@
 #define NPG_HUGE_SHIFT 21
 #define NPG_HUGE_ORDER (NPG_HUGE_SHIFT - NPG_PAGE_SHIFT)
 #define NPG_HUGE_SIZE (1UL << NPG_HUGE_SHIFT)
-/* Largest region: 64 GiB (a 128 MiB table). */
+/* Largest region: 64 GiB (a table of up to 128 MiB, held sparsely). */
 #define NPG_MAX_PAGES (1UL << 24)
 /* Pages per hmm_range_fault() call in IOC_FAULT_IN (a 4 KiB pfn array). */
 #define NPG_CHUNK_PAGES 512UL
@@ -180,7 +190,8 @@ static struct npg_dev *npg_dev; /* npg_dev_mutex */
 
 struct npg_buf {
 	struct kref ref;
-	void *mem;
+	void *mem; /* dense buffers (the ring): vmalloc_user memory; NULL for a sparse one */
+	struct xarray pages; /* sparse buffers (tables): page index -> struct page */
 	size_t bytes; /* a multiple of PAGE_SIZE */
 	bool writable;
 	unsigned long pgoff;
@@ -240,11 +251,65 @@ static struct npg_buf *npg_buf_alloc(size_t bytes, bool writable)
 	return b;
 }
 
+/* Pages of page-state tables allocated now (the sysfs stats' table_pages). */
+static atomic_long_t npg_table_pages = ATOMIC_LONG_INIT(0);
+
+/*
+ * Page `idx` of a sparse buffer, allocated zeroed if `alloc` (the caller may sleep); NULL if
+ * it does not exist (or cannot be allocated).
+ */
+static struct page *npg_buf_page(struct npg_buf *b, unsigned long idx, bool alloc)
+{
+	struct page *p = xa_load(&b->pages, idx);
+	struct page *old;
+
+	if (p || !alloc || idx >= b->bytes >> PAGE_SHIFT)
+		return p;
+	p = alloc_page(GFP_KERNEL | __GFP_ZERO);
+	if (!p)
+		return NULL;
+	old = xa_cmpxchg(&b->pages, idx, NULL, p, GFP_KERNEL);
+	if (old) {
+		/* Another thread stored it first, or the store failed. */
+		__free_page(p);
+		return xa_is_err(old) ? NULL : old;
+	}
+	atomic_long_inc(&npg_table_pages);
+	return p;
+}
+
+/* A sparse buffer of `bytes` (a table), with its first page. */
+static struct npg_buf *npg_buf_alloc_sparse(size_t bytes)
+{
+	struct npg_buf *b = kzalloc(sizeof(*b), GFP_KERNEL);
+
+	if (!b)
+		return NULL;
+	b->bytes = PAGE_ALIGN(bytes);
+	xa_init(&b->pages);
+	kref_init(&b->ref);
+	if (!npg_buf_page(b, 0, true)) {
+		kfree(b);
+		return NULL;
+	}
+	return b;
+}
+
 static void npg_buf_free(struct kref *ref)
 {
 	struct npg_buf *b = container_of(ref, struct npg_buf, ref);
+	unsigned long idx;
+	struct page *p;
 
-	vfree(b->mem);
+	if (b->mem) {
+		vfree(b->mem);
+	} else {
+		xa_for_each(&b->pages, idx, p) {
+			__free_page(p);
+			atomic_long_dec(&npg_table_pages);
+		}
+		xa_destroy(&b->pages);
+	}
 	kfree(b);
 }
 
@@ -256,12 +321,44 @@ static void npg_buf_put(struct npg_buf *b)
 
 static struct nprdma_table_header *npg_table_hdr(const struct npg_region *r)
 {
-	return r->table->mem;
+	return page_address(xa_load(&r->table->pages, 0)); /* exists from registration */
 }
 
-static u64 *npg_entries(const struct npg_region *r)
+/* Byte offset of entry i in the table. */
+static size_t npg_entry_off(unsigned long i)
 {
-	return (u64 *)((char *)r->table->mem + sizeof(struct nprdma_table_header));
+	return sizeof(struct nprdma_table_header) + i * sizeof(u64);
+}
+
+/* Entry i, or NULL when its table page does not exist (the entry reads as 0). */
+static u64 *npg_entry(const struct npg_region *r, unsigned long i)
+{
+	size_t off = npg_entry_off(i);
+	struct page *p = xa_load(&r->table->pages, off >> PAGE_SHIFT);
+
+	return p ? (u64 *)((char *)page_address(p) + (off & ~PAGE_MASK)) : NULL;
+}
+
+/* The first entry index after i that lies in the next table page. */
+static unsigned long npg_next_table_page(unsigned long i)
+{
+	size_t next = ((npg_entry_off(i) >> PAGE_SHIFT) + 1) << PAGE_SHIFT;
+
+	return (next - sizeof(struct nprdma_table_header)) / sizeof(u64);
+}
+
+/*
+ * Allocates the table pages of entries [first, first + n) that do not exist yet, so the
+ * fault path can record them under r->lock. Caller holds ctx->mutex (may sleep).
+ */
+static int npg_table_prepare(struct npg_region *r, unsigned long first, unsigned long n)
+{
+	unsigned long i;
+
+	for (i = first; i < first + n; i = npg_next_table_page(i))
+		if (!npg_buf_page(r->table, npg_entry_off(i) >> PAGE_SHIFT, true))
+			return -ENOMEM;
+	return 0;
 }
 
 static unsigned long npg_region_end(const struct npg_region *r)
@@ -339,17 +436,23 @@ static u32 npg_cause(enum mmu_notifier_event event)
 static void npg_table_invalidate(struct npg_region *r, unsigned long first, unsigned long n)
 {
 	struct nprdma_table_header *h = npg_table_hdr(r);
-	u64 *e = npg_entries(r);
-	unsigned long i;
+	unsigned long i = first, end = first + n;
 
 	lockdep_assert_held(&r->lock);
 	/* Pairs with user space's acquire loads of the generation (ModuleRegion::generation). */
 	smp_store_release(&h->generation, h->generation + 1);
-	for (i = first; i < first + n; i++) {
-		u64 version = (READ_ONCE(e[i]) >> NPRDMA_ENTRY_VERSION_SHIFT) + 1;
+	while (i < end) {
+		unsigned long stop = min(end, npg_next_table_page(i));
+		u64 *e = npg_entry(r, i);
 
-		/* One 64-bit store per entry; pairs with user space's acquire loads. */
-		smp_store_release(&e[i], (version & 0xffffffffULL) << NPRDMA_ENTRY_VERSION_SHIFT);
+		/* A table page that does not exist holds only absent entries of version 0. */
+		for (; e && i < stop; i++, e++) {
+			u64 version = (READ_ONCE(*e) >> NPRDMA_ENTRY_VERSION_SHIFT) + 1;
+
+			/* One 64-bit store per entry; pairs with user space's acquire loads. */
+			smp_store_release(e, (version & 0xffffffffULL) << NPRDMA_ENTRY_VERSION_SHIFT);
+		}
+		i = stop;
 	}
 }
 
@@ -429,11 +532,14 @@ static int npg_iommu_map_scratch(struct npg_ctx *ctx, unsigned long start, unsig
 static u32 npg_table_set(struct npg_region *r, unsigned long i, u64 flags, unsigned long pfn,
 			 struct iommu_iotlb_gather *g)
 {
-	u64 *e = npg_entries(r);
-	u64 old = READ_ONCE(e[i]);
-	u64 version = old >> NPRDMA_ENTRY_VERSION_SHIFT;
+	u64 *e = npg_entry(r, i);
+	u64 old, version;
 
 	lockdep_assert_held(&r->lock);
+	if (!e)
+		return 0; /* npg_table_prepare() failed: the page stays absent */
+	old = READ_ONCE(*e);
+	version = old >> NPRDMA_ENTRY_VERSION_SHIFT;
 	if ((old & 0xffffffffULL) != flags) {
 		if (r->domain) {
 			int prot = IOMMU_READ | IOMMU_CACHE;
@@ -446,7 +552,7 @@ static u32 npg_table_set(struct npg_region *r, unsigned long i, u64 flags, unsig
 		}
 		version = (version + 1) & 0xffffffffULL;
 		/* One 64-bit store; pairs with user space's acquire loads of the entry. */
-		smp_store_release(&e[i], (version << NPRDMA_ENTRY_VERSION_SHIFT) | flags);
+		smp_store_release(e, (version << NPRDMA_ENTRY_VERSION_SHIFT) | flags);
 	}
 	return (u32)version;
 }
@@ -461,16 +567,22 @@ static void npg_iommu_scratch_range(struct npg_region *r, unsigned long first, u
 {
 	phys_addr_t scratch = page_to_phys(r->ctx->scratch);
 	struct iommu_iotlb_gather g;
-	u64 *e = npg_entries(r);
-	unsigned long i, moved = 0;
+	unsigned long i = first, end = first + n, moved = 0;
 
 	lockdep_assert_held(&r->lock);
 	iommu_iotlb_gather_init(&g);
-	for (i = first; i < first + n; i++) {
-		if (!(READ_ONCE(e[i]) & NPRDMA_ENTRY_PRESENT))
-			continue; /* already on the scratch page */
-		npg_iommu_point(r, r->start + (i << NPG_PAGE_SHIFT), scratch, NPG_PROT_RW, &g);
-		moved++;
+	while (i < end) {
+		unsigned long stop = min(end, npg_next_table_page(i));
+		u64 *e = npg_entry(r, i);
+
+		for (; e && i < stop; i++, e++) {
+			if (!(READ_ONCE(*e) & NPRDMA_ENTRY_PRESENT))
+				continue; /* already on the scratch page */
+			npg_iommu_point(r, r->start + (i << NPG_PAGE_SHIFT), scratch, NPG_PROT_RW,
+					&g);
+			moved++;
+		}
+		i = stop;
 	}
 	if (moved) {
 		/* iommu_unmap_fast() left the old translations to this sync (include/linux/iommu.h). */
@@ -699,7 +811,7 @@ static long npg_register(struct npg_ctx *ctx, struct nprdma_register_args *a)
 	r = kzalloc(sizeof(*r), GFP_KERNEL);
 	if (!r)
 		return -ENOMEM;
-	r->table = npg_buf_alloc(sizeof(*h) + npages * sizeof(u64), false);
+	r->table = npg_buf_alloc_sparse(sizeof(*h) + npages * sizeof(u64));
 	if (!r->table) {
 		kfree(r);
 		return -ENOMEM;
@@ -710,7 +822,7 @@ static long npg_register(struct npg_ctx *ctx, struct nprdma_register_args *a)
 	r->npages = npages;
 	r->access = a->access;
 	spin_lock_init(&r->lock);
-	h = r->table->mem;
+	h = npg_table_hdr(r);
 	h->hdr.abi_version = NPRDMA_ABI_VERSION;
 	h->hdr.struct_size = sizeof(*h);
 	h->region_id = r->id;
@@ -839,8 +951,19 @@ static int npg_fault_chunk(struct npg_region *r, unsigned long start, unsigned l
 		.default_flags = fault ? HMM_PFN_REQ_FAULT | (write ? HMM_PFN_REQ_WRITE : 0) : 0,
 		.pfn_flags_mask = 0,
 	};
+	unsigned long first = (start - r->start) >> NPG_PAGE_SHIFT;
 	int ret;
 
+	/* The table pages the record below may write: all of a 2 MiB block with `whole`. */
+	ret = npg_table_prepare(r, first, n);
+	if (!ret && whole && npg_block_inside(r, start)) {
+		unsigned long block = start & ~(NPG_HUGE_SIZE - 1);
+
+		ret = npg_table_prepare(r, (block - r->start) >> NPG_PAGE_SHIFT,
+					NPG_HUGE_SIZE >> NPG_PAGE_SHIFT);
+	}
+	if (ret)
+		return ret;
 	for (;;) {
 		if (fatal_signal_pending(current))
 			return -EINTR;
@@ -1166,14 +1289,14 @@ unlock:
 static void npg_dma_peek(struct npg_region *r, unsigned long first, u32 pages, u32 *present,
 			 u32 *versions, bool *read_only)
 {
-	u64 *e = npg_entries(r);
 	u32 i;
 
 	*present = 0;
 	*read_only = false;
 	spin_lock(&r->lock);
 	for (i = 0; i < pages; i++) {
-		u64 v = READ_ONCE(e[first + i]);
+		u64 *e = npg_entry(r, first + i);
+		u64 v = e ? READ_ONCE(*e) : 0;
 
 		if (v & NPRDMA_ENTRY_PRESENT) {
 			*present |= 1U << i;
@@ -1582,6 +1705,31 @@ static const struct vm_operations_struct npg_vm_ops = {
 	.close = npg_vm_close,
 };
 
+/*
+ * A read fault on a mapped table: its page, allocated (zeroed) on first use, as
+ * kernel/relay.c relay_buf_fault() hands out its buffer pages. Runs under the mmap lock.
+ */
+static vm_fault_t npg_table_fault(struct vm_fault *vmf)
+{
+	struct npg_buf *b = vmf->vma->vm_private_data;
+	struct page *p;
+
+	if (vmf->pgoff < b->pgoff || vmf->pgoff - b->pgoff >= b->bytes >> PAGE_SHIFT)
+		return VM_FAULT_SIGBUS;
+	p = npg_buf_page(b, vmf->pgoff - b->pgoff, true);
+	if (!p)
+		return VM_FAULT_OOM;
+	get_page(p);
+	vmf->page = p;
+	return 0;
+}
+
+static const struct vm_operations_struct npg_table_vm_ops = {
+	.open = npg_vm_open,
+	.close = npg_vm_close,
+	.fault = npg_table_fault,
+};
+
 static void npg_vm_flags(struct vm_area_struct *vma, vm_flags_t set, vm_flags_t clear)
 {
 #if LINUX_VERSION_CODE >= KERNEL_VERSION(6, 3, 0)
@@ -1638,10 +1786,15 @@ static int npg_mmap(struct file *file, struct vm_area_struct *vma)
 		npg_vm_flags(vma, 0, VM_MAYWRITE);
 	}
 	npg_vm_flags(vma, VM_DONTEXPAND | VM_DONTDUMP | VM_DONTCOPY, 0);
+	vma->vm_private_data = b; /* the VMA's reference, dropped by npg_vm_close */
+	if (!b->mem) {
+		/* A sparse table: its pages are mapped as user space reads them. */
+		vma->vm_ops = &npg_table_vm_ops;
+		return 0;
+	}
 	ret = remap_vmalloc_range(vma, b->mem, 0);
 	if (ret)
 		goto put;
-	vma->vm_private_data = b; /* the VMA's reference, dropped by npg_vm_close */
 	vma->vm_ops = &npg_vm_ops;
 	return 0;
 put:
@@ -1667,12 +1820,12 @@ static const struct file_operations npg_fops = {
 static ssize_t stats_show(struct device *dev, struct device_attribute *attr, char *buf)
 {
 	return sysfs_emit(buf,
-			  "contexts %d regions %d teardowns %d retries %ld dmas %ld stale %ld scratched %ld iommu_errors %ld device_faults %ld\n",
+			  "contexts %d regions %d teardowns %d retries %ld dmas %ld stale %ld scratched %ld iommu_errors %ld device_faults %ld table_pages %ld\n",
 			  atomic_read(&npg_contexts), atomic_read(&npg_regions),
 			  atomic_read(&npg_teardowns), atomic_long_read(&npg_retries),
 			  atomic_long_read(&npg_dmas), atomic_long_read(&npg_stale),
 			  atomic_long_read(&npg_scratched), atomic_long_read(&npg_iommu_errors),
-			  atomic_long_read(&npg_device_faults));
+			  atomic_long_read(&npg_device_faults), atomic_long_read(&npg_table_pages));
 }
 static DEVICE_ATTR_RO(stats);
 
