@@ -726,6 +726,7 @@ pub fn run_vm_on(vm: &Vm<'_>, machine: &[String]) -> Result<Vec<String>, XtaskEr
     let stdout = child.stdout.take();
     let show = vm.show;
     let (tx, rx) = std::sync::mpsc::channel::<String>();
+    let booted = std::time::Instant::now();
     let reader = std::thread::spawn(move || {
         if let Some(out) = stdout {
             for line in crate::util::lossy_lines(out) {
@@ -736,7 +737,8 @@ pub fn run_vm_on(vm: &Vm<'_>, machine: &[String]) -> Result<Vec<String>, XtaskEr
                     _ => line,
                 };
                 if show(&line) {
-                    println!("  | {line}");
+                    // Host seconds since QEMU started: where a guest's wall time goes.
+                    println!("  | {:6.1} s {line}", booted.elapsed().as_secs_f64());
                 }
                 if tx.send(line).is_err() {
                     break;

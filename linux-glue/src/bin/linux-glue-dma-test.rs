@@ -892,6 +892,74 @@ mod dt {
     }
 
     /// The swap soak: `n` transfers over a `mib` MiB unpinned buffer under memory pressure.
+    /// /proc/stat's aggregate `cpu` line in seconds: user, nice, system, idle, iowait, irq,
+    /// softirq (proc(5); USER_HZ = 100).
+    fn cpu_times() -> Vec<f64> {
+        std::fs::read_to_string("/proc/stat")
+            .ok()
+            .and_then(|t| {
+                let l = t.lines().find(|l| l.starts_with("cpu "))?.to_string();
+                Some(
+                    l.split_whitespace()
+                        .skip(1)
+                        .take(7)
+                        .filter_map(|v| v.parse::<f64>().ok())
+                        .map(|v| v / 100.0)
+                        .collect(),
+                )
+            })
+            .unwrap_or_default()
+    }
+
+    /// Interrupts taken so far by all CPUs, per /proc/interrupts line whose name holds
+    /// `what` (e.g. `arch_timer`: the guest's timer wakeups).
+    fn interrupts(what: &str) -> u64 {
+        std::fs::read_to_string("/proc/interrupts")
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| l.contains(what))
+            .map(|l| {
+                l.split_whitespace()
+                    .skip(1)
+                    .map_while(|v| v.parse::<u64>().ok())
+                    .sum::<u64>()
+            })
+            .sum()
+    }
+
+    /// CPU seconds of the calling thread (getrusage RUSAGE_THREAD, user + system).
+    fn thread_cpu_secs() -> f64 {
+        let mut u = std::mem::MaybeUninit::<libc::rusage>::zeroed();
+        // SAFETY: a writable rusage buffer; RUSAGE_THREAD is valid on Linux.
+        if unsafe { libc::getrusage(libc::RUSAGE_THREAD, u.as_mut_ptr()) } != 0 {
+            return f64::NAN;
+        }
+        // SAFETY: getrusage succeeded and initialised it (it was zeroed too).
+        let u = unsafe { u.assume_init() };
+        let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+        tv(u.ru_utime) + tv(u.ru_stime)
+    }
+
+    /// CPU seconds of the kswapd threads (proc(5) /proc/PID/stat utime + stime, in ticks).
+    fn kswapd_secs() -> f64 {
+        let Ok(dir) = std::fs::read_dir("/proc") else {
+            return f64::NAN;
+        };
+        dir.flatten()
+            .filter(|e| {
+                std::fs::read_to_string(e.path().join("comm"))
+                    .is_ok_and(|c| c.starts_with("kswapd"))
+            })
+            .filter_map(|e| {
+                let stat = std::fs::read_to_string(e.path().join("stat")).ok()?;
+                // Fields after the ")" that ends the command name: state is field 3, utime 14.
+                let rest = stat.rsplit_once(')')?.1;
+                let f: Vec<&str> = rest.split_whitespace().collect();
+                Some((f.get(11)?.parse::<f64>().ok()? + f.get(12)?.parse::<f64>().ok()?) / 100.0)
+            })
+            .sum()
+    }
+
     pub fn soak(n: u64, mib: u64) -> i32 {
         let mut report = Report::default();
         let r = soak_inner(n, mib);
@@ -924,22 +992,24 @@ mod dt {
             x
         };
         let (mut to_mem, mut from_mem, mut resent, mut corrupted, mut lost) = (0u64, 0, 0, 0, 0);
-        // Paging underneath the transfers: a thread pushes random 16-page runs out to swap
-        // every 5 ms (guest time), one time in ten the run under the transfer in flight.
+        // Paging underneath the transfers: a thread pushes a 16-page run out to swap once per
+        // transfer, half the time the run under the transfer in flight, else a random one.
+        // Paced by transfers, not by time: under -icount every edu DMA takes 100 ms of guest
+        // time, and a pager on a 5 ms timer did 20 pageouts (zram compression, emulated) per
+        // DMA, which set the soak's wall time (docs/linux-glue.md, "The swap soak's speed").
         let big = Arc::new(big);
-        let current = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (tick, ticks) = std::sync::mpsc::sync_channel::<usize>(1);
         let pager = {
-            let (big, current, stop) = (Arc::clone(&big), Arc::clone(&current), Arc::clone(&stop));
+            let big = Arc::clone(&big);
             std::thread::spawn(move || {
                 let mut y: u64 = 0x1319_8A2E_0370_7344;
                 let mut outs = 0u64;
-                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                while let Ok(current) = ticks.recv() {
                     y ^= y << 13;
                     y ^= y >> 7;
                     y ^= y << 17;
-                    let first = if y.is_multiple_of(10) {
-                        current.load(std::sync::atomic::Ordering::Relaxed)
+                    let first = if y.is_multiple_of(2) {
+                        current
                     } else {
                         (y >> 8) as usize % npages
                     };
@@ -950,16 +1020,20 @@ mod dt {
                     {
                         outs += 1;
                     }
-                    std::thread::sleep(Duration::from_millis(5));
                 }
-                outs
+                (outs, thread_cpu_secs())
             })
         };
         let started = Instant::now();
+        let cpu0 = cpu_times();
+        let kswapd0 = kswapd_secs();
+        let (timer0, edu0) = (interrupts("arch_timer"), interrupts("nprdma-edu"));
+        let main_cpu0 = thread_cpu_secs();
         let mut done = 0u64;
         while done < n {
             let page = (next() % npages as u64) as usize;
-            current.store(page, std::sync::atomic::Ordering::Relaxed);
+            // The pager's turn for this transfer (skipped while it is still on the last one).
+            let _ = tick.try_send(page);
             if next().is_multiple_of(2) {
                 // Device -> memory: load a fresh pattern, write it to the page.
                 let id = done + 1;
@@ -1004,8 +1078,12 @@ mod dt {
             }
             done += 2;
         }
-        stop.store(true, std::sync::atomic::Ordering::Relaxed);
-        let pageouts = pager.join().unwrap_or(0);
+        drop(tick);
+        let (pageouts, pager_cpu) = pager.join().unwrap_or((0, f64::NAN));
+        let cpu1 = cpu_times();
+        let kswapd1 = kswapd_secs();
+        let (timer1, edu1) = (interrupts("arch_timer"), interrupts("nprdma-edu"));
+        let loop_cpu = thread_cpu_secs() - main_cpu0;
         // Every byte of the buffer, through the CPU (pages swap in as it reads).
         let mut bad_pages = 0u64;
         for (i, w) in writer.iter().enumerate() {
@@ -1014,7 +1092,26 @@ mod dt {
             }
         }
         let secs = started.elapsed().as_secs_f64();
+        let main_cpu = thread_cpu_secs() - main_cpu0;
         let pins1 = pins();
+        // Where the guest's time went (under -icount, busy guest time is executed
+        // instructions, which is what costs host time; idle time is skipped).
+        let d =
+            |i: usize| cpu1.get(i).copied().unwrap_or(0.0) - cpu0.get(i).copied().unwrap_or(0.0);
+        let busy: f64 = [0, 1, 2, 4, 5, 6].iter().map(|&i| d(i)).sum();
+        println!(
+            "NPRDMA-KMOD: INFO soak profile: {secs:.1} s guest time, both vCPUs busy {busy:.1} s (user {:.1}, system {:.1}, irq {:.1}, softirq {:.1}, iowait {:.1}, idle {:.1}); soak main thread {main_cpu:.1} s CPU ({loop_cpu:.1} s in the transfer loop, {:.1} s in the final check), pager thread {pager_cpu:.1} s, kswapd {:.1} s; interrupts: timer {}, edu {}",
+            d(0) + d(1),
+            d(2),
+            d(5),
+            d(6),
+            d(4),
+            d(3),
+            main_cpu - loop_cpu,
+            kswapd1 - kswapd0,
+            timer1 - timer0,
+            edu1 - edu0
+        );
         let summary = format!(
             "{done} transfers ({to_mem} pages device->memory, {from_mem} memory->device, each with its load or read-back transfer) over a {mib} MiB unpinned buffer written by the CPU first, in {secs:.1} s of guest time: {lost} lost, {corrupted} corrupted in read-backs, {bad_pages} of {npages} pages wrong at the final CPU check; {resent} re-sent after a stale completion; {pageouts} MADV_PAGEOUTs of 16 pages from another thread; major faults +{}, pswpin +{}, pswpout +{}; module stale {} scratched {}; nr_foll_pin_acquired/released {}/{} -> {}/{}",
             vmstat("pgmajfault") - maj0,

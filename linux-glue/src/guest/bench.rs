@@ -234,6 +234,7 @@ pub fn run(quick: bool) -> i32 {
             return 1;
         }
     };
+    let started = Instant::now();
     let n = if quick { 1000 } else { 10_000 };
     let mut status = 0;
     let results = [
@@ -250,5 +251,9 @@ pub fn run(quick: bool) -> i32 {
     say(
         "swap-in: not measured in this guest (the x86_64 guest has no swap device; the arm64 guest's swap soak takes major faults through the module but times no single swap-in)",
     );
+    say(&format!(
+        "took {:.1} s (guest time)",
+        started.elapsed().as_secs_f64()
+    ));
     status
 }
