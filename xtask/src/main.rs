@@ -68,7 +68,7 @@ commands:
                               without pinning, frames vs pagemap, invalidations, bad input,
                               teardown, rmmod; arm64 (qemu-system-aarch64 virt + SMMUv3 + edu):
                               edu DMA in an IOMMU domain with IOVA = VA, the scratch page and
-                              re-sends, a swap soak (default 3000 transfers); fails on any
+                              re-sends, a swap soak (default 100000 transfers); fails on any
                               WARNING/BUG/Oops or SMMU event in a guest log (default: all)
   image <board> [--bitstream <.bit>] [--fsbl <elf>] [--pmufw <elf>] [--atf <elf>]
         [--uboot <elf>] [--out <dir>]
