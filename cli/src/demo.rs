@@ -11,10 +11,8 @@ use sim::vqfdb::{RunReport, SimConfig, SimError, Strategy, scenarios};
 
 use crate::{CliError, DemoArgs, output, plot};
 
-/// Fault rates of the sweep.
-pub use sim::vqfdb::scenarios::SWEEP;
-/// The fault rate of the main table.
-pub const MAIN_RATE: f64 = 0.01;
+/// Fault rates of the sweep, and the fault rate of the main table.
+pub use sim::vqfdb::scenarios::{MAIN_RATE, SWEEP};
 
 /// The demo workload (`sim::vqfdb::scenarios::demo`): one QFDB, all-to-all RDMA writes of
 /// 64 KiB from unpinned buffers, the memory limit at 25% of the buffer footprint.
@@ -22,37 +20,27 @@ pub fn workload(strategy: Strategy, fault_rate: f64, transfers: u64, seed: u64) 
     scenarios::demo(strategy, fault_rate, transfers, seed)
 }
 
-/// The strategies the verdict compares.
-const CONTENDERS: [Strategy; 3] = [
-    Strategy::StallOnly,
-    Strategy::RetransmitOnly,
-    Strategy::Hybrid,
-];
+use scenarios::{CONTENDERS, Verdict};
 
 /// One line of the verdict: stall-only, retransmit-only and hybrid throughput; which won and
 /// by how much hybrid is above (or below) the better of the other two.
-fn verdict(label: &str, stall: f64, retransmit: f64, hybrid: f64) -> String {
-    let best_other = stall.max(retransmit);
-    let other = if stall >= retransmit {
-        "stall-only"
-    } else {
-        "retransmit-only"
-    };
-    let winner = if hybrid > best_other {
+fn verdict(v: &Verdict) -> String {
+    let (best_other, other) = v.best_other();
+    let winner = if v.hybrid > best_other {
         "hybrid".to_string()
-    } else if hybrid == best_other {
+    } else if v.hybrid == best_other {
         format!("hybrid = {other}")
     } else {
         other.to_string()
     };
-    let margin = if best_other > 0.0 {
-        100.0 * (hybrid - best_other) / best_other
-    } else {
-        0.0
-    };
     format!(
-        "{label:<16} {stall:>10.2} {retransmit:>10.2} {hybrid:>10.2}  {winner:<26} {margin:>+7.2}%{}",
-        if margin < -0.5 { "  HYBRID LOST" } else { "" }
+        "{:<16} {:>10.2} {:>10.2} {:>10.2}  {winner:<26} {:>+7.2}%{}",
+        v.case,
+        v.stall,
+        v.retransmit,
+        v.hybrid,
+        v.margin_percent(),
+        if v.hybrid_lost() { "  HYBRID LOST" } else { "" }
     )
 }
 
@@ -149,28 +137,14 @@ pub fn run(args: &DemoArgs) -> Result<(), CliError> {
             });
         }
     }
-    // Latency: open loop at an offered load below saturation and at saturation, the
-    // fault-free run and every strategy at the main rate.
-    let latency_start = jobs.len();
-    for (load, what) in scenarios::LATENCY_LOADS_GBPS {
-        for (s, rate) in std::iter::once((Strategy::Hybrid, 0.0))
-            .chain(Strategy::ALL.into_iter().map(|s| (s, MAIN_RATE)))
-        {
-            jobs.push(Job {
-                label: format!("{} @ {load:.0} Gb/s {what}", s.name()),
-                cfg: SimConfig {
-                    offered_load_gbps: Some(load),
-                    ..workload(s, rate, args.transfers, args.seed)
-                },
-            });
-        }
-    }
-    let latency_count = jobs.len() - latency_start;
+    let per_load = 1 + Strategy::ALL.len();
     println!(
         "nprdma demo: {} runs on the virtual QFDB (4 nodes, all-to-all 64 KiB RDMA writes, \
-         unpinned buffers, memory limit 25% of the footprint), {} threads",
+         unpinned buffers, memory limit 25% of the footprint), {} threads; then {} latency runs \
+         at offered loads set by the fault-free run's throughput",
         jobs.len(),
-        threads
+        threads,
+        per_load * 2
     );
     let results = run_all(jobs, threads);
     // Any failure fails the demo, loudly.
@@ -179,9 +153,30 @@ pub fn run(args: &DemoArgs) -> Result<(), CliError> {
         reports.push(r?);
     }
     let (main, rest) = reports.split_at(main_count);
-    let (sweep, rest) = rest.split_at(sweep_count);
-    let (scenario_runs, latency_runs) = rest.split_at(rest.len() - latency_count);
+    let (sweep, scenario_runs) = rest.split_at(sweep_count);
     let baseline = main.first().map(|r| r.throughput_gbps);
+    // Latency: open loop at saturation, defined as the fault-free closed loop's throughput
+    // just measured (`scenarios::saturation_gbps`), and below it; the fault-free run and
+    // every strategy at the main rate.
+    let saturation = baseline.unwrap_or(0.0);
+    let loads = scenarios::latency_loads(saturation);
+    let mut latency_jobs = Vec::new();
+    for (load, what) in loads {
+        for cfg in scenarios::latency_runs(load, args.transfers, args.seed) {
+            let name = if cfg.fault_rate == 0.0 {
+                "fault-free"
+            } else {
+                cfg.strategy.name()
+            };
+            latency_jobs.push(Job {
+                label: format!("{name} @ {load:.0} Gb/s {what}"),
+                cfg,
+            });
+        }
+    }
+    let latency_runs = run_all(latency_jobs, threads)
+        .into_iter()
+        .collect::<Result<Vec<_>, _>>()?;
     println!();
     println!(
         "Results at a {:.0}% faulting-page rate (times and throughput are MODEL time):",
@@ -271,22 +266,34 @@ pub fn run(args: &DemoArgs) -> Result<(), CliError> {
     println!("Hybrid against the better of stall-only and retransmit-only (Gb/s, model time):");
     println!("{}", verdict_header("faulting pages"));
     let mut verdicts = Vec::new();
+    let mut lost = Vec::new();
     for &rate in SWEEP.iter().filter(|&&r| r > 0.0) {
-        let (st, re, hy) = (
-            gbps("stall-only", rate),
-            gbps("retransmit-only", rate),
-            gbps("hybrid", rate),
-        );
-        println!("{}", verdict(&format!("{:.1}%", rate * 100.0), st, re, hy));
+        let v = Verdict {
+            case: format!("{:.1}%", rate * 100.0),
+            stall: gbps("stall-only", rate),
+            retransmit: gbps("retransmit-only", rate),
+            hybrid: gbps("hybrid", rate),
+        };
+        println!("{}", verdict(&v));
         verdicts.push(json!({"case": format!("sweep {:.1}%", rate * 100.0),
-            "stall_only_gbps": st, "retransmit_only_gbps": re, "hybrid_gbps": hy}));
+            "stall_only_gbps": v.stall, "retransmit_only_gbps": v.retransmit,
+            "hybrid_gbps": v.hybrid, "hybrid_margin_percent": v.margin_percent(),
+            "hybrid_lost": v.hybrid_lost()}));
+        if v.hybrid_lost() {
+            lost.push(format!("sweep {}", v.case));
+        }
     }
     for (i, sc) in scenarios::SCENARIOS.iter().enumerate() {
         let runs = &scenario_runs[i * CONTENDERS.len()..(i + 1) * CONTENDERS.len()];
-        let [st, re, hy] = [0, 1, 2].map(|k| runs.get(k).map_or(0.0, |r| r.throughput_gbps));
-        println!("{}", verdict(sc.name, st, re, hy));
+        let v = Verdict::of(sc.name, runs);
+        println!("{}", verdict(&v));
         verdicts.push(json!({"case": sc.name, "what": sc.what,
-            "stall_only_gbps": st, "retransmit_only_gbps": re, "hybrid_gbps": hy}));
+            "stall_only_gbps": v.stall, "retransmit_only_gbps": v.retransmit,
+            "hybrid_gbps": v.hybrid, "hybrid_margin_percent": v.margin_percent(),
+            "hybrid_lost": v.hybrid_lost()}));
+        if v.hybrid_lost() {
+            lost.push(v.case.clone());
+        }
     }
     println!("scenarios (2% faulting pages):");
     for sc in scenarios::SCENARIOS {
@@ -310,14 +317,19 @@ pub fn run(args: &DemoArgs) -> Result<(), CliError> {
     }
 
     // Latency, open loop, from the intended issue time.
-    let per_load = latency_runs.len() / scenarios::LATENCY_LOADS_GBPS.len().max(1);
     let mut median_violations = Vec::new();
     let mut cdfs: Vec<plot::Cdf<'_>> = Vec::new();
-    for (i, (load, what)) in scenarios::LATENCY_LOADS_GBPS.iter().enumerate() {
+    println!();
+    println!(
+        "saturation: {saturation:.2} Gb/s, the fault-free closed loop's throughput above (every \
+         pair's window always full); the latency runs offer {:.0}% of it and all of it",
+        scenarios::BELOW_SATURATION * 100.0
+    );
+    for (i, (load, what)) in loads.iter().enumerate() {
         let runs = &latency_runs[i * per_load..(i + 1) * per_load];
         println!();
         println!(
-            "Latency at an offered load of {load:.0} Gb/s ({what}; open loop, Poisson arrivals, \
+            "Latency at an offered load of {load:.1} Gb/s ({what}; open loop, Poisson arrivals, \
              the same for every strategy), {:.0}% faulting pages; p50/p99/p99.9 in model µs \
              from the moment the application meant to issue the transfer (transfers):",
             MAIN_RATE * 100.0
@@ -325,14 +337,7 @@ pub fn run(args: &DemoArgs) -> Result<(), CliError> {
         let refs: Vec<&RunReport> = runs.iter().collect();
         print!("{}", output::latency_table(&refs));
         if let Some(free) = runs.first() {
-            for r in runs.iter().skip(1).filter(|r| r.fault_rate > 0.0) {
-                if r.latency.p50 < free.latency.p50 {
-                    median_violations.push(format!(
-                        "{} at {load:.0} Gb/s: p50 {:.1} < fault-free {:.1}",
-                        r.strategy, r.latency.p50, free.latency.p50
-                    ));
-                }
-            }
+            median_violations.extend(scenarios::median_violations(free, runs));
         }
         let stem = if i == 0 {
             "latency_cdf_below_saturation"
@@ -342,7 +347,7 @@ pub fn run(args: &DemoArgs) -> Result<(), CliError> {
         cdfs.push((
             stem,
             format!(
-                "Latency CDF, {load:.0} Gb/s offered ({what}), {:.0}% faulting pages",
+                "Latency CDF, {load:.1} Gb/s offered ({what}), {:.0}% faulting pages",
                 MAIN_RATE * 100.0
             ),
             runs.iter()
@@ -381,6 +386,9 @@ pub fn run(args: &DemoArgs) -> Result<(), CliError> {
             "transfers_per_sweep_run": args.sweep_transfers
         },
         "fault_free_throughput_gbps_model": baseline,
+        "saturation_gbps_model": saturation,
+        "latency_offered_loads_gbps": loads.iter().map(|(l, w)| json!({"load": l, "what": w})).collect::<Vec<_>>(),
+        "median_below_fault_free": median_violations,
         "runs": main.iter().map(output::report_json).collect::<Vec<_>>(),
         "sweep": sweep.iter().map(output::report_json).collect::<Vec<_>>(),
         "scenarios": scenario_runs.iter().map(output::report_json).collect::<Vec<_>>(),
@@ -395,11 +403,31 @@ pub fn run(args: &DemoArgs) -> Result<(), CliError> {
     for f in files {
         println!("wrote {}", f.display());
     }
-    let verified: u64 = reports.iter().map(|r| r.transfers).sum();
+    let verified: u64 = reports
+        .iter()
+        .chain(&latency_runs)
+        .map(|r| r.transfers)
+        .sum();
     println!(
         "verified: {verified} transfers in {} runs, every byte checked; none lost, duplicated or reordered",
-        reports.len()
+        reports.len() + latency_runs.len()
     );
     println!("wall time: {wall_s:.1} s (host, not model time)");
-    Ok(())
+    // What the demo claims, it checks: a loss of the hybrid policy or a faulting median below
+    // the fault-free one fails it (after everything was printed and written).
+    let mut broken = Vec::new();
+    if !lost.is_empty() {
+        broken.push(format!("HYBRID LOST in {}", lost.join(", ")));
+    }
+    if !median_violations.is_empty() {
+        broken.push(format!(
+            "MEDIAN BELOW FAULT-FREE: {}",
+            median_violations.join("; ")
+        ));
+    }
+    if broken.is_empty() {
+        Ok(())
+    } else {
+        Err(CliError::Claim(broken.join("; ")))
+    }
 }

@@ -65,11 +65,11 @@ struct DemoArgs {
     /// Seed of every random choice.
     #[arg(long, default_value_t = 1)]
     seed: u64,
-    /// Transfers per run of the main table.
-    #[arg(long, default_value_t = 2400)]
+    /// Transfers per run of the main table and the latency tables.
+    #[arg(long, default_value_t = sim::vqfdb::scenarios::DEMO_TRANSFERS)]
     transfers: u64,
-    /// Transfers per run of the fault-rate sweep.
-    #[arg(long, default_value_t = 2400)]
+    /// Transfers per run of the fault-rate sweep and the scenarios.
+    #[arg(long, default_value_t = sim::vqfdb::scenarios::DEMO_TRANSFERS)]
     sweep_transfers: u64,
     /// Worker threads (default: the host's cores).
     #[arg(long)]
@@ -187,6 +187,9 @@ enum CliError {
     Sim(SimError),
     /// Writing output failed.
     Output(String),
+    /// The runs went through, but a claim the output makes does not hold (the hybrid policy
+    /// lost, or a faulting median fell below the fault-free one).
+    Claim(String),
 }
 
 impl std::fmt::Display for CliError {
@@ -194,18 +197,22 @@ impl std::fmt::Display for CliError {
         match self {
             CliError::Sim(e) => write!(f, "{e}"),
             CliError::Output(e) => write!(f, "{e}"),
+            CliError::Claim(e) => write!(f, "{e}"),
         }
     }
 }
 
 impl CliError {
     /// 2: bad arguments; 3: data did not verify; 4: a transfer was lost, duplicated or
-    /// reordered; 1: anything else.
+    /// reordered; 5: a claim of the demo does not hold; 1: anything else.
     fn exit_code(&self) -> u8 {
         match self {
             CliError::Sim(SimError::Config(_)) => 2,
             CliError::Sim(SimError::Verification(_)) => 3,
             CliError::Sim(SimError::Accounting(_)) => 4,
+            CliError::Sim(SimError::Integrity(i)) if i.corrupted > 0 => 3,
+            CliError::Sim(SimError::Integrity(_)) => 4,
+            CliError::Claim(_) => 5,
             _ => 1,
         }
     }
@@ -267,5 +274,6 @@ mod tests {
         assert_eq!(code(SimError::Accounting("x".into())), 4);
         assert_eq!(code(SimError::Internal("x".into())), 1);
         assert_eq!(CliError::Output("x".into()).exit_code(), 1);
+        assert_eq!(CliError::Claim("x".into()).exit_code(), 5);
     }
 }

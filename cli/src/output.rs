@@ -228,6 +228,8 @@ pub fn report_json(r: &RunReport) -> Value {
         "fault_rate_knob": r.fault_rate,
         "measured_fault_rate": r.measured_fault_rate,
         "transfers": r.transfers,
+        "checked": {"lost": r.integrity.lost, "duplicated": r.integrity.duplicated,
+                    "reordered": r.integrity.reordered, "corrupted": r.integrity.corrupted},
         "bytes": r.bytes,
         "model_duration_us": r.duration.as_us(),
         "model_setup_us": r.setup.as_us(),

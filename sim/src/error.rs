@@ -51,6 +51,43 @@ pub enum SimError {
     /// The simulation reached a state that should be impossible (a model bug).
     #[error("internal simulator error: {0}")]
     Internal(String),
+    /// A run ended with transfers lost, duplicated, reordered or corrupted: what the
+    /// application's checks counted.
+    #[error("TRANSFER INTEGRITY FAILED: {0}")]
+    Integrity(Integrity),
+}
+
+/// What the application's checks count over a run (all 0 in a good one): every completion
+/// and delivery is matched against the transfers posted, in order, and every delivered byte
+/// against a checksum of what was sent.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Integrity {
+    /// Transfers posted that never completed or were never delivered.
+    pub lost: u64,
+    /// Completions or deliveries of a transfer already completed or delivered.
+    pub duplicated: u64,
+    /// Completions or deliveries that came after one of a later transfer of the same pair.
+    pub reordered: u64,
+    /// Transfers whose delivered bytes do not match what was sent (corruption no earlier
+    /// check caught).
+    pub corrupted: u64,
+}
+
+impl Integrity {
+    /// Nothing lost, duplicated, reordered or corrupted.
+    pub fn is_clean(&self) -> bool {
+        *self == Self::default()
+    }
+}
+
+impl core::fmt::Display for Integrity {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(
+            f,
+            "{} lost, {} duplicated, {} reordered, {} corrupted",
+            self.lost, self.duplicated, self.reordered, self.corrupted
+        )
+    }
 }
 
 impl SimError {
@@ -68,6 +105,7 @@ impl SimError {
             Self::Verification(_) => 9,
             Self::Accounting(_) => 10,
             Self::Internal(_) => 11,
+            Self::Integrity(_) => 12,
         }
     }
 }

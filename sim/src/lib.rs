@@ -46,4 +46,4 @@ pub mod npe;
 pub mod qfdb;
 pub mod vqfdb;
 
-pub use error::{Result, SimError};
+pub use error::{Integrity, Result, SimError};

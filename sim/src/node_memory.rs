@@ -341,6 +341,14 @@ impl NodeMemory {
         PhysAddr::new(self.frames_base.as_u64() + u64::from(frame) * PAGE)
     }
 
+    /// The resolver's estimate of a minor fault (what [`FaultResolver::estimate`] reports
+    /// for one, as the policy sees it).
+    pub fn estimate_minor(&self) -> smmu_driver::fault::FaultEstimate {
+        smmu_driver::fault::FaultEstimate::Minor {
+            expected_ns: self.minor_ns,
+        }
+    }
+
     /// What making the page resident would cost: `None` if it is resident already.
     pub fn fault_cost(&self, va: u64) -> Option<FaultCost> {
         match self.state(va)? {

@@ -225,10 +225,21 @@ fn corrupted_data_fails_the_run_loudly() {
         vec![frame]
     };
     let e = run_with_hook(&small(Strategy::Hybrid, 1), &mut |_, _| {}, &mut flip).unwrap_err();
-    assert!(matches!(e, SimError::Verification(_)), "{e}");
+    let SimError::Integrity(counts) = e else {
+        panic!("{e}")
+    };
+    // The one corrupted transfer is counted; nothing else went wrong.
+    assert_eq!(
+        counts,
+        sim::Integrity {
+            corrupted: 1,
+            ..Default::default()
+        }
+    );
     assert!(
-        e.to_string()
-            .starts_with("DATA VERIFICATION FAILED: transfer ")
+        e.to_string().starts_with(
+            "TRANSFER INTEGRITY FAILED: 0 lost, 0 duplicated, 0 reordered, 1 corrupted"
+        )
     );
     // Dropping frames is repaired by the protocol (time-outs and re-sends): nothing is lost.
     let mut n = 0;

@@ -18,14 +18,15 @@ mod node;
 mod rig;
 pub mod scenarios;
 mod smmu;
+pub mod soak;
 mod world;
 
-pub use crate::error::{Result as VqResult, SimError};
+pub use crate::error::{Integrity, Result as VqResult, SimError};
 pub use latency::{FaultClass, Histogram};
 pub use rig::{Eviction, Rig};
 pub use smmu::SmmuModel;
 pub use smmu_driver::fault::CostDecisions;
-pub use world::{run, run_with_hook};
+pub use world::{PairSeam, Seam, Seams, run, run_with_hook, run_with_seams};
 
 use crate::des::ModelTime;
 use crate::link::LinkParams;
@@ -176,6 +177,23 @@ pub struct CostModel {
     /// every block behind it, so only faults that are nearly free (already resolved) are worth
     /// it (ours).
     pub write_stall_budget: ModelTime,
+}
+
+impl CostModel {
+    /// How long the fault CPU takes over a minor fault once it starts on it: the decision
+    /// and the mapping (`minor_fault` includes the decision, so never less than
+    /// `fault_decide`). The one definition the fault service schedules with, the resolver
+    /// estimates with and the cost-based policy starts from.
+    pub fn minor_service(&self) -> ModelTime {
+        self.minor_fault.max(self.fault_decide)
+    }
+
+    /// How long a major fault takes once the fault CPU starts on it, with an idle swap
+    /// device whose read takes `swap_read`: the decision, then the CPU's part and the read
+    /// side by side (what the fault service schedules; the policy's prior).
+    pub fn major_service(&self, swap_read: ModelTime) -> ModelTime {
+        self.fault_decide.after(self.major_fault_cpu.max(swap_read))
+    }
 }
 
 impl Default for CostModel {
@@ -406,4 +424,8 @@ pub struct RunReport {
     pub crc_drops: u64,
     /// Posts the driver refused with back-pressure (`QueueFull`); each was posted again later.
     pub back_pressure: u64,
+    /// What the application's checks counted: lost, duplicated, reordered and corrupted
+    /// transfers. A run with any of them fails ([`SimError::Integrity`]), so a report has all
+    /// four at 0; they are here so that what was checked is printed from what was counted.
+    pub integrity: Integrity,
 }

@@ -305,6 +305,11 @@ impl FaultService {
         ]
     }
 
+    /// The fault CPU's backlog at `now`: how long until it starts on a record arriving then.
+    pub fn queue_ns(&self, now: ModelTime) -> u64 {
+        now.max(self.cpu_free_at).since(now).as_ns()
+    }
+
     /// Decides on `record` at `now`; returns what to schedule (up to two actions).
     pub fn on_record(
         &mut self,
@@ -318,8 +323,9 @@ impl FaultService {
         let start = now.max(self.cpu_free_at);
         let decided = start.after(costs.fault_decide);
         if let Some(policy) = self.handler.policy().cost() {
-            // The stall lasts from now: the fault CPU's backlog, then its decision.
-            policy.set_queue_ns(decided.since(now).as_ns());
+            // The stall lasts from now: the fault CPU's backlog, then the fault's service
+            // time (decision included: `CostModel::minor_service`, `major_service`).
+            policy.set_queue_ns(self.queue_ns(now));
         }
         let streams = self.streams(mm);
         let Mm {
@@ -361,7 +367,7 @@ impl FaultService {
                         // An inactive page must not be written back while its minor fault
                         // is being resolved.
                         mm.mem.hold_for_fault(page);
-                        let t = start.after(costs.minor_fault.max(costs.fault_decide));
+                        let t = start.after(costs.minor_service());
                         (t, t)
                     }
                     Some(FaultCost::Major) => {
@@ -507,7 +513,7 @@ impl NodeCosts {
     }
 
     /// The policy with these costs as its starting point.
-    pub fn policy(&self, costs: &CostModel, swap_major_ns: u64) -> CostPolicy {
+    pub fn policy(&self, costs: &CostModel, swap_read: ModelTime) -> CostPolicy {
         use smmu_driver::fault::StallCosts;
         CostPolicy::new(
             StallCosts {
@@ -517,9 +523,9 @@ impl NodeCosts {
             StallCosts {
                 retransmit_ns: self.write_retransmit_ns,
                 blocked_milli: self
-                    .write_blocked_milli(self.write_backlog_milli, costs.minor_fault.as_ns()),
+                    .write_blocked_milli(self.write_backlog_milli, costs.minor_service().as_ns()),
             },
-            costs.major_fault_cpu.as_ns() + swap_major_ns,
+            costs.major_service(swap_read).as_ns(),
         )
     }
 }

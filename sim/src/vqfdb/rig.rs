@@ -209,7 +209,7 @@ impl Rig {
 
     /// Installs a hook over every frame an engine sends.
     pub fn set_frame_hook(&mut self, hook: Box<dyn FnMut(Frame) -> Vec<Frame>>) {
-        self.world.frame_hook = Some(hook);
+        self.world.seams.frames = Some(hook);
     }
 
     /// Delivers `frame` to its destination engine at the current time, as if it came off the

@@ -7,6 +7,8 @@
 
 mod app;
 mod build;
+#[cfg(test)]
+mod cost_tests;
 mod events;
 mod report;
 
@@ -29,7 +31,8 @@ use super::node::{
 };
 use super::smmu::{FaultPort, NodeSmmu, SmmuModel};
 use super::{
-    FaultClass, Histogram, MemoryLimit, RunReport, SimConfig, SimError, Strategy, VqResult,
+    FaultClass, Histogram, Integrity, MemoryLimit, RunReport, SimConfig, SimError, Strategy,
+    VqResult,
 };
 use crate::axi::{ContextConfig, WalkerSmmu};
 use crate::des::{EventQueue, ModelTime, SplitMix64};
@@ -165,12 +168,32 @@ pub(crate) struct World<'p> {
     pub(crate) progress: Box<dyn FnMut(u64, u64) + 'p>,
     /// Test rig mode: no workload; completions and deliveries are kept for the test.
     pub(crate) manual: bool,
-    /// Rewrites every frame an engine sends (tests: drop, duplicate, corrupt).
-    pub(crate) frame_hook: Option<FrameHook<'p>>,
+    /// Rewrites every frame an engine sends, completion the driver reports and delivery it
+    /// reports (tests: drop, duplicate, corrupt, reorder).
+    pub(crate) seams: Seams<'p>,
+    /// What the application's checks counted.
+    pub(crate) integrity: Integrity,
 }
 
-/// A test hook over outgoing frames: returns the frames to put on the wire instead.
-pub(crate) type FrameHook<'p> = Box<dyn FnMut(Frame) -> Vec<Frame> + 'p>;
+/// Test seams of a run: each, when set, rewrites what passes through it and returns what to
+/// pass on instead (nothing to drop it, two to duplicate it, a changed one to corrupt it;
+/// holding one back and returning it later reorders). The run's own checks stay behind the
+/// seams, so what they count is what a bug at that place would do.
+#[derive(Default)]
+pub struct Seams<'p> {
+    /// Every frame an engine sends, before the wire.
+    pub frames: Option<Seam<'p, Frame>>,
+    /// Every completion a sender's driver reports, before the application's checks.
+    pub completions: Option<PairSeam<'p, protocol::Completion>>,
+    /// Every delivery a receiver's driver reports, before the application's checks.
+    pub deliveries: Option<PairSeam<'p, protocol::Delivery>>,
+}
+
+/// A seam over things of type `T`: returns what to pass on instead.
+pub type Seam<'p, T> = Box<dyn FnMut(T) -> Vec<T> + 'p>;
+
+/// A seam over things of type `T` of one pair (its index, in the workload's order).
+pub type PairSeam<'p, T> = Box<dyn FnMut(usize, T) -> Vec<T> + 'p>;
 
 /// A 64-bit checksum of `data` (word-wise multiply-rotate mixing; any change of a byte
 /// changes it with overwhelming probability).
@@ -197,11 +220,7 @@ pub(crate) fn session(src: usize, dst: usize) -> u32 {
 /// Runs one simulation. `progress(done, total)` is called now and then with the number of
 /// transfers finished (completed at the sender and verified at the receiver).
 pub fn run(cfg: &SimConfig, progress: &mut dyn FnMut(u64, u64)) -> VqResult<RunReport> {
-    validate(cfg)?;
-    let mut world = World::build(cfg, Box::new(progress))?;
-    world.setup()?;
-    world.main_loop()?;
-    world.report()
+    run_with_seams(cfg, progress, Seams::default())
 }
 
 /// [`run`] with `hook` rewriting every frame an engine sends (fault-injection experiments:
@@ -213,12 +232,32 @@ pub fn run_with_hook(
     progress: &mut dyn FnMut(u64, u64),
     hook: &mut dyn FnMut(Frame) -> Vec<Frame>,
 ) -> VqResult<RunReport> {
+    let seams = Seams {
+        frames: Some(Box::new(hook)),
+        ..Seams::default()
+    };
+    run_with_seams(cfg, progress, seams)
+}
+
+/// [`run`] with test seams between the engines and the wire, and between the drivers and the
+/// application's checks ([`Seams`]). A run whose checks counted anything lost, duplicated,
+/// reordered or corrupted fails with [`SimError::Integrity`] and the counts.
+pub fn run_with_seams<'p>(
+    cfg: &SimConfig,
+    progress: &'p mut dyn FnMut(u64, u64),
+    seams: Seams<'p>,
+) -> VqResult<RunReport> {
     validate(cfg)?;
     let mut world = World::build(cfg, Box::new(progress))?;
-    world.frame_hook = Some(Box::new(hook));
+    world.seams = seams;
     world.setup()?;
     world.main_loop()?;
-    world.report()
+    let report = world.report()?;
+    if report.integrity.is_clean() {
+        Ok(report)
+    } else {
+        Err(SimError::Integrity(report.integrity))
+    }
 }
 
 /// The most slots per pair and direction (`--slots`): 128 MiB of buffer per pair and
@@ -305,11 +344,9 @@ impl<'p> World<'p> {
         (self.progress)(0, self.total);
         while self.finished < self.total {
             let Some((now, ev)) = self.q.pop() else {
-                let outstanding = self.total - self.finished;
-                return Err(SimError::Accounting(format!(
-                    "simulation stalled with {outstanding} of {} transfers unfinished",
-                    self.total
-                )));
+                // Nothing more can happen: what is unfinished is lost.
+                self.integrity.lost = self.total - self.finished;
+                return Err(SimError::Integrity(self.integrity));
             };
             self.dispatch(now, ev)?;
         }

@@ -15,7 +15,8 @@
 //! and [`CostPolicy`] resumes when `stall <= retransmit` (and the resolution fits the stream's
 //! stall budget, the master's own limit). The platform feeds it: [`CostPolicy::set_costs`] per
 //! access kind (it knows its links, block size and how many accesses are queued behind a
-//! stall), [`CostPolicy::set_queue_ns`] (its fault CPU's backlog when the record is decided)
+//! stall), [`CostPolicy::set_queue_ns`] (its fault CPU's backlog when the record arrives,
+//! until the CPU starts on it: the decision itself is part of the class time)
 //! and [`CostPolicy::observe`] with each resolution's service time, from which the policy
 //! learns its class times online: an exponentially weighted mean with weight 1/8 per
 //! observation, in integer nanoseconds, so a run fed the same observations in the same order
@@ -23,7 +24,8 @@
 //! own estimate ([`FaultEstimate::Minor`]), the major time at `major_prior_ns`.
 //!
 //! [`CostPolicy::stall_pays`] answers the question a platform asks once per stream, when it
-//! sets up its SMMU contexts: can a stall ever pay on this stream, i.e. does the cheapest
+//! sets up its SMMU contexts (the same comparison as each fault's, with an empty queue): can
+//! a stall ever pay on this stream, i.e. does the cheapest
 //! resolution it can get (a minor fault with an idle fault CPU) cost less stalled than
 //! retransmitted? A stream where it cannot goes on a terminate-mode context: then no fault of
 //! it waits for a decision while holding the accesses behind it.
@@ -91,8 +93,10 @@ pub struct CostPolicy {
     read: Cell<StallCosts>,
     write: Cell<StallCosts>,
     queue_ns: Cell<u64>,
-    /// Learned minor and major service times (0: nothing observed yet).
-    minor_ns: Cell<u64>,
+    /// Learned minor and major service times. The minor one is `None` until a resolution
+    /// was observed (until then the resolver's estimate stands); 0 is a real observation (a
+    /// fault resolved at once), not "nothing yet".
+    minor_ns: Cell<Option<u64>>,
     major_ns: Cell<u64>,
     decisions: Cell<CostDecisions>,
 }
@@ -108,7 +112,7 @@ impl CostPolicy {
             read: Cell::new(read),
             write: Cell::new(write),
             queue_ns: Cell::new(0),
-            minor_ns: Cell::new(0),
+            minor_ns: Cell::new(None),
             major_ns: Cell::new(major_prior_ns),
             decisions: Cell::new(CostDecisions::default()),
         }
@@ -135,28 +139,31 @@ impl CostPolicy {
         self.queue_ns.set(ns);
     }
 
-    /// Learns from one resolution that took `service_ns` (queueing excluded).
+    /// Learns from one resolution that took `service_ns` (queueing excluded). Every value is
+    /// an observation, 0 included: a resolution that took no time (the page came back before
+    /// the fault CPU looked) pulls the mean down like any fast one.
     pub fn observe(&self, cost: FaultCost, service_ns: u64) {
-        let cell = match cost {
-            FaultCost::Minor => &self.minor_ns,
-            FaultCost::Major => &self.major_ns,
+        let step = |old: u64| {
+            if service_ns >= old {
+                old + ((service_ns - old) >> LEARN_SHIFT)
+            } else {
+                old - ((old - service_ns) >> LEARN_SHIFT)
+            }
         };
-        let old = cell.get();
-        let new = if old == 0 {
-            service_ns
-        } else if service_ns >= old {
-            old + ((service_ns - old) >> LEARN_SHIFT)
-        } else {
-            old - ((old - service_ns) >> LEARN_SHIFT)
-        };
-        cell.set(new);
+        match cost {
+            // The first minor observation replaces the resolver's estimate.
+            FaultCost::Minor => self
+                .minor_ns
+                .set(Some(self.minor_ns.get().map_or(service_ns, step))),
+            FaultCost::Major => self.major_ns.set(step(self.major_ns.get())),
+        }
     }
 
-    /// The learned service time of `cost` (0 for minor until one was observed).
-    pub fn learned_ns(&self, cost: FaultCost) -> u64 {
+    /// The learned service time of `cost` (`None` for minor until one was observed).
+    pub fn learned_ns(&self, cost: FaultCost) -> Option<u64> {
         match cost {
             FaultCost::Minor => self.minor_ns.get(),
-            FaultCost::Major => self.major_ns.get(),
+            FaultCost::Major => Some(self.major_ns.get()),
         }
     }
 
@@ -165,29 +172,41 @@ impl CostPolicy {
         self.decisions.get()
     }
 
-    /// Whether a stall on `kind` can ever pay: the cheapest resolution it can get,
-    /// `cheapest_ns` (a minor fault on an idle fault CPU), costs no more stalled than
-    /// retransmitted. A stream where it cannot belongs on a terminate-mode context.
-    pub fn stall_pays(&self, kind: AccessKind, cheapest_ns: u64) -> bool {
-        let costs = self.costs(kind);
-        costs.stall_ns(cheapest_ns) <= costs.retransmit_ns
+    /// Whether a stall on `kind` can ever pay: the cheapest fault it can get, `cheapest`
+    /// (a minor fault), resolved on an idle fault CPU, costs no more stalled than
+    /// retransmitted. It is the per-fault comparison of [`FaultPolicy::decide`] with an
+    /// empty queue (one definition of the resolution time, [`CostPolicy::class_ns`]). A
+    /// stream where it cannot belongs on a terminate-mode context.
+    pub fn stall_pays(&self, kind: AccessKind, cheapest: &FaultEstimate) -> bool {
+        self.class_ns(cheapest)
+            .is_some_and(|resolve| self.stall_is_cheaper(kind, resolve))
     }
 
-    /// The expected resolution time of a fault with `estimate`, queue included (`None` for
+    /// Whether a stall of `resolve_ns` on `kind` costs no more than retransmitting.
+    fn stall_is_cheaper(&self, kind: AccessKind, resolve_ns: u64) -> bool {
+        let costs = self.costs(kind);
+        costs.stall_ns(resolve_ns) <= costs.retransmit_ns
+    }
+
+    /// The expected service time of a fault with `estimate` once the fault CPU starts on it
+    /// (the learned mean, or the resolver's estimate before any observation; `None` for
     /// estimates that are aborted).
-    pub fn expected_resolve_ns(&self, estimate: &FaultEstimate) -> Option<u64> {
-        let class = match *estimate {
+    pub fn class_ns(&self, estimate: &FaultEstimate) -> Option<u64> {
+        Some(match *estimate {
             FaultEstimate::Present { .. } => 0,
-            FaultEstimate::Minor { expected_ns } => match self.minor_ns.get() {
-                0 => expected_ns,
-                learned => learned,
-            },
+            FaultEstimate::Minor { expected_ns } => self.minor_ns.get().unwrap_or(expected_ns),
             FaultEstimate::Major | FaultEstimate::Unknown => self.major_ns.get(),
             FaultEstimate::OutsideRegion
             | FaultEstimate::WriteToReadOnly
             | FaultEstimate::Unrecoverable => return None,
-        };
-        Some(self.queue_ns.get().saturating_add(class))
+        })
+    }
+
+    /// The expected resolution time of a fault with `estimate`: the fault CPU's backlog
+    /// ([`CostPolicy::set_queue_ns`]) then its service time ([`CostPolicy::class_ns`]).
+    pub fn expected_resolve_ns(&self, estimate: &FaultEstimate) -> Option<u64> {
+        self.class_ns(estimate)
+            .map(|class| self.queue_ns.get().saturating_add(class))
     }
 
     fn count(&self, f: impl FnOnce(&mut CostDecisions)) {
@@ -218,8 +237,7 @@ impl FaultPolicy for CostPolicy {
             self.count(|d| d.terminated_budget = d.terminated_budget.saturating_add(1));
             return FaultDecision::TerminateAndRetransmit;
         }
-        let costs = self.costs(input.record.access);
-        if costs.stall_ns(resolve) <= costs.retransmit_ns {
+        if self.stall_is_cheaper(input.record.access, resolve) {
             self.count(|d| d.resumed_cheaper = d.resumed_cheaper.saturating_add(1));
             FaultDecision::Resume
         } else {
@@ -311,8 +329,9 @@ mod tests {
             FaultDecision::Resume
         );
         assert_eq!(write.break_even_ns(), 5_000);
-        assert!(p.stall_pays(AccessKind::Write, 4_600));
-        assert!(!p.stall_pays(AccessKind::Write, 5_100));
+        assert!(p.stall_pays(AccessKind::Write, &MINOR));
+        let slower = FaultEstimate::Minor { expected_ns: 5_100 };
+        assert!(!p.stall_pays(AccessKind::Write, &slower));
         let d = p.decisions();
         assert_eq!(
             (d.resumed_cheaper, d.terminated_dearer, d.resumed_present),
@@ -360,16 +379,71 @@ mod tests {
         for _ in 0..40 {
             p.observe(FaultCost::Major, 8_000);
         }
-        assert!(p.learned_ns(FaultCost::Major) < 20_000);
+        assert!(p.learned_ns(FaultCost::Major).is_some_and(|ns| ns < 20_000));
         assert_eq!(
             p.decide(&input(&w, FaultEstimate::Major)),
             FaultDecision::Resume
         );
         // The first minor observation replaces the resolver's estimate.
-        assert_eq!(p.learned_ns(FaultCost::Minor), 0);
+        assert_eq!(p.learned_ns(FaultCost::Minor), None);
         p.observe(FaultCost::Minor, 3_000);
         assert_eq!(p.expected_resolve_ns(&MINOR), Some(3_000));
         p.observe(FaultCost::Minor, 3_800);
-        assert_eq!(p.learned_ns(FaultCost::Minor), 3_100);
+        assert_eq!(p.learned_ns(FaultCost::Minor), Some(3_100));
+    }
+
+    #[test]
+    fn a_zero_ns_resolution_is_an_observation() {
+        let p = CostPolicy::new(StallCosts::default(), StallCosts::default(), 60_000);
+        // A minor fault that resolved at once replaces the resolver's 4.6 µs estimate ...
+        p.observe(FaultCost::Minor, 0);
+        assert_eq!(p.learned_ns(FaultCost::Minor), Some(0));
+        assert_eq!(p.expected_resolve_ns(&MINOR), Some(0));
+        // ... and later ones move the mean from there, not from "nothing observed".
+        p.observe(FaultCost::Minor, 8_000);
+        assert_eq!(p.learned_ns(FaultCost::Minor), Some(1_000));
+        p.observe(FaultCost::Minor, 0);
+        assert_eq!(p.learned_ns(FaultCost::Minor), Some(875));
+        // A zero major observation pulls the prior down by an eighth.
+        p.observe(FaultCost::Major, 0);
+        assert_eq!(p.learned_ns(FaultCost::Major), Some(52_500));
+    }
+
+    proptest::proptest! {
+        /// Each fault's decision is the cost comparison, and the set-up question is the same
+        /// comparison with an empty queue.
+        #[test]
+        fn decide_follows_the_cost_comparison(
+            retransmit_ns in 0u64..200_000,
+            blocked_milli in 0u64..10_000,
+            queue_ns in 0u64..100_000,
+            minor_ns in 0u64..100_000,
+            learned in proptest::option::of(0u64..100_000),
+            write in proptest::bool::ANY,
+            major in proptest::bool::ANY,
+        ) {
+            let costs = StallCosts { retransmit_ns, blocked_milli };
+            let p = CostPolicy::new(costs, costs, 60_000);
+            if let Some(ns) = learned {
+                p.observe(if major { FaultCost::Major } else { FaultCost::Minor }, ns);
+            }
+            let kind = if write { AccessKind::Write } else { AccessKind::Read };
+            let estimate = if major {
+                FaultEstimate::Major
+            } else {
+                FaultEstimate::Minor { expected_ns: minor_ns }
+            };
+            let class = p.class_ns(&estimate).unwrap();
+            let r = record(kind, true);
+            // Idle fault CPU: the set-up answer and the per-fault decision agree.
+            let idle = p.decide(&input(&r, estimate)) == FaultDecision::Resume;
+            proptest::prop_assert_eq!(idle, p.stall_pays(kind, &estimate));
+            proptest::prop_assert_eq!(idle, class * blocked_milli / 1000 <= retransmit_ns);
+            // Behind a queue: the comparison with the queue added.
+            p.set_queue_ns(queue_ns);
+            let resolve = queue_ns + class;
+            let queued = p.decide(&input(&r, estimate)) == FaultDecision::Resume;
+            proptest::prop_assert_eq!(queued, resolve * blocked_milli / 1000 <= retransmit_ns);
+        }
     }
 }

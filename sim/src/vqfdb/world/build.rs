@@ -132,7 +132,7 @@ impl<'p> World<'p> {
                 limit,
                 cfg.swap,
                 [read_stream, write_stream],
-                cfg.costs.minor_fault.as_ns(),
+                cfg.costs.minor_service().as_ns(),
             )?;
             let table = PageTable::new(dram.clone(), PageTableConfig::default())?;
             let pstate = PageStateTable::new(
@@ -166,14 +166,15 @@ impl<'p> World<'p> {
                 ),
                 Strategy::Hybrid | Strategy::PreFault => {
                     let costs = &node_costs[n];
-                    let swap = ModelTime::transfer(PAGE, cfg.swap.bandwidth_bps)
-                        .after(cfg.swap.latency)
-                        .as_ns();
+                    let swap =
+                        ModelTime::transfer(PAGE, cfg.swap.bandwidth_bps).after(cfg.swap.latency);
                     let policy = costs.policy(&cfg.costs, swap);
-                    let cheapest = cfg.costs.minor_fault.max(cfg.costs.fault_decide).as_ns();
+                    // The cheapest fault: a minor one, as the resolver estimates it, and as
+                    // each fault's decision sees it (with the fault CPU's queue added).
+                    let cheapest = mem.estimate_minor();
                     let stall = [
-                        policy.stall_pays(smmu_driver::fault::AccessKind::Read, cheapest),
-                        policy.stall_pays(smmu_driver::fault::AccessKind::Write, cheapest),
+                        policy.stall_pays(smmu_driver::fault::AccessKind::Read, &cheapest),
+                        policy.stall_pays(smmu_driver::fault::AccessKind::Write, &cheapest),
                     ];
                     // The NPE tolerates stalls of any length (CAPS.STALL_TOLERANT): the
                     // costs decide, not a budget.
@@ -288,7 +289,8 @@ impl<'p> World<'p> {
             data: Vec::new(),
             progress,
             manual: false,
-            frame_hook: None,
+            seams: Seams::default(),
+            integrity: Integrity::default(),
         })
     }
 
