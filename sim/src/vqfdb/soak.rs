@@ -6,10 +6,12 @@
 //! pressure that must turn into back-pressure, never loss): one QFDB (four nodes,
 //! all-to-all) and two QFDBs in a ring (eight nodes) with the soak's transfer size, and an
 //! incast onto one node with 32 KiB transfers, where the three senders keep more blocks in
-//! flight (3 x 8 x 8) than the receiver has receive slots (64), and a write stalled on a
-//! fault holds the slots behind it: the receive ingress fills and holds arriving traffic
-//! (`GEVENT.RX_HELD`), which must turn into back-pressure into the network, never loss. It
-//! runs an eighth as many transfers as the others (as many blocks as 4 KiB ones).
+//! flight (3 x 8 x 8) than the receiver has receive slots (64), which free only as its write
+//! engine writes them out: the receive ingress fills and holds arriving traffic
+//! (`GEVENT.RX_HELD`), which
+//! must turn into back-pressure into the network, never loss. (With 4 KiB transfers at most
+//! 3 x 8 blocks are in flight, fewer than the slots.) It runs an eighth as many transfers as
+//! the others (as many blocks as 4 KiB ones).
 //!
 //! Link errors go in through the frame seam ([`super::Seams::frames`]): a frame is dropped,
 //! or corrupted with the footer CRC failing (`Frame::crc_error`: the receiving engine drops
