@@ -51,7 +51,7 @@ commands:
                               lines (NPRDMA-DEFMT: ...) decoded by the program's ELF, which must
                               be the one that ran (default: the last `cargo xtask firmware` build)
   rxe-test [--iters <n>] [--cmp-iters <n>] [--stress-ops <n>] [--rounds <n>] [--bw-rounds <n>]
-           [--smp <n>] [--compare-only] [--clients-only] [--clients-full] [--no-pin] [--cmp-flags <perftest flags>]
+           [--smp <n>] [--compare-only] [--clients-only] [--clients-full] [--client <name>] [--no-pin] [--cmp-flags <perftest flags>]
            [--candidate <libnprdma.so>] [--boots <n>]
                               libnprdma.so on Soft-RoCE in a Debian guest (qemu-system-x86_64):
                               unmodified perftest, the stress program, with/without ratios
@@ -59,6 +59,8 @@ commands:
                               --clients-only: just every perftest benchmark and rdma-core
                               example without the library, with it and with NPRDMA=off;
                               --clients-full: those with every perftest size, -a, up to 8 MiB;
+                              --client <name>: only that client case (write_bw_rc), or one
+                              mode of it (write_bw_rc_lib);
                               --candidate: also a second build of the library, in the same
                               rounds, compared run by run with this one;
                               --boots: boot n times and pool the latency ratios)
@@ -174,6 +176,7 @@ fn run(args: &[String]) -> Result<(), XtaskError> {
             o.compare_only = opts.flag("--compare-only");
             o.clients_only = opts.flag("--clients-only");
             o.clients_full = opts.flag("--clients-full");
+            o.client = opts.value_str("--client")?;
             if opts.flag("--no-pin") {
                 o.pin = false;
             }

@@ -293,6 +293,9 @@ pub struct Options {
     pub clients_only: bool,
     /// The clients with every perftest size (`-a`, up to 8 MiB); much longer under TCG.
     pub clients_full: bool,
+    /// Only the client runs of these comma-separated names (`write_bw_rc`: all three modes)
+    /// or names and modes (`write_bw_rc_lib`): a case reproduced in a single boot.
+    pub client: Option<String>,
     /// Rounds of the alternating latency comparison.
     pub rounds: u64,
     /// How many of those rounds also compare bandwidth (a bandwidth run takes about three
@@ -353,6 +356,16 @@ impl Options {
                 self.rounds, self.bw_rounds
             )));
         }
+        if let Some(c) = &self.client
+            && (c.is_empty()
+                || !c.bytes().all(|b| {
+                    b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b','
+                }))
+        {
+            return Err(XtaskError::Usage(format!(
+                "--client takes case names such as write_bw_rc or write_lat_rc_lib,write_bw_rc_lib (got {c:?})"
+            )));
+        }
         Ok(())
     }
 }
@@ -367,6 +380,7 @@ impl Default for Options {
             compare_only: false,
             clients_only: false,
             clients_full: false,
+            client: None,
             rounds: 31,
             bw_rounds: 5,
             smp: 4,
@@ -433,13 +447,13 @@ fn run_vm(
         smp: opts.smp,
         memory_mib: 2048,
         append: format!(
-            "console=ttyS0 panic=-1 loglevel=3 iters={} cmp_iters={} stress_ops={} suite={} rounds={} bw_rounds={} cmp_flags={} pin={} clients_full={}",
+            "console=ttyS0 panic=-1 loglevel=3 iters={} cmp_iters={} stress_ops={} suite={} rounds={} bw_rounds={} cmp_flags={} pin={} clients_full={} client={}",
             opts.iters,
             opts.cmp_iters,
             opts.stress_ops,
             if opts.compare_only {
                 "compare"
-            } else if opts.clients_only {
+            } else if opts.clients_only || opts.client.is_some() {
                 "clients"
             } else {
                 "all"
@@ -448,7 +462,8 @@ fn run_vm(
             opts.bw_rounds,
             opts.cmp_flags.replace(' ', ","),
             u8::from(opts.pin),
-            u8::from(opts.clients_full)
+            u8::from(opts.clients_full),
+            opts.client.as_deref().unwrap_or("")
         ),
         timeout: opts.vm_timeout(),
         log,

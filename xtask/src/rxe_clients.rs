@@ -34,6 +34,8 @@ pub const CLIENTS_SCRIPT: &str = r#"
 # two SGEs a perftest receive gets) and one 16 MiB pingpong, which keeps the step within a
 # few minutes under TCG (rxe moves a few MB/s there: ib_write_bw -a alone takes 40 s).
 FULL=$(arg clients_full)
+# client=NAME[,NAME...] (`--client`): only the runs named NAME (all three modes) or NAME_MODE.
+ONLY=$(arg client)
 if [ "$FULL" = 1 ]; then
   LAT=-a; BW=-a; SMALL=-a; UD=-a; CT=240
 else
@@ -45,6 +47,9 @@ now() { cut -d' ' -f1 /proc/uptime; }
 trio() {
   tname=$1; ttarget=$2; shift 2
   for tmode in none lib off; do
+    if [ -n "$ONLY" ]; then
+      case ",$ONLY," in *",$tname,"* | *",${tname}_$tmode,"*) ;; *) continue ;; esac
+    fi
     t0=$(now)
     RUN_TIMEOUT=$CT run client_${tname}_$tmode $tmode $ttarget "$@"
     say "TIME client_${tname}_$tmode $(awk -v a=$t0 -v b=$(now) 'BEGIN {printf "%.1f", b - a}') s"
