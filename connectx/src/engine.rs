@@ -2085,9 +2085,19 @@ impl QpCtl {
 
     /// Posts one of the library's own WRs (signaled) and waits for it.
     pub(crate) fn internal(&self, wr: ibv_send_wr, sge: ibv_sge) -> Result<u32, PostFail> {
-        let deadline =
-            Instant::now() + Duration::from_millis(self.engine.cfg.remote_timeout_ms.max(1000) * 6);
+        let deadline = Instant::now() + self.internal_wait();
         self.internal_until(wr, Some(sge), deadline)
+    }
+
+    /// How long the library waits for one of its own WRs to complete.
+    pub(crate) fn internal_wait(&self) -> Duration {
+        Duration::from_millis(
+            self.engine
+                .cfg
+                .remote_timeout_ms
+                .max(1000)
+                .saturating_mul(6),
+        )
     }
 
     /// [`internal`](Self::internal) with at most one SGE and a deadline.
