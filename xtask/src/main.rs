@@ -30,6 +30,7 @@ mod layers;
 mod rxe;
 mod rxe_clients;
 mod setup;
+mod synth;
 mod test;
 mod util;
 
@@ -80,6 +81,9 @@ commands:
                               --uboot, BOOT.BIN boots the bare-metal zynqmp-smmu-faults program
   image-check                 the image builder's own checks on a bitstream-shaped test file
                               (part of `test`)
+  synth                       NPE's RTL (fpga-bitstreams/rtl): verilator --lint-only -Wall, then
+                              yosys synth_xilinx -family xcup; prints LUT/FF/BRAM/DSP use against
+                              the xczu9eg and fails on latches, loops, undriven nets, over budget
   test [--skip-setup]         everything CI checks: fmt, the layering rule, clippy, host tests,
                               a small nprdma demo, no_std cross builds, every firmware test on
                               QEMU, rxe-test, kernel-test
@@ -111,6 +115,10 @@ fn run(args: &[String]) -> Result<(), XtaskError> {
         "setup" => {
             opts.finish()?;
             setup::ensure_packages(setup::ALL_PACKAGES)
+        }
+        "synth" => {
+            opts.finish()?;
+            synth::run()
         }
         "firmware" => {
             let name = opts.positional("program name")?;

@@ -83,6 +83,14 @@ pub const ALL_PACKAGES: &[Package] = &[
         why: "rdma-core headers: connectx's layout test checks its ABI declarations against them",
     },
     Package {
+        name: "verilator",
+        why: "lints NPE's RTL (`cargo xtask synth`, verilator --lint-only -Wall)",
+    },
+    Package {
+        name: "yosys",
+        why: "synthesizes NPE's RTL for the ZynqMP (`cargo xtask synth`, synth_xilinx -family xcup)",
+    },
+    Package {
         name: "libibverbs1",
         why: "libibverbs.so.1, which libnprdma.so links against",
     },

@@ -1,8 +1,9 @@
 //! `cargo xtask test`: everything CI checks, in one command.
 //!
-//! Order: set-up (Debian packages), formatting, the layering rule, clippy, host tests, a small
-//! run of the main job (`nprdma demo`), cross builds of the `no_std` crates, the board image builder's checks, every firmware
-//! program on QEMU, then the server path on Soft-RoCE (`rxe-test`). Every step runs even if an
+//! Order: set-up (Debian packages), formatting, the layering rule, clippy, host tests, NPE's RTL
+//! (lint and synthesis, `cargo xtask synth`), a small run of the main job (`nprdma demo`), cross
+//! builds of the `no_std` crates, the board image builder's checks, every firmware program on
+//! QEMU, then the server path on Soft-RoCE (`rxe-test`). Every step runs even if an
 //! earlier one failed, so one CI run reports all problems; the command fails if any step failed.
 
 use std::process::Command;
@@ -85,6 +86,11 @@ pub fn run_all(skip_setup: bool) -> Result<(), XtaskError> {
         "test",
         run_status("cargo test", host_cargo().args(["test", "--workspace"])),
     );
+
+    section("NPE RTL: verilator lint, yosys synth_xilinx for the xczu9eg (cargo xtask synth)");
+    let synth_started = Instant::now();
+    step("synth", crate::synth::run());
+    println!("synth step: {:.1} s", synth_started.elapsed().as_secs_f64());
 
     // The demo as a newcomer runs it (release, its default size): it fails if the hybrid
     // policy loses or a faulting median falls below the fault-free one.
