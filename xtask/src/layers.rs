@@ -18,6 +18,7 @@ pub const LAYERS: &[(&str, u32)] = &[
     ("fpga-bitstreams", 4),
     ("firmware", 5),
     ("connectx", 5),
+    ("npe-cosim", 5),
     ("nprdma", 6),
     ("xtask", 7),
 ];

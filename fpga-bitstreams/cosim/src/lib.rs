@@ -1,0 +1,19 @@
+//! NPE's RTL (`fpga-bitstreams/rtl`, docs/npe-rtl.md), Verilated, behind the register seam.
+//!
+//! `build.rs` Verilates `npe_top` and compiles it with the `cc` crate; [`ffi`] is the C ABI of
+//! the shim (one call per clock). [`System`] clocks any number of engines together: each
+//! engine's queue port reaches its node's DRAM, its data port goes through the node's SMMU
+//! (`sim::axi::AxiTranslate`: translate, terminate → SLVERR, stall → the response is held),
+//! and the engines' link streams are connected to each other. [`CosimBus`] is the
+//! `hal::RegisterBus` of one engine, so the NPE driver in `dma-engine` runs against the RTL
+//! unchanged.
+
+mod axi_slave;
+pub mod faults;
+pub mod ffi;
+pub mod harness;
+pub mod rig;
+mod system;
+
+pub use axi_slave::{AxiSlave, PortStats};
+pub use system::{CosimBus, Flit, LinkHook, System};

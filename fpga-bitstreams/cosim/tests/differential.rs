@@ -1,0 +1,504 @@
+//! The differential test: one seeded workload, run on the Rust model (`sim::npe::NpeModel`)
+//! and on the RTL (Verilated, under AXI back-pressure), with source reads terminated and
+//! stalled, destination writes terminated, malformed descriptors and write entries, an
+//! unreachable peer and a corrupted link packet. Both runs must report the same events: every
+//! completion in SQ order per channel, every arrival (its slot aside) with per-(source,
+//! channel) order checked, every commit result, the same bytes in memory and the same number
+//! of re-sends. On a divergence the first differing event is printed.
+//!
+//! Timing is not compared (the model is not cycle-accurate), and the test only looks at the
+//! engines once they are quiet, so the order between channels, which timing decides, is
+//! sorted out before anything depends on it.
+// The two nodes are indexed by number throughout (node n, its rings, its SMMU).
+#![allow(clippy::needless_range_loop, clippy::type_complexity)]
+
+use std::collections::BTreeMap;
+
+use dma_engine::npe::desc::{EntryStatus, InlineMsg, RqKind, SqEntry, SqOp, WqEntry, WqOp};
+use dma_engine::npe::regs::channel_offset;
+use hal::PhysAddr;
+use hal::regs::AccessWidth;
+use npe_cosim::faults::Fault;
+use npe_cosim::harness::{Completion, DST_AT, Node, SRC_AT};
+use npe_cosim::rig::{CHANNELS, ModelRig, Rig, RtlRig};
+
+const PAGES: usize = 1024;
+const SRC_SPAN: u64 = 0x10_0000;
+const DST_SPAN: u64 = 0x10_0000;
+const W32: AccessWidth = AccessWidth::U32;
+
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+    fn chance(&mut self, percent: u64) -> bool {
+        self.below(100) < percent
+    }
+}
+
+fn mix(a: u64) -> u64 {
+    let mut x = a.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    x ^= x >> 29;
+    x.wrapping_mul(0xBF58_476D_1CE4_E5B9) >> 32
+}
+
+/// A block to (re-)send: its identity travels in the message bytes.
+#[derive(Clone, Copy, Debug)]
+struct Job {
+    src_node: usize,
+    channel: usize,
+    seq: u32,
+    src_va: u64,
+    len: u32,
+    dst_va: u64,
+}
+
+fn tag_msg(job: &Job, post: u32, len: usize) -> InlineMsg {
+    let mut b = vec![0u8; len];
+    b[14..18].copy_from_slice(&post.to_le_bytes());
+    b[0] = job.src_node as u8;
+    b[1] = job.channel as u8;
+    b[2..6].copy_from_slice(&job.seq.to_le_bytes());
+    b[6..14].copy_from_slice(&job.dst_va.to_le_bytes());
+    for (i, x) in b.iter_mut().enumerate().skip(18) {
+        *x = (job.seq as u8).wrapping_add(i as u8);
+    }
+    InlineMsg::new(&b).expect("16..=64 bytes")
+}
+
+fn ident(msg: &InlineMsg) -> (usize, usize, u32, u64) {
+    let b = msg.as_bytes();
+    (
+        usize::from(b[0]),
+        usize::from(b[1]),
+        u32::from_le_bytes(b[2..6].try_into().unwrap_or([0; 4])),
+        u64::from_le_bytes(b[6..14].try_into().unwrap_or([0; 8])),
+    )
+}
+
+/// The per-(node, channel) posting number a message carries: SQ order.
+fn post_no(msg: &InlineMsg) -> u32 {
+    u32::from_le_bytes(msg.as_bytes()[14..18].try_into().unwrap_or([0; 4]))
+}
+
+#[derive(Default)]
+struct Outcome {
+    events: Vec<String>,
+    resends: u64,
+    transfers: u64,
+    digest: [u64; 2],
+}
+
+fn run(rig: &mut dyn Rig, seed: u64, rounds: u32) -> Outcome {
+    let mut rng = Rng(seed | 1);
+    let mut out = Outcome::default();
+    let mut nodes = [Node::setup(rig, 0, 3), Node::setup(rig, 1, 9)];
+    // Seeded source bytes.
+    for n in 0..2usize {
+        let data: Vec<u8> = (0..SRC_SPAN)
+            .map(|i| (mix(i ^ ((n as u64) << 40)) & 0xff) as u8)
+            .collect();
+        rig.dram(n)
+            .write_phys(PhysAddr::new(SRC_AT), &data)
+            .expect("in DRAM");
+    }
+    let mut seq = 0u32;
+    let mut resend: Vec<Job> = Vec::new();
+    let mut all_jobs: BTreeMap<u32, Job> = BTreeMap::new();
+    let mut posts = [[0u32; CHANNELS as usize]; 2];
+    let mut last: BTreeMap<(usize, usize, bool), u32> = BTreeMap::new();
+    for round in 0..rounds {
+        let mut cookies: BTreeMap<u64, Job> = BTreeMap::new();
+        let mut expect_blocks: Vec<Job> = Vec::new();
+        for s in 0..2 {
+            let mut jobs: Vec<Job> = resend.iter().copied().filter(|j| j.src_node == s).collect();
+            let fresh = 6 + rng.below(10);
+            for _ in 0..fresh {
+                let len = if rng.chance(60) {
+                    1 + rng.below(256)
+                } else {
+                    1 + rng.below(4096)
+                } as u32;
+                seq += 1;
+                jobs.push(Job {
+                    src_node: s,
+                    channel: rng.below(u64::from(CHANNELS)) as usize,
+                    seq,
+                    src_va: SRC_AT + rng.below(SRC_SPAN - 4096),
+                    len,
+                    dst_va: DST_AT + rng.below(DST_SPAN - 4096),
+                });
+            }
+            // SQ order within a channel is sequence order, so arrivals can be checked by it.
+            jobs.sort_by_key(|j| j.seq);
+            for job in &jobs {
+                all_jobs.insert(job.seq, *job);
+                let cookie = u64::from(job.seq) << 8 | round as u64 & 0xff;
+                let kind = rng.below(100);
+                let entry = SqEntry {
+                    op: SqOp::SendBlock {
+                        src_va: job.src_va,
+                        length: job.len,
+                        dst_va: job.dst_va,
+                    },
+                    signal: rng.chance(70),
+                    tid14: (job.seq & 0x3fff) as u16,
+                    peer: 1 - s as u32,
+                    dst_pdid: if s == 0 { 9 } else { 3 },
+                    cookie,
+                    msg: {
+                        posts[s][job.channel] += 1;
+                        tag_msg(job, posts[s][job.channel], 18 + rng.below(47) as usize)
+                    },
+                };
+                let r = rig as &mut dyn Rig;
+                if kind < 4 {
+                    let mut raw = entry.encode();
+                    raw[6 * 8 + 3] = 0x40;
+                    nodes[s].post_raw(r, s, job.channel, &raw);
+                } else if kind < 7 {
+                    nodes[s].post(r, s, job.channel, &SqEntry { peer: 5, ..entry });
+                } else if kind < 17 {
+                    nodes[s].post(
+                        r,
+                        s,
+                        job.channel,
+                        &SqEntry {
+                            op: SqOp::SendMsg,
+                            ..entry
+                        },
+                    );
+                } else if kind < 20 {
+                    nodes[s].post(
+                        r,
+                        s,
+                        job.channel,
+                        &SqEntry {
+                            op: SqOp::Nop,
+                            msg: InlineMsg::EMPTY,
+                            ..entry
+                        },
+                    );
+                } else {
+                    if rng.chance(6) {
+                        let fault = if rng.chance(50) {
+                            Fault::Terminate
+                        } else {
+                            Fault::Stall
+                        };
+                        r.smmu(s)
+                            .state()
+                            .mark(false, job.src_va + u64::from(job.len) - 1, fault);
+                    }
+                    nodes[s].post(r, s, job.channel, &entry);
+                    cookies.insert(cookie, *job);
+                }
+            }
+        }
+        resend.clear();
+        for s in 0..2 {
+            nodes[s].ring_all(rig, s);
+        }
+        rig.settle();
+        // Faults: stalls are answered (retry, the page is back); a parked channel is resumed,
+        // RETRY after the page is back or SKIP, decided by its SQ index.
+        for _ in 0..64 {
+            let mut any = false;
+            for s in 0..2 {
+                if rig.smmu(s).state().pending_stalls() > 0 {
+                    rig.smmu(s).state().clear_all();
+                    rig.smmu(s).state().resolve_stalls(true);
+                    any = true;
+                }
+                for ch in 0..CHANNELS as usize {
+                    let c = channel_offset(ch);
+                    if rig.read(s, c + 0x30, W32) & 7 != 2 {
+                        continue;
+                    }
+                    any = true;
+                    let va = rig.read(s, c + 0x38, AccessWidth::U64);
+                    let index = rig.read(s, c + 0x40, W32);
+                    let syndrome = rig.read(s, c + 0x44, W32);
+                    out.events.push(format!(
+                        "fault n{s} ch{ch} idx{index} va{va:#x} syn{syndrome:#x}"
+                    ));
+                    if mix(index ^ (ch as u64) << 20 ^ (s as u64) << 30).is_multiple_of(2) {
+                        rig.smmu(s).state().clear(false, va);
+                        rig.write(s, c + 0x48, W32, 1);
+                        out.resends += 1;
+                    } else {
+                        rig.write(s, c + 0x48, W32, 2);
+                    }
+                }
+            }
+            if !any {
+                break;
+            }
+            rig.settle();
+        }
+        for s in 0..2 {
+            rig.smmu(s).state().clear_all();
+        }
+        // Completions, per channel in SQ order.
+        let mut cqs: Vec<Vec<Completion>> = vec![Vec::new(), Vec::new()];
+        for s in 0..2 {
+            nodes[s].drain_cq(rig, s, &mut cqs[s]);
+            for c in &cqs[s] {
+                let e = &c.entry;
+                out.events.push(format!(
+                    "cq n{s} ch{} idx{} {:?} bytes{} cookie{:#x} fault{:#x}",
+                    c.channel, e.sq_index, e.status, e.bytes, e.cookie, e.fault_addr
+                ));
+                if let Some(job) = cookies.get(&e.cookie)
+                    && e.status == EntryStatus::Ok
+                {
+                    expect_blocks.push(*job);
+                }
+                out.transfers += 1;
+            }
+        }
+        // Arrivals, sorted by identity (order between channels is timing); per (source,
+        // channel) they must come in sequence.
+        for d in 0..2 {
+            let arrivals = nodes[d].drain_rq(rig, d);
+            let mut sorted: Vec<(u8, (usize, usize, u32, u64), npe_cosim::harness::Arrival)> =
+                Vec::new();
+            for (slot, a) in arrivals {
+                let id = ident(&a.entry.msg);
+                let key = (id.0, id.1, a.block_len.is_some());
+                let post = post_no(&a.entry.msg);
+                if let Some(prev) = last.insert(key, post) {
+                    assert!(
+                        prev < post,
+                        "{}: arrivals of {key:?} out of order: {prev} then {}",
+                        rig.name(),
+                        post
+                    );
+                }
+                sorted.push((slot, id, a));
+            }
+            sorted.sort_by_key(|(_, id, a)| (id.0, id.1, id.2, a.block_len.is_some()));
+            let mut posted = 0;
+            for (slot, id, a) in &sorted {
+                let kind = match a.entry.kind {
+                    RqKind::Msg => "msg".to_string(),
+                    RqKind::Block { length, .. } => format!("block{length}"),
+                };
+                out.events.push(format!(
+                    "rq n{d} from{} ch{} seq{} {kind} pdid{} tid{} msg{}",
+                    a.entry.src,
+                    id.1,
+                    id.2,
+                    a.entry.pdid,
+                    a.entry.tid14,
+                    a.entry.msg.len()
+                ));
+                let Some(len) = a.block_len else { continue };
+                let choice = rng.below(100);
+                let cookie = u64::from(id.2);
+                let r = rig as &mut dyn Rig;
+                if choice < 3 {
+                    let mut raw = [0u8; 32];
+                    raw[0] = 1;
+                    raw[1] = *slot;
+                    raw[4] = 16;
+                    raw[16..24].copy_from_slice(&cookie.to_le_bytes());
+                    raw[24] = 1;
+                    nodes[d].post_wq_raw(r, d, &raw);
+                    resend.extend(all_jobs.get(&id.2).copied());
+                } else if choice < 8 {
+                    nodes[d].post_wq(
+                        r,
+                        d,
+                        &WqEntry {
+                            op: WqOp::Release,
+                            slot: *slot,
+                            cookie,
+                        },
+                    );
+                    resend.extend(all_jobs.get(&id.2).copied());
+                } else {
+                    if choice < 14 {
+                        r.smmu(d)
+                            .state()
+                            .mark(true, id.3 + u64::from(len) - 1, Fault::Terminate);
+                    }
+                    let pdid = a.entry.pdid;
+                    nodes[d].post_wq(
+                        r,
+                        d,
+                        &WqEntry {
+                            op: WqOp::Commit {
+                                pdid,
+                                length: len,
+                                dst_va: id.3,
+                            },
+                            slot: *slot,
+                            cookie,
+                        },
+                    );
+                }
+                posted += 1;
+            }
+            if posted > 0 {
+                nodes[d].ring_wq(rig, d);
+            }
+        }
+        rig.settle();
+        for d in 0..2 {
+            for w in nodes[d].drain_wcq(rig, d) {
+                out.events.push(format!(
+                    "wcq n{d} {:?} bytes{} cookie{} fault{:#x} resp{}",
+                    w.status, w.bytes, w.cookie, w.fault_addr, w.axi_resp
+                ));
+                if w.status == EntryStatus::DstFault {
+                    // The protocol would NACK and re-send the block.
+                    if let Some(job) = expect_blocks.iter().find(|j| u64::from(j.seq) == w.cookie) {
+                        resend.push(*job);
+                        out.resends += 1;
+                    }
+                }
+            }
+            rig.smmu(d).state().clear_all();
+            let gevent = rig.read(d, 0x014, W32);
+            out.events.push(format!("gevent n{d} {:#x}", gevent & 0x17));
+            rig.write(d, 0x014, W32, gevent);
+        }
+        resend.retain(|j| j.src_node < 2);
+        let _ = &expect_blocks;
+    }
+    // A corrupted packet: the frame is dropped whole (CRC_DROP) and re-sent.
+    let job = Job {
+        src_node: 0,
+        channel: 1,
+        seq: seq + 1,
+        src_va: SRC_AT + 0x123,
+        len: 3000,
+        dst_va: DST_AT + 0x40,
+    };
+    for attempt in 0..2 {
+        if attempt == 0 {
+            rig.link_corrupt_next(0);
+        }
+        let r = rig as &mut dyn Rig;
+        nodes[0].post(
+            r,
+            0,
+            1,
+            &SqEntry {
+                op: SqOp::SendBlock {
+                    src_va: job.src_va,
+                    length: job.len,
+                    dst_va: job.dst_va,
+                },
+                signal: true,
+                tid14: 1,
+                peer: 1,
+                dst_pdid: 9,
+                cookie: 1,
+                msg: tag_msg(&job, 1 << 30, 40),
+            },
+        );
+        nodes[0].ring_all(r, 0);
+        r.settle();
+        let mut cq = Vec::new();
+        nodes[0].drain_cq(r, 0, &mut cq);
+        let arrivals = nodes[1].drain_rq(r, 1);
+        out.events.push(format!(
+            "crc attempt{attempt} cq{} rq{} gevent{:#x}",
+            cq.len(),
+            arrivals.len(),
+            r.read(1, 0x014, W32) & 0x17
+        ));
+        r.write(1, 0x014, W32, 0x1f);
+        for (slot, _) in arrivals {
+            nodes[1].post_wq(
+                r,
+                1,
+                &WqEntry {
+                    op: WqOp::Release,
+                    slot,
+                    cookie: 0,
+                },
+            );
+        }
+        nodes[1].ring_wq(r, 1);
+        r.settle();
+        if attempt == 0 {
+            out.resends += 1;
+        }
+    }
+    for d in 0..2 {
+        let mut mem = vec![0u8; DST_SPAN as usize];
+        rig.dram(d)
+            .read_phys(PhysAddr::new(DST_AT), &mut mem)
+            .expect("in DRAM");
+        out.digest[d] = mem
+            .iter()
+            .enumerate()
+            .fold(0u64, |h, (i, b)| mix(h ^ (u64::from(*b) << 32 | i as u64)));
+    }
+    out
+}
+
+#[test]
+#[ignore = "unfinished: on the RTL a 5-round run does not finish within 500 s (a settle that \
+            never goes quiet); see docs/npe-rtl.md, co-simulation"]
+fn model_and_rtl_agree_on_a_seeded_workload_with_faults() {
+    let rounds: u32 = std::env::var("NPE_DIFF_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(40);
+    let seed = 0x5eed_1234;
+    let started = std::time::Instant::now();
+    let mut model = ModelRig::new(PAGES);
+    let a = run(&mut model, seed, rounds);
+    let model_time = started.elapsed();
+    let mut rtl = RtlRig::new(PAGES, 15, seed);
+    let b = run(&mut rtl, seed, rounds);
+    let cycles = rtl.system().cycles();
+    println!(
+        "differential: {} transfers, {} events, {} re-sends; model {:.2} s, RTL {:.2} s ({} clocks)",
+        a.transfers,
+        a.events.len(),
+        a.resends,
+        model_time.as_secs_f64(),
+        (started.elapsed() - model_time).as_secs_f64(),
+        cycles
+    );
+    if let Some(i) =
+        (0..a.events.len().max(b.events.len())).find(|&i| a.events.get(i) != b.events.get(i))
+    {
+        panic!(
+            "first differing event (#{i}):\n  model: {:?}\n  rtl:   {:?}",
+            a.events.get(i),
+            b.events.get(i)
+        );
+    }
+    assert_eq!(a.resends, b.resends, "re-sends");
+    assert_eq!(a.digest, b.digest, "destination bytes");
+    assert!(
+        a.events.iter().any(|e| e.contains("SrcFault")),
+        "a source fault was skipped"
+    );
+    assert!(
+        a.events.iter().any(|e| e.contains("DstFault")),
+        "a destination write faulted"
+    );
+    assert!(
+        a.events.iter().any(|e| e.contains("BadDescriptor")),
+        "bad descriptors"
+    );
+    assert!(
+        a.events.iter().any(|e| e.contains("LinkError")),
+        "an unreachable peer"
+    );
+}
