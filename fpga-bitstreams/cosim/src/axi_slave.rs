@@ -249,8 +249,18 @@ impl AxiSlave {
     }
 
     /// The handshakes of the clock that just ended (`p`: the engine's outputs during it and
-    /// the inputs driven).
-    pub fn commit(&mut self, p: &AxiPort) {
+    /// the inputs driven); returns how many there were.
+    pub fn commit(&mut self, p: &AxiPort) -> u64 {
+        let moved = [
+            p.arvalid & p.arready,
+            p.rvalid & p.rready,
+            p.awvalid & p.awready,
+            p.wvalid & p.wready,
+            p.bvalid & p.bready,
+        ]
+        .iter()
+        .map(|&h| u64::from(h != 0))
+        .sum();
         if p.arvalid != 0 && p.arready != 0 {
             self.rd = Some(ReadBurst {
                 id: p.arid,
@@ -296,6 +306,7 @@ impl AxiSlave {
         if p.bvalid != 0 && p.bready != 0 {
             self.wr.pop_front();
         }
+        moved
     }
 }
 

@@ -221,9 +221,12 @@ impl Rig for RtlRig {
     fn settle(&mut self) {
         let mut quiet = 0;
         let start = self.sys.cycles();
+        // Quiet: no handshake anywhere for 256 clocks (a stalled access holds the RTL's one
+        // burst and everything queued behind it, links included, without being busy).
         while quiet < 256 && self.sys.cycles() - start < self.settle_limit {
+            let before = self.sys.handshakes();
             self.sys.run(16);
-            if self.sys.busy() {
+            if self.sys.handshakes() != before {
                 quiet = 0;
             } else {
                 quiet += 16;

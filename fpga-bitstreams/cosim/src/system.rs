@@ -61,6 +61,7 @@ pub struct System {
     hook: Option<LinkHook>,
     /// Flits that named a node that does not exist (must stay 0: the engine checks routes).
     pub misrouted: u64,
+    handshakes: u64,
 }
 
 impl System {
@@ -97,6 +98,7 @@ impl System {
             cycle: 0,
             hook: None,
             misrouted: 0,
+            handshakes: 0,
         };
         sys.run(4);
         for n in &mut sys.nodes {
@@ -142,6 +144,12 @@ impl System {
     /// Counters of `node`'s queue and data ports.
     pub fn port_stats(&self, node: usize) -> (PortStats, PortStats) {
         (self.nodes[node].q.stats(), self.nodes[node].d.stats())
+    }
+
+    /// Handshakes so far (AXI beats and addresses, stream flits, of every engine): when it
+    /// stops growing, nothing moves (an SMMU stall can hold everything behind it).
+    pub fn handshakes(&self) -> u64 {
+        self.handshakes
     }
 
     /// Whether anything is still moving: a burst in flight or a flit on a link.
@@ -218,8 +226,7 @@ impl System {
             node.model.cycle(&mut node.io);
             node.irq = node.io.irq != 0;
             // Handshakes of the edge.
-            node.q.commit(&before.q);
-            node.d.commit(&before.d);
+            self.handshakes += node.q.commit(&before.q) + node.d.commit(&before.d);
             for vc in 0..2 {
                 let (tx, rx) = if vc == 0 {
                     (before.tx_data, before.rx_data)
@@ -229,6 +236,7 @@ impl System {
                 if tx.valid != 0 && tx.ready != 0 {
                     let dst = node.tx_dst[vc].unwrap_or((tx.data[0] & 0x3f_ffff) as usize);
                     node.tx_dst[vc] = if tx.last != 0 { None } else { Some(dst) };
+                    self.handshakes += 1;
                     sent.push((
                         dst,
                         vc,
@@ -241,6 +249,7 @@ impl System {
                 }
                 if rx.valid != 0 && rx.ready != 0 {
                     node.rx[vc].pop_front();
+                    self.handshakes += 1;
                 }
             }
         }

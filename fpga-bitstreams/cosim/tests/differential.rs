@@ -450,8 +450,9 @@ fn run(rig: &mut dyn Rig, seed: u64, rounds: u32) -> Outcome {
 }
 
 #[test]
-#[ignore = "unfinished: on the RTL a 5-round run does not finish within 500 s (a settle that \
-            never goes quiet); see docs/npe-rtl.md, co-simulation"]
+#[ignore = "diverges: model and RTL agree on the first 105 events, then the model parks a \
+            channel on a terminated source read that the RTL does not report (not yet \
+            diagnosed); see docs/npe-rtl.md, co-simulation"]
 fn model_and_rtl_agree_on_a_seeded_workload_with_faults() {
     let rounds: u32 = std::env::var("NPE_DIFF_ROUNDS")
         .ok()
