@@ -13,12 +13,17 @@
 //! The block design: the Zynq UltraScale+ PS (`zynq_ultra_ps_e`, with the ZCU102 board
 //! preset when the board files are installed) with M_AXI_HPM0_FPD, the engines' HP ports at
 //! 128 bits, `pl_clk0` and `pl_ps_irq0`; an AXI SmartConnect from M_AXI_HPM0_FPD to every
-//! engine's AXI4-Lite slave; each engine's AXI master straight onto its own HP port (no
-//! interconnect, so the AXI ID, which carries the protection domain, reaches the SMMU's
-//! TBU: Xilinx AR 69447); the engines' link streams in a ring; their interrupts
-//! concatenated onto `pl_ps_irq0`; one clock (`pl_clk0`) and one synchronised reset
-//! (`proc_sys_reset`) for everything. The engine is the RTL module `npe_top` (`s_axil_*`,
-//! `m_axi_*`, `tx_*`, `rx_*`, `irq`, `aclk`, `aresetn`), added as a module reference;
+//! engine's AXI4-Lite slave; each engine's two AXI masters (queue port `m_axi_q`, data port
+//! `m_axi_d`) merged by a two-input SmartConnect onto the engine's own HP port. The data
+//! port's AXI ID carries the protection domain into the stream ID the TBU sees (UG1085,
+//! "SMMU": stream ID = TBU, master, AXI ID), and SmartConnect does not pass AXI IDs through
+//! (Xilinx AR 69447): an open defect of this version (docs/fpga-bitstreams.md §1). Then the engines' two
+//! link stream pairs (`tx_data`/`rx_data`, `tx_ctrl`/`rx_ctrl`) in a ring; `route_limit`
+//! tied to the number of engines (an `xlconstant`); their interrupts concatenated onto
+//! `pl_ps_irq0`; one clock (`pl_clk0`) and one synchronised reset (`proc_sys_reset`) for
+//! everything. The engine is the RTL module `npe_top` (`clk`, `rst_n`, `s_axil_*`,
+//! `m_axi_q_*`, `m_axi_d_*`, `tx_*`, `rx_*`, `irq`, `route_limit`), added as a module
+//! reference;
 //! Vivado infers the AXI and AXI4-Stream interfaces from those prefixes.
 
 use std::fmt::Write as _;
@@ -41,26 +46,33 @@ pub struct NpePorts {
     pub reset: &'static str,
     /// AXI4-Lite register slave interface (ports `<name>_*`).
     pub slave: &'static str,
-    /// AXI4 master interface.
-    pub master: &'static str,
-    /// Link AXI4-Stream out.
-    pub link_tx: &'static str,
-    /// Link AXI4-Stream in.
-    pub link_rx: &'static str,
+    /// AXI4 master interfaces (queue port, data port): both reach the engine's HP port
+    /// through a SmartConnect of their own.
+    pub masters: [&'static str; 2],
+    /// Link AXI4-Stream pairs (out, in), one per virtual channel.
+    pub links: [(&'static str, &'static str); 2],
     /// Interrupt pin.
     pub irq: &'static str,
+    /// The board constant input: coordinates `0 .. route_limit-1` are routable
+    /// (docs/npe-rtl.md, "Interfaces").
+    pub route_limit: &'static str,
 }
 
-/// The interface of `npe_top` this generator wires (issue #29's top-level contract).
+/// The interface of `npe_top` (fpga-bitstreams/rtl/npe_top.v) this generator wires.
 pub const NPE_PORTS: NpePorts = NpePorts {
-    clock: "aclk",
-    reset: "aresetn",
+    clock: "clk",
+    reset: "rst_n",
     slave: "s_axil",
-    master: "m_axi",
-    link_tx: "tx",
-    link_rx: "rx",
+    masters: ["m_axi_q", "m_axi_d"],
+    links: [("tx_data", "rx_data"), ("tx_ctrl", "rx_ctrl")],
     irq: "irq",
+    route_limit: "route_limit",
 };
+
+/// The SmartConnect that merges one engine's two masters onto its HP port.
+fn hp_merge(engine: &str) -> String {
+    format!("{engine}_hp")
+}
 
 fn bad(what: String) -> BitstreamError {
     BitstreamError::ManifestMismatch { what }
@@ -180,7 +192,17 @@ pub fn tcl(pl: &PlDesign) -> Result<String> {
             "create_bd_cell -type module -reference {NPE_MODULE} {}",
             e.name
         );
+        let _ = writeln!(
+            w,
+            "set_property -dict [list CONFIG.NUM_SI {{2}} CONFIG.NUM_MI {{1}}] [create_bd_cell -type ip -vlnv xilinx.com:ip:smartconnect:* {}]",
+            hp_merge(e.name)
+        );
     }
+    let _ = writeln!(
+        w,
+        "set_property -dict [list CONFIG.CONST_WIDTH {{22}} CONFIG.CONST_VAL {{{}}}] [create_bd_cell -type ip -vlnv xilinx.com:ip:xlconstant:* route_limit]",
+        pl.npes.len()
+    );
 
     let _ = writeln!(
         w,
@@ -195,8 +217,10 @@ pub fn tcl(pl: &PlDesign) -> Result<String> {
         let pin = format!("saxi{}_aclk", pin.replacen("fpd", "_fpd", 1));
         let _ = write!(
             clk,
-            " [get_bd_pins ps/{pin}] [get_bd_pins {}/{}]",
-            e.name, NPE_PORTS.clock
+            " [get_bd_pins ps/{pin}] [get_bd_pins {}/{}] [get_bd_pins {}/aclk]",
+            e.name,
+            NPE_PORTS.clock,
+            hp_merge(e.name)
         );
     }
     let _ = writeln!(
@@ -211,7 +235,13 @@ pub fn tcl(pl: &PlDesign) -> Result<String> {
         "connect_bd_net [get_bd_pins rst_pl0/peripheral_aresetn] [get_bd_pins smc_regs/aresetn]",
     );
     for e in &pl.npes {
-        let _ = write!(rst, " [get_bd_pins {}/{}]", e.name, NPE_PORTS.reset);
+        let _ = write!(
+            rst,
+            " [get_bd_pins {}/{}] [get_bd_pins {}/aresetn]",
+            e.name,
+            NPE_PORTS.reset,
+            hp_merge(e.name)
+        );
     }
     let _ = writeln!(w, "{rst}");
 
@@ -229,7 +259,9 @@ pub fn tcl(pl: &PlDesign) -> Result<String> {
     }
     let _ = writeln!(
         w,
-        "\n# Masters: each engine on its own HP port (stream IDs: TBU, port, AXI ID)."
+        "\n# Masters: each engine's queue and data ports merged onto its own HP port (stream IDs:\n\
+         # TBU, port, AXI ID). Known defect: the SmartConnect does not pass the data port's\n\
+         # AXI ID (the protection domain) through (Xilinx AR 69447; docs/fpga-bitstreams.md)."
     );
     for e in &pl.npes {
         let _ = writeln!(
@@ -240,21 +272,39 @@ pub fn tcl(pl: &PlDesign) -> Result<String> {
             e.stream_base().0,
             e.stream_base().0 | 0x3f
         );
+        for (i, m) in NPE_PORTS.masters.iter().enumerate() {
+            let _ = writeln!(
+                w,
+                "connect_bd_intf_net [get_bd_intf_pins {}/{m}] [get_bd_intf_pins {}/S{i:02}_AXI]",
+                e.name,
+                hp_merge(e.name)
+            );
+        }
         let _ = writeln!(
             w,
-            "connect_bd_intf_net [get_bd_intf_pins {}/{}] [get_bd_intf_pins ps/{}]",
-            e.name,
-            NPE_PORTS.master,
+            "connect_bd_intf_net [get_bd_intf_pins {}/M00_AXI] [get_bd_intf_pins ps/{}]",
+            hp_merge(e.name),
             e.port.vivado_port()
         );
     }
-    let _ = writeln!(w, "\n# The link: the engines' streams in a ring.");
+    let _ = writeln!(
+        w,
+        "\n# The link: the engines' streams in a ring, both virtual channels; the routable\n\
+         # coordinates are the engines'."
+    );
     for (i, e) in pl.npes.iter().enumerate() {
         let next = &pl.npes[(i + 1) % pl.npes.len()];
+        for (tx, rx) in NPE_PORTS.links {
+            let _ = writeln!(
+                w,
+                "connect_bd_intf_net [get_bd_intf_pins {}/{tx}] [get_bd_intf_pins {}/{rx}]",
+                e.name, next.name
+            );
+        }
         let _ = writeln!(
             w,
-            "connect_bd_intf_net [get_bd_intf_pins {}/{}] [get_bd_intf_pins {}/{}]",
-            e.name, NPE_PORTS.link_tx, next.name, NPE_PORTS.link_rx
+            "connect_bd_net [get_bd_pins route_limit/dout] [get_bd_pins {}/{}]",
+            e.name, NPE_PORTS.route_limit
         );
     }
     let _ = writeln!(
@@ -285,12 +335,14 @@ pub fn tcl(pl: &PlDesign) -> Result<String> {
             .vivado_port()
             .trim_start_matches("S_AXI_")
             .trim_end_matches("_FPD");
-        for seg in ["DDR_LOW", "DDR_HIGH"] {
-            let _ = writeln!(
-                w,
-                "assign_bd_address -target_address_space [get_bd_addr_spaces {}/{}] [get_bd_addr_segs ps/SAXIGP{gp}/{short}_{seg}] -force",
-                e.name, NPE_PORTS.master
-            );
+        for m in NPE_PORTS.masters {
+            for seg in ["DDR_LOW", "DDR_HIGH"] {
+                let _ = writeln!(
+                    w,
+                    "assign_bd_address -target_address_space [get_bd_addr_spaces {}/{m}] [get_bd_addr_segs ps/SAXIGP{gp}/{short}_{seg}] -force",
+                    e.name
+                );
+            }
         }
     }
     let _ = writeln!(w, "\nvalidate_bd_design\nsave_bd_design");
@@ -369,7 +421,7 @@ fn pins(line: &str) -> Vec<&str> {
 
 /// Reads the facts back out of a script [`tcl`] wrote.
 pub fn facts(tcl: &str) -> Result<TclFacts> {
-    let master = format!("/{}]", NPE_PORTS.master);
+    let master = "_hp/M00_AXI]";
     let irq = format!("/{}] [get_bd_pins irq_concat/In", NPE_PORTS.irq);
     let reg_seg = format!("/{}/reg0", NPE_PORTS.slave);
     let mut part = None;
@@ -397,7 +449,7 @@ pub fn facts(tcl: &str) -> Result<TclFacts> {
                 port: PlPort::Hpc0,
                 irq_line: u8::MAX,
             });
-        } else if line.starts_with("connect_bd_intf_net") && line.contains(&master) {
+        } else if line.starts_with("connect_bd_intf_net") && line.contains(master) {
             let p = pins(line);
             let (Some(from), Some(to)) = (p.first(), p.get(1)) else {
                 continue;
@@ -502,18 +554,73 @@ mod tests {
     fn every_engine_is_clocked_reset_linked_and_its_port_enabled() {
         let t = tcl(&ZCU102_PL).unwrap();
         for (npe, gp) in [(ZCU102_PL.npes[0], 2), (ZCU102_PL.npes[1], 3)] {
-            assert!(t.contains(&format!("[get_bd_pins {}/aclk]", npe.name)));
-            assert!(t.contains(&format!("[get_bd_pins {}/aresetn]", npe.name)));
+            assert!(t.contains(&format!("[get_bd_pins {}/clk]", npe.name)));
+            assert!(t.contains(&format!("[get_bd_pins {}/rst_n]", npe.name)));
+            assert!(t.contains(&format!("[get_bd_pins {}_hp/aclk]", npe.name)));
+            assert!(t.contains(&format!(
+                "[get_bd_intf_pins {0}/m_axi_d] [get_bd_intf_pins {0}_hp/S01_AXI]",
+                npe.name
+            )));
+            assert!(t.contains(&format!(
+                "[get_bd_pins route_limit/dout] [get_bd_pins {}/route_limit]",
+                npe.name
+            )));
             assert!(t.contains(&format!("CONFIG.PSU__USE__S_AXI_GP{gp} {{1}}")));
         }
         assert!(t.contains("saxihp0_fpd_aclk") && t.contains("saxihp1_fpd_aclk"));
-        assert!(t.contains("[get_bd_intf_pins npe_0/tx] [get_bd_intf_pins npe_1/rx]"));
-        assert!(t.contains("[get_bd_intf_pins npe_1/tx] [get_bd_intf_pins npe_0/rx]"));
+        assert!(t.contains("[get_bd_intf_pins npe_0/tx_data] [get_bd_intf_pins npe_1/rx_data]"));
+        assert!(t.contains("[get_bd_intf_pins npe_1/tx_ctrl] [get_bd_intf_pins npe_0/rx_ctrl]"));
+        assert!(t.contains("CONFIG.CONST_VAL {2}"));
         assert!(t.contains("ps/SAXIGP2/HP0_DDR_LOW") && t.contains("ps/SAXIGP3/HP1_DDR_HIGH"));
         // Braces balance (a cheap syntax check of what Tcl would parse).
         let opens = t.matches('{').count();
         assert_eq!(opens, t.matches('}').count());
         assert!(xdc(&ZCU102_PL).contains("250 MHz"));
+    }
+
+    /// The names the Tcl wires are the RTL's: every pin and interface prefix of
+    /// [`NPE_PORTS`] is a port of `npe_top` in fpga-bitstreams/rtl/npe_top.v.
+    #[test]
+    fn the_wired_ports_are_the_rtl_tops() {
+        let rtl = include_str!("../rtl/npe_top.v");
+        let ports: Vec<&str> = rtl
+            .lines()
+            .map(str::trim)
+            .filter(|l| l.starts_with("input") || l.starts_with("output"))
+            .filter_map(|l| l.trim_end_matches(',').split_whitespace().last())
+            .collect();
+        assert!(rtl.contains(&format!("module {NPE_MODULE}")));
+        let pins = [
+            NPE_PORTS.clock,
+            NPE_PORTS.reset,
+            NPE_PORTS.irq,
+            NPE_PORTS.route_limit,
+        ];
+        for pin in pins {
+            assert!(ports.contains(&pin), "{pin} is not a port of npe_top");
+        }
+        let mut interfaces = vec![NPE_PORTS.slave];
+        interfaces.extend(NPE_PORTS.masters);
+        for (tx, rx) in NPE_PORTS.links {
+            interfaces.extend([tx, rx]);
+        }
+        for i in interfaces {
+            let prefix = format!("{i}_");
+            assert!(
+                ports.iter().any(|p| p.starts_with(&prefix)),
+                "no port of npe_top starts with {prefix}"
+            );
+        }
+        // And no interface of the RTL is left unwired.
+        for p in &ports {
+            let wired = pins.contains(p)
+                || [NPE_PORTS.slave]
+                    .iter()
+                    .chain(&NPE_PORTS.masters)
+                    .chain(NPE_PORTS.links.iter().flat_map(|(t, r)| [t, r]))
+                    .any(|i| p.starts_with(&format!("{i}_")));
+            assert!(wired, "npe_top's port {p} is not wired by the Tcl");
+        }
     }
 
     #[test]
