@@ -5,14 +5,16 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-const SOURCES: &[&str] = &[
-    "npe_top.v",
-    "npe_axil.v",
-    "npe_core.v",
-    "npe_pkt_tx.v",
-    "npe_pkt_rx.v",
-    "npe_ram.v",
-];
+/// The engine's Verilog files, top first: `rtl/sources.f`, the one list xtask's synthesis
+/// reads too (the `.vh` files are included by the modules).
+fn sources(rtl: &Path) -> Vec<PathBuf> {
+    let list = std::fs::read_to_string(rtl.join("sources.f")).expect("rtl/sources.f exists");
+    list.lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .map(|l| rtl.join(l))
+        .collect()
+}
 
 fn main() {
     let manifest = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").expect("cargo sets it"));
@@ -33,7 +35,7 @@ fn main() {
         .arg(format!("-I{}", rtl.display()))
         .arg("--Mdir")
         .arg(&obj)
-        .args(SOURCES.iter().map(|s| rtl.join(s)))
+        .args(sources(&rtl))
         .status()
         .expect(
             "`verilator` not found: install the Debian package `verilator` (`cargo xtask setup`)",

@@ -16,17 +16,6 @@ use crate::util::{XtaskError, require_tool, workspace_root};
 /// The top module.
 pub const TOP: &str = "npe_top";
 
-/// Verilog sources of the engine, top first (the `.vh` files are included by npe_core.v and
-/// the link modules).
-const SOURCES: &[&str] = &[
-    "npe_top.v",
-    "npe_axil.v",
-    "npe_core.v",
-    "npe_pkt_tx.v",
-    "npe_pkt_rx.v",
-    "npe_ram.v",
-];
-
 /// Capacity of the xczu9eg (the ZCU102's device), from Xilinx DS891 (Zynq UltraScale+ MPSoC
 /// Data Sheet: Overview), "Zynq UltraScale+ MPSoC: EG Device Feature Summary", column ZU9EG.
 pub const XCZU9EG: Resources = Resources {
@@ -99,11 +88,18 @@ fn rtl_dir() -> PathBuf {
     workspace_root().join("fpga-bitstreams").join("rtl")
 }
 
-fn sources(dir: &Path) -> Vec<String> {
-    SOURCES
-        .iter()
-        .map(|s| dir.join(s).display().to_string())
-        .collect()
+/// The engine's Verilog files, top first: `rtl/sources.f` (one file name per line), the one
+/// list the co-simulation's build reads too (the `.vh` files are included by the modules).
+fn sources(dir: &Path) -> Result<Vec<String>, XtaskError> {
+    let list = dir.join("sources.f");
+    let text = std::fs::read_to_string(&list)
+        .map_err(|e| XtaskError::Other(format!("cannot read {}: {e}", list.display())))?;
+    Ok(text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .map(|l| dir.join(l).display().to_string())
+        .collect())
 }
 
 fn run_captured(what: &str, cmd: &mut Command) -> Result<String, XtaskError> {
@@ -137,7 +133,7 @@ pub fn lint() -> Result<(), XtaskError> {
         Command::new(verilator)
             .args(["--lint-only", "-Wall", "--top-module", TOP])
             .arg(format!("-I{}", dir.display()))
-            .args(sources(&dir)),
+            .args(sources(&dir)?),
     )?;
     println!(
         "verilator --lint-only -Wall: clean ({:.1} s)",
@@ -148,9 +144,9 @@ pub fn lint() -> Result<(), XtaskError> {
 
 /// The Yosys script: structural checks on the elaborated design, then synthesis for the
 /// UltraScale+ family and the checks again on the mapped netlist, then the statistics.
-fn script(dir: &Path, stat: &Path) -> String {
-    let files = sources(dir).join(" ");
-    format!(
+fn script(dir: &Path, stat: &Path) -> Result<String, XtaskError> {
+    let files = sources(dir)?.join(" ");
+    Ok(format!(
         "read_verilog -I{dir} {files}; \
          hierarchy -check -top {TOP}; proc; flatten; opt_clean; \
          check -assert; \
@@ -162,7 +158,7 @@ fn script(dir: &Path, stat: &Path) -> String {
          tee -q -o {stat} stat",
         dir = dir.display(),
         stat = stat.display(),
-    )
+    ))
 }
 
 /// A Yosys run in the background: `cargo xtask test` starts it first and collects it last, so
@@ -197,7 +193,7 @@ pub fn start() -> Result<Running, XtaskError> {
         .arg("-l")
         .arg(&log)
         .arg("-p")
-        .arg(script(&dir, &stat))
+        .arg(script(&dir, &stat)?)
         .stdin(Stdio::null())
         .stdout(sink)
         .stderr(sink_err)
