@@ -455,6 +455,13 @@ pub(crate) struct NodeCosts {
     /// Transfers in flight towards the node besides the faulting one (thousandths): however
     /// many blocks wait behind a stalled write, they delay at most these transfers.
     pub others_milli: u64,
+    /// The write engine's service time per block (one AXI write of a block, ns).
+    pub write_service_ns: u64,
+    /// The write engine's utilisation under the workload (thousandths).
+    pub write_load_milli: u64,
+    /// The time one re-sent block takes at the slower of the receiving port and the write
+    /// engine (ns).
+    pub resend_busy_ns: u64,
 }
 
 impl NodeCosts {
@@ -501,6 +508,9 @@ impl NodeCosts {
             write_backlog_milli: (backlog * 1000.0) as u64,
             read_blocked_milli: (cfg.depth.saturating_sub(1) * 1000) as u64,
             others_milli: (senders * cfg.depth).saturating_sub(1) as u64 * 1000,
+            write_service_ns: service as u64,
+            write_load_milli: (rho * 1000.0) as u64,
+            resend_busy_ns: service.max(block) as u64,
         }
     }
 
@@ -512,6 +522,18 @@ impl NodeCosts {
         (waiting_milli + self.arrivals_milli_per_us * resolve_ns / 2_000).min(self.others_milli)
     }
 
+    /// The write engine's capacity side with `waiting_milli` blocks queued for it.
+    pub fn write_capacity(&self, waiting_milli: u64) -> smmu_driver::fault::Capacity {
+        smmu_driver::fault::Capacity {
+            backlog_ns: waiting_milli * self.write_service_ns / 1000,
+            load_milli: self.write_load_milli,
+            resend_ns: self.resend_busy_ns,
+            // The transfers in flight towards the node, the faulting one included: a
+            // terminated write lets the rest of its transfer be written meanwhile.
+            inherit_milli: self.others_milli + 1000,
+        }
+    }
+
     /// The policy with these costs as its starting point.
     pub fn policy(&self, costs: &CostModel, swap_read: ModelTime) -> CostPolicy {
         use smmu_driver::fault::StallCosts;
@@ -519,11 +541,13 @@ impl NodeCosts {
             StallCosts {
                 retransmit_ns: self.read_retransmit_ns,
                 blocked_milli: self.read_blocked_milli,
+                capacity: Default::default(),
             },
             StallCosts {
                 retransmit_ns: self.write_retransmit_ns,
                 blocked_milli: self
                     .write_blocked_milli(self.write_backlog_milli, costs.minor_service().as_ns()),
+                capacity: self.write_capacity(self.write_backlog_milli),
             },
             costs.major_service(swap_read).as_ns(),
         )

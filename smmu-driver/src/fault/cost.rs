@@ -12,6 +12,16 @@
 //! resolve    = queue + class time          (the fault CPU's backlog, then minor or major)
 //! ```
 //!
+//! Where the engine a stall holds has work waiting, its held time is throughput lost, which
+//! every transfer in flight towards it inherits, and a re-sent block takes its own service
+//! time from it ([`Capacity`]). Both sides then add that engine time, weighted by the
+//! transfers that inherit it:
+//!
+//! ```text
+//! stall      += lost(resolve) × inherit
+//! retransmit += lost(resend)  × inherit     lost(t) = min(t, backlog + load × t)
+//! ```
+//!
 //! and [`CostPolicy`] resumes when `stall <= retransmit` (and the resolution fits the stream's
 //! stall budget, the master's own limit). The platform feeds it: [`CostPolicy::set_costs`] per
 //! access kind (it knows its links, block size and how many accesses are queued behind a
@@ -49,10 +59,49 @@ pub struct StallCosts {
     /// Accesses a stall of this kind holds behind the faulting one, in thousandths (the
     /// head-of-line weight): 0 where a stall holds nothing else.
     pub blocked_milli: u64,
+    /// The capacity side: what the engine a stall holds would have done meanwhile, and what
+    /// a re-send takes from it (all 0: capacity not weighed).
+    pub capacity: Capacity,
+}
+
+/// Engine capacity a stall or a re-send takes: at an engine with work waiting, the time it
+/// spends held (or on a re-sent block) is throughput lost, and every transfer in flight
+/// towards it finishes that much later; at an idle engine it costs nothing. (The virtual
+/// QFDB weighs it for destination writes, on the write engine.)
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Capacity {
+    /// Engine work (ns) waiting when the fault is reported: the blocks queued for the engine
+    /// times its service time per block.
+    pub backlog_ns: u64,
+    /// Engine work arriving per unit of time, in thousandths (its utilisation: arrivals per
+    /// ns times the service time per block).
+    pub load_milli: u64,
+    /// The engine's (or the receiving port's, whichever is slower) time for one re-sent block.
+    pub resend_ns: u64,
+    /// Transfers that inherit lost capacity, in thousandths: those in flight towards the
+    /// engine.
+    pub inherit_milli: u64,
+}
+
+impl Capacity {
+    /// The engine time lost when it is unavailable for `ns`: the work it had or got meanwhile,
+    /// at most `ns`.
+    pub fn lost_ns(&self, ns: u64) -> u64 {
+        let arriving = u128::from(ns) * u128::from(self.load_milli) / 1000;
+        let work = u128::from(self.backlog_ns) + arriving;
+        u64::try_from(work.min(u128::from(ns))).unwrap_or(u64::MAX)
+    }
+
+    /// The delay lost engine time of `ns` imposes on the transfers that inherit it.
+    pub fn delay_ns(&self, ns: u64) -> u64 {
+        let d = u128::from(self.lost_ns(ns)) * u128::from(self.inherit_milli) / 1000;
+        u64::try_from(d).unwrap_or(u64::MAX)
+    }
 }
 
 impl StallCosts {
-    /// The longest resolution for which a stall costs no more than retransmitting
+    /// The longest resolution for which a stall costs no more than retransmitting, on the
+    /// head-of-line side alone (without [`Capacity`])
     /// (`u64::MAX` when a stall holds nothing back).
     pub fn break_even_ns(&self) -> u64 {
         if self.blocked_milli == 0 {
@@ -62,10 +111,20 @@ impl StallCosts {
         u64::try_from(ns).unwrap_or(u64::MAX)
     }
 
-    /// The cost, in nanoseconds, a stall of `resolve_ns` imposes on the accesses behind it.
+    /// The cost, in nanoseconds, a stall of `resolve_ns` imposes on the accesses behind it
+    /// (head-of-line) and, through the engine capacity it takes, on those in flight.
     pub fn stall_ns(&self, resolve_ns: u64) -> u64 {
         let ns = u128::from(resolve_ns) * u128::from(self.blocked_milli) / 1000;
-        u64::try_from(ns).unwrap_or(u64::MAX)
+        u64::try_from(ns)
+            .unwrap_or(u64::MAX)
+            .saturating_add(self.capacity.delay_ns(resolve_ns))
+    }
+
+    /// The cost, in nanoseconds, of terminating and retransmitting: the faulting transfer's
+    /// extra delay and, through the capacity the re-sent block takes, the others'.
+    pub fn resend_ns(&self) -> u64 {
+        self.retransmit_ns
+            .saturating_add(self.capacity.delay_ns(self.capacity.resend_ns))
     }
 }
 
@@ -185,7 +244,7 @@ impl CostPolicy {
     /// Whether a stall of `resolve_ns` on `kind` costs no more than retransmitting.
     fn stall_is_cheaper(&self, kind: AccessKind, resolve_ns: u64) -> bool {
         let costs = self.costs(kind);
-        costs.stall_ns(resolve_ns) <= costs.retransmit_ns
+        costs.stall_ns(resolve_ns) <= costs.resend_ns()
     }
 
     /// The expected service time of a fault with `estimate` once the fault CPU starts on it
@@ -289,6 +348,7 @@ mod tests {
         let free = StallCosts {
             retransmit_ns: 1_000,
             blocked_milli: 0,
+            ..Default::default()
         };
         let p = CostPolicy::new(free, free, 60_000);
         let r = record(AccessKind::Read, true);
@@ -307,6 +367,7 @@ mod tests {
         let write = StallCosts {
             retransmit_ns: 10_000,
             blocked_milli: 2_000,
+            ..Default::default()
         };
         let p = CostPolicy::new(StallCosts::default(), write, 60_000);
         let w = record(AccessKind::Write, true);
@@ -340,6 +401,45 @@ mod tests {
     }
 
     #[test]
+    fn a_busy_engine_makes_the_stall_pay_in_capacity() {
+        // Head-of-line alone: 4.6 µs x 4 held = 18.4 µs <= 20 µs of re-send: stall.
+        let mut write = StallCosts {
+            retransmit_ns: 20_000,
+            blocked_milli: 4_000,
+            ..Default::default()
+        };
+        let p = CostPolicy::new(StallCosts::default(), write, 60_000);
+        let w = record(AccessKind::Write, true);
+        assert_eq!(p.decide(&input(&w, MINOR)), FaultDecision::Resume);
+        // An idle engine (nothing waiting, nothing arriving) loses nothing either way.
+        write.capacity = Capacity {
+            backlog_ns: 0,
+            load_milli: 0,
+            resend_ns: 2_000,
+            inherit_milli: 5_000,
+        };
+        p.set_costs(AccessKind::Write, write);
+        assert_eq!(write.capacity.lost_ns(4_600), 0);
+        assert_eq!(p.decide(&input(&w, MINOR)), FaultDecision::Resume);
+        // A busy engine: the stall takes 4.6 µs from it, the re-send 2 µs, each inherited by
+        // 5 transfers: 18.4 + 23 > 20 + 10, so re-send.
+        write.capacity.backlog_ns = 10_000;
+        p.set_costs(AccessKind::Write, write);
+        assert_eq!(write.capacity.lost_ns(4_600), 4_600);
+        assert_eq!(write.stall_ns(4_600), 18_400 + 23_000);
+        assert_eq!(write.resend_ns(), 30_000);
+        assert_eq!(
+            p.decide(&input(&w, MINOR)),
+            FaultDecision::TerminateAndRetransmit
+        );
+        // Some load, no backlog: the engine loses only the work that arrives meanwhile.
+        write.capacity.backlog_ns = 0;
+        write.capacity.load_milli = 500;
+        assert_eq!(write.capacity.lost_ns(4_600), 2_300);
+        assert_eq!(write.capacity.lost_ns(2_000), 1_000);
+    }
+
+    #[test]
     fn unstalled_faults_are_retransmitted_and_bad_ones_aborted() {
         let p = CostPolicy::new(StallCosts::default(), StallCosts::default(), 60_000);
         let r = record(AccessKind::Read, false);
@@ -367,6 +467,7 @@ mod tests {
         let write = StallCosts {
             retransmit_ns: 20_000,
             blocked_milli: 1_000,
+            ..Default::default()
         };
         let p = CostPolicy::new(StallCosts::default(), write, 60_000);
         let w = record(AccessKind::Write, true);
@@ -422,7 +523,7 @@ mod tests {
             write in proptest::bool::ANY,
             major in proptest::bool::ANY,
         ) {
-            let costs = StallCosts { retransmit_ns, blocked_milli };
+            let costs = StallCosts { retransmit_ns, blocked_milli, ..Default::default() };
             let p = CostPolicy::new(costs, costs, 60_000);
             if let Some(ns) = learned {
                 p.observe(if major { FaultCost::Major } else { FaultCost::Minor }, ns);

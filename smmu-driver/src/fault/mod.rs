@@ -40,7 +40,7 @@ mod service;
 use hal::{Iova, PageSize, PhysAddr};
 
 pub use attribution::{Attribution, InFlightAccess, Unattributed, attribute};
-pub use cost::{CostDecisions, CostPolicy, StallCosts};
+pub use cost::{Capacity, CostDecisions, CostPolicy, StallCosts};
 pub use handler::{FaultHandler, FaultOutcome, FaultPlan, FaultStats, FixOutcome, RangeResolution};
 pub use policy::{
     FaultDecision, FaultEstimate, FaultPolicy, PolicyInput, StandardPolicy, StreamFaultConfig,

@@ -70,7 +70,7 @@ fn the_policy_expects_the_resolution_the_model_takes() {
                 let c = policy.costs(AccessKind::Read);
                 assert_eq!(
                     w.nodes[0].stalling[0],
-                    c.stall_ns(done.since(now).as_ns()) <= c.retransmit_ns,
+                    c.stall_ns(done.since(now).as_ns()) <= c.resend_ns(),
                     "{}",
                     sc.name
                 );

@@ -68,6 +68,7 @@ impl<'p> World<'p> {
             let resolve = policy.expected_resolve_ns(&estimate).unwrap_or(0);
             let mut c = policy.costs(smmu_driver::fault::AccessKind::Write);
             c.blocked_milli = node.costs.write_blocked_milli(waiting * 1000, resolve);
+            c.capacity = node.costs.write_capacity(waiting * 1000);
             policy.set_costs(smmu_driver::fault::AccessKind::Write, c);
         }
         let actions = node.faults.on_record(now, record, &mut node.mm, &costs)?;
