@@ -8,7 +8,7 @@
 //! drivers, logic loops).
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::Instant;
 
 use crate::util::{XtaskError, require_tool, workspace_root};
@@ -164,8 +164,9 @@ fn script(dir: &Path, stat: &Path) -> Result<String, XtaskError> {
 /// A Yosys run in the background: `cargo xtask test` starts it first and collects it last, so
 /// the single-threaded synthesis (minutes) overlaps the other steps instead of adding to them.
 pub struct Running {
-    child: Child,
-    started: Instant,
+    /// Waits for Yosys on its own thread, so the time it took is known even when it is
+    /// collected long after it ended.
+    waiter: std::thread::JoinHandle<std::io::Result<(ExitStatus, f64)>>,
     stat: PathBuf,
     output: PathBuf,
 }
@@ -202,9 +203,14 @@ pub fn start() -> Result<Running, XtaskError> {
             what: "yosys synth_xilinx".to_string(),
             error,
         })?;
+    let started = Instant::now();
+    let waiter = std::thread::spawn(move || {
+        let mut child: Child = child;
+        let status = child.wait()?;
+        Ok((status, started.elapsed().as_secs_f64()))
+    });
     Ok(Running {
-        child,
-        started: Instant::now(),
+        waiter,
         stat,
         output,
     })
@@ -212,12 +218,15 @@ pub fn start() -> Result<Running, XtaskError> {
 
 impl Running {
     /// Waits for Yosys; prints the resource use and fails on a check or over budget.
-    pub fn finish(mut self) -> Result<(), XtaskError> {
-        let status = self.child.wait().map_err(|error| XtaskError::Spawn {
-            what: "yosys synth_xilinx".to_string(),
-            error,
-        })?;
-        let synth_secs = self.started.elapsed().as_secs_f64();
+    pub fn finish(self) -> Result<(), XtaskError> {
+        let (status, synth_secs) = self
+            .waiter
+            .join()
+            .map_err(|_| XtaskError::Other("the thread waiting for yosys panicked".into()))?
+            .map_err(|error| XtaskError::Spawn {
+                what: "yosys synth_xilinx".to_string(),
+                error,
+            })?;
         if !status.success() {
             eprint!(
                 "{}",
@@ -233,7 +242,7 @@ impl Running {
         let used = parse_stat(&text);
         println!(
             "yosys synth_xilinx -family xcup -top {TOP}: no latches, no combinational loops, \
-             no undriven nets ({synth_secs:.1} s from its start)"
+             no undriven nets ({synth_secs:.1} s)"
         );
         let over = report(&used);
         if over.is_empty() {
