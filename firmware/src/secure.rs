@@ -32,8 +32,8 @@
 use core::fmt;
 
 use boards::zynqmp::security::{
-    IouScntrs, QREQN, SCR1, SIDR0, SIDR1, SLCR_GDMA, SMMU_REG_IER_0_FSBL, SMMU_REG_QREQN_RESET,
-    SmmuReg, SmmuSecureGr0,
+    IouScntrs, SCR1, SIDR0, SIDR1, SLCR_GDMA, SMMU_REG_IER_0_FSBL, SMMU_REG_QREQN_RESET, SmmuReg,
+    SmmuSecureGr0, qreqn_all_powered,
 };
 use hal::regs::RegisterBus;
 use hal::sysreg::fields::{CNTHCTL_EL2, HCR_EL2, SCR_EL3, SPSR_EL3};
@@ -293,21 +293,7 @@ impl fmt::Display for SmmuRegReport {
 pub fn power_smmu<B: RegisterBus + ?Sized>(wrapper: &B) -> Result<SmmuRegReport> {
     let regs = SmmuReg::new(wrapper, 0)?;
     let qreqn_before = regs.qreqn().get();
-    let all = QREQN::TCU::SET
-        + QREQN::TBU0_PD::SET
-        + QREQN::TBU0_CG::SET
-        + QREQN::TBU1_PD::SET
-        + QREQN::TBU1_CG::SET
-        + QREQN::TBU2_PD::SET
-        + QREQN::TBU2_CG::SET
-        + QREQN::PD_SLV_BR_TBU2::SET
-        + QREQN::PD_MST_BR_TBU2::SET
-        + QREQN::TBU3_PD::SET
-        + QREQN::TBU3_CG::SET
-        + QREQN::TBU4_PD::SET
-        + QREQN::TBU4_CG::SET
-        + QREQN::TBU5_PD::SET
-        + QREQN::TBU5_CG::SET;
+    let all = qreqn_all_powered();
     if qreqn_before & all.value != all.value {
         regs.qreqn().set(qreqn_before | all.value);
     }

@@ -235,6 +235,26 @@ pub mod fields {
 }
 pub use fields::{QREQN, SCNTRS_CONTROL, SCR1, SIDR0, SIDR1, SLCR_GDMA, SMMU_REG_IRQ};
 
+/// Every QREQN request bit: no low-power request for the TCU, any TBU or the TBU2 bridge,
+/// i.e. all of the SMMU powered and clocked.
+pub fn qreqn_all_powered() -> tock_registers::fields::FieldValue<u32, QREQN::Register> {
+    QREQN::TCU::SET
+        + QREQN::TBU0_PD::SET
+        + QREQN::TBU0_CG::SET
+        + QREQN::TBU1_PD::SET
+        + QREQN::TBU1_CG::SET
+        + QREQN::TBU2_PD::SET
+        + QREQN::TBU2_CG::SET
+        + QREQN::PD_SLV_BR_TBU2::SET
+        + QREQN::PD_MST_BR_TBU2::SET
+        + QREQN::TBU3_PD::SET
+        + QREQN::TBU3_CG::SET
+        + QREQN::TBU4_PD::SET
+        + QREQN::TBU4_CG::SET
+        + QREQN::TBU5_PD::SET
+        + QREQN::TBU5_CG::SET
+}
+
 hal::register_block! {
     /// The MMU-500's global register space 0 as a Secure access sees it (the first page of
     /// [`SMMU`]'s window): the registers Secure firmware reads and writes before Non-secure
@@ -341,22 +361,7 @@ mod tests {
         assert_eq!(FPD_SLCR_SECURE.base + 0x50, 0xfd69_0050, "slcr_gdma");
         assert_eq!(IOU_SCNTRS.base + 0x20, 0xff26_0020);
         // QREQN's 15 request bits are exactly its reset value.
-        let all = QREQN::TCU::SET
-            + QREQN::TBU0_PD::SET
-            + QREQN::TBU0_CG::SET
-            + QREQN::TBU1_PD::SET
-            + QREQN::TBU1_CG::SET
-            + QREQN::TBU2_PD::SET
-            + QREQN::TBU2_CG::SET
-            + QREQN::PD_SLV_BR_TBU2::SET
-            + QREQN::PD_MST_BR_TBU2::SET
-            + QREQN::TBU3_PD::SET
-            + QREQN::TBU3_CG::SET
-            + QREQN::TBU4_PD::SET
-            + QREQN::TBU4_CG::SET
-            + QREQN::TBU5_PD::SET
-            + QREQN::TBU5_CG::SET;
-        assert_eq!(all.value, SMMU_REG_QREQN_RESET);
+        assert_eq!(qreqn_all_powered().value, SMMU_REG_QREQN_RESET);
         let fsbl = SMMU_REG_IRQ::COMB_IRPT_NS::SET
             + SMMU_REG_IRQ::COMB_IRPT_S::SET
             + SMMU_REG_IRQ::COMB_PERF_IRPT_TBU::SET
