@@ -214,24 +214,40 @@ impl Engine {
         (sges, uses)
     }
 
+    /// Registers `len` bytes at `va` in `pd` with the provider, outside the window budget:
+    /// what plain verbs would do with the range (null: the provider refused it).
+    ///
+    /// # Safety
+    /// `pd` is a live PD of this process and `va..va+len` lies in memory the application
+    /// keeps mapped while the registration lives.
+    pub(crate) unsafe fn register_whole(
+        &self,
+        pd: usize,
+        va: u64,
+        len: u64,
+        iova: u64,
+        access: u32,
+    ) -> *mut ibv_mr {
+        let _g = RealCall::enter();
+        // SAFETY: the caller's contract.
+        unsafe {
+            (self.real.reg_mr_iova2)(
+                pd as *mut ibv_pd,
+                va as *mut c_void,
+                len as usize,
+                iova,
+                access,
+            )
+        }
+    }
+
     /// Registers a new pin over `range`; returns its id and lkey (`None`: the provider
     /// refused it).
     fn register_pin(self: &Arc<Self>, range: Range) -> Option<(u64, u32)> {
         let (pd, va, iova, len, access) = range;
-        let mr = {
-            let _g = RealCall::enter();
-            // SAFETY: `pd` is the live PD of the application's region, and the range lies
-            // inside that region, which the application keeps mapped while it is registered.
-            unsafe {
-                (self.real.reg_mr_iova2)(
-                    pd as *mut ibv_pd,
-                    va as *mut c_void,
-                    len as usize,
-                    iova,
-                    access,
-                )
-            }
-        };
+        // SAFETY: `pd` is the live PD of the application's region, and the range lies inside
+        // that region, which the application keeps mapped while it is registered.
+        let mr = unsafe { self.register_whole(pd, va, u64::from(len), iova, access) };
         if mr.is_null() {
             return None;
         }

@@ -15,7 +15,6 @@
 //! Such a region's new rkey is not a directory, so a peer running the library over RC cannot
 //! reach it through the peer protocol (as for any pass-through region).
 
-use core::ffi::c_void;
 use std::sync::atomic::Ordering;
 use std::sync::{Mutex, MutexGuard};
 
@@ -76,20 +75,9 @@ impl Engine {
                 .collect()
         };
         for (dir_mr, va, len, iova, access) in regions {
-            let mr = {
-                let _g = RealCall::enter();
-                // SAFETY: the region's live PD and range, which the application keeps mapped
-                // while it is registered.
-                unsafe {
-                    (self.real.reg_mr_iova2)(
-                        pd as *mut ibv_pd,
-                        va as *mut c_void,
-                        len as usize,
-                        iova,
-                        access,
-                    )
-                }
-            };
+            // SAFETY: the region's live PD and range, which the application keeps mapped
+            // while it is registered.
+            let mr = unsafe { self.register_whole(pd, va, len, iova, access) };
             if mr.is_null() {
                 self.note("UC QP: a region could not be registered whole; it stays behind its directory (UC RDMA to it fails)");
                 continue;
