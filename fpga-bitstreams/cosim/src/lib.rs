@@ -9,11 +9,15 @@
 //! unchanged.
 
 mod axi_slave;
+pub mod board;
+mod error;
 pub mod faults;
 pub mod ffi;
 pub mod harness;
+pub mod mmu500;
 pub mod rig;
 mod system;
 
 pub use axi_slave::{AxiSlave, PortStats};
+pub use error::{CosimError, Result};
 pub use system::{CosimBus, Flit, LinkHook, System};

@@ -73,12 +73,26 @@ impl System {
         stream_base: u32,
         seed: u64,
     ) -> Self {
+        let bases = vec![stream_base; drams.len()];
+        Self::with_streams(drams, smmus, &bases, seed)
+    }
+
+    /// [`new`](Self::new) with a stream base per engine (`stream_bases[i]`: engine *i*'s
+    /// port, as a board puts each engine on its own PL port). Two nodes may share one DRAM
+    /// and one SMMU (two engines of one MPSoC).
+    pub fn with_streams(
+        drams: Vec<Arc<HostDma>>,
+        smmus: Vec<Box<dyn AxiTranslate + Send>>,
+        stream_bases: &[u32],
+        seed: u64,
+    ) -> Self {
         let count = drams.len();
         let nodes = drams
             .into_iter()
             .zip(smmus)
+            .zip(stream_bases.iter().copied())
             .enumerate()
-            .map(|(i, (dram, smmu))| Node {
+            .map(|(i, ((dram, smmu), stream_base))| Node {
                 model: Verilated::new(),
                 io: Io {
                     route_limit: count as u32,
