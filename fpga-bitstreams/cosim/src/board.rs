@@ -113,6 +113,24 @@ impl FaultModes {
     };
 }
 
+/// A region of user memory as one engine reaches it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Region {
+    /// The engine.
+    pub engine: usize,
+    /// Its protection domain.
+    pub pdid: u16,
+    /// Reached by the engine's writes (a receive buffer) rather than its reads (a source):
+    /// which of its streams the region is registered for.
+    pub write: bool,
+    /// The fault path may map it writable.
+    pub writable: bool,
+    /// First byte (page aligned).
+    pub base: u64,
+    /// Pages.
+    pub pages: usize,
+}
+
 /// What the fault service did, by decision.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ServiceCounts {
@@ -293,20 +311,16 @@ impl<'d> Board<'d> {
         Ok(())
     }
 
-    /// Registers `pages` pages at `base` for engine `engine`'s reads (`write` false) or
-    /// writes of domain `pdid`, filled as `fill` says; they start absent.
-    pub fn add_region(
-        &mut self,
-        engine: usize,
-        pdid: u16,
-        write: bool,
-        base: u64,
-        pages: usize,
-        fill: Fill,
-    ) -> Result<()> {
-        let stream = Self::npe(engine).stream_of(pdid, write);
-        self.pager
-            .add_region(stream, Iova::new(base), pages, write, fill)?;
+    /// Registers a region of user memory, filled as `fill` says; its pages start absent.
+    pub fn add_region(&mut self, region: &Region, fill: Fill) -> Result<()> {
+        let stream = Self::npe(region.engine).stream_of(region.pdid, region.write);
+        self.pager.add_region(
+            stream,
+            Iova::new(region.base),
+            region.pages,
+            region.writable,
+            fill,
+        )?;
         Ok(())
     }
 
