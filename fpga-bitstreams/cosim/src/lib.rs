@@ -6,7 +6,10 @@
 //! (`sim::axi::AxiTranslate`: translate, terminate → SLVERR, stall → the response is held),
 //! and the engines' link streams are connected to each other. [`CosimBus`] is the
 //! `hal::RegisterBus` of one engine, so the NPE driver in `dma-engine` runs against the RTL
-//! unchanged.
+//! unchanged: [`board`] does that on two engines placed as the board description says, their
+//! data ports behind sim's MMU-500 model ([`mmu500`]) that `smmu-driver` programs and whose
+//! faults its fault service answers. [`rig`] and [`harness`] compare the RTL with the Rust
+//! model at the engine level, with faults injected by address ([`faults`]).
 
 mod axi_slave;
 pub mod board;
