@@ -10,11 +10,13 @@
 //! - `interrupts`: `<GIC_SPI n IRQ_TYPE_LEVEL_HIGH>` = `<0 n 4>` (Linux
 //!   `Documentation/devicetree/bindings/interrupt-controller/arm,gic.yaml`), from the
 //!   engine's PL interrupt line, with `interrupt-parent = <&gic>`;
-//! - `iommus`: `<&smmu sid>` cells (zynqmp.dtsi's MMU-500 has `#iommu-cells = <1>`) for the
-//!   engine's protection-domain-0 read and write streams: the streams Linux's DMA API maps
-//!   for the kernel's own buffers (queue memory). The streams of user protection domains are
-//!   matched by nprdma's SMMU set-up, not by the device tree; listing all 64 AXI IDs would
-//!   take 64 of the MMU-500's 48 stream-match registers per engine.
+//! - `iommus`: `<&smmu sid>` (zynqmp.dtsi's MMU-500 has `#iommu-cells = <1>`) for the
+//!   engine's queue master, whose one stream (AXI ID 0 on its own port,
+//!   `NpeInstance::queue_stream`) is the one Linux's DMA API maps the kernel's own buffers
+//!   (the rings) for. The data master's streams (one per protection domain and direction, on
+//!   the engine's data port) are matched by nprdma's SMMU set-up, not by the device tree:
+//!   listing all 64 AXI IDs would take 64 of the MMU-500's 48 stream-match registers per
+//!   engine.
 //! - `nprdma,regmap-hash`: `dma_engine::npe::regmap::REGMAP_HASH`, for a driver that checks
 //!   the design it binds to.
 //!
@@ -67,12 +69,7 @@ pub fn dtso(pl: &PlDesign) -> Result<String> {
         );
         let _ = writeln!(s, "\t\tinterrupt-parent = <&gic>;");
         let _ = writeln!(s, "\t\tinterrupts = <0 {} 4>;", spi.0);
-        let _ = writeln!(
-            s,
-            "\t\tiommus = <&smmu {:#x}>, <&smmu {:#x}>;",
-            npe.stream_of(0, false).0,
-            npe.stream_of(0, true).0
-        );
+        let _ = writeln!(s, "\t\tiommus = <&smmu {:#x}>;", npe.queue_stream().0);
         let _ = writeln!(s, "\t\tnprdma,regmap-hash = <{REGMAP_HASH:#010x}>;");
         let _ = writeln!(s, "\t}};");
     }
@@ -185,12 +182,7 @@ mod tests {
             // Phandles are fixed up at apply time: dtc writes 0xffffffff in their place.
             assert_eq!(
                 cells(&dts, &node, "iommus").unwrap(),
-                [
-                    u32::MAX,
-                    npe.stream_base().0,
-                    u32::MAX,
-                    npe.stream_base().0 | 0x20
-                ]
+                [u32::MAX, npe.queue_stream().0]
             );
             assert_eq!(
                 cells(&dts, &node, "nprdma,regmap-hash").unwrap(),

@@ -11,14 +11,15 @@
 //! ```
 //!
 //! The block design: the Zynq UltraScale+ PS (`zynq_ultra_ps_e`, with the ZCU102 board
-//! preset when the board files are installed) with M_AXI_HPM0_FPD, the engines' HP ports at
-//! 128 bits, `pl_clk0` and `pl_ps_irq0`; an AXI SmartConnect from M_AXI_HPM0_FPD to every
-//! engine's AXI4-Lite slave; each engine's two AXI masters (queue port `m_axi_q`, data port
-//! `m_axi_d`) merged by a two-input SmartConnect onto the engine's own HP port. The data
-//! port's AXI ID carries the protection domain into the stream ID the TBU sees (UG1085,
-//! "SMMU": stream ID = TBU, master, AXI ID), and SmartConnect does not pass AXI IDs through
-//! (Xilinx AR 69447): an open defect of this version (docs/fpga-bitstreams.md §1). Then the engines' two
-//! link stream pairs (`tx_data`/`rx_data`, `tx_ctrl`/`rx_ctrl`) in a ring; `route_limit`
+//! preset when the board files are installed) with M_AXI_HPM0_FPD, the engines' PL-to-PS
+//! ports at 128 bits, `pl_clk0` and `pl_ps_irq0`; an AXI SmartConnect from M_AXI_HPM0_FPD to
+//! every engine's AXI4-Lite slave; each engine's two AXI masters straight onto PS ports of
+//! their own, no interconnect in between: the queue port `m_axi_q` onto the board's
+//! `queue_port` (an HPC port), the data port `m_axi_d` onto its `data_port` (an HP port). The
+//! data port's AXI ID carries the protection domain into the stream ID the TBU forms (UG1085,
+//! the SMMU chapter, table 16-13: stream ID = TBU, the port's master ID, AXI ID), and AXI SmartConnect does not pass AXI IDs through (Xilinx AR 69447),
+//! so nothing may sit between the master and the port. Then the engines' two link stream
+//! pairs (`tx_data`/`rx_data`, `tx_ctrl`/`rx_ctrl`) in a ring; `route_limit`
 //! tied to the number of engines (an `xlconstant`); their interrupts concatenated onto
 //! `pl_ps_irq0`; one clock (`pl_clk0`) and one synchronised reset (`proc_sys_reset`) for
 //! everything. The engine is the RTL module `npe_top` (`clk`, `rst_n`, `s_axil_*`,
@@ -29,7 +30,7 @@
 use std::fmt::Write as _;
 
 use boards::zynqmp::PlPort;
-use boards::zynqmp::pl::PlDesign;
+use boards::zynqmp::pl::{NpeInstance, PlDesign};
 
 use crate::{BitstreamError, Result};
 
@@ -46,8 +47,8 @@ pub struct NpePorts {
     pub reset: &'static str,
     /// AXI4-Lite register slave interface (ports `<name>_*`).
     pub slave: &'static str,
-    /// AXI4 master interfaces (queue port, data port): both reach the engine's HP port
-    /// through a SmartConnect of their own.
+    /// AXI4 master interfaces (queue port, data port), each connected straight to a PS port
+    /// of its own: [`master_ports`] gives the board's port of each, in this order.
     pub masters: [&'static str; 2],
     /// Link AXI4-Stream pairs (out, in), one per virtual channel.
     pub links: [(&'static str, &'static str); 2],
@@ -69,9 +70,17 @@ pub const NPE_PORTS: NpePorts = NpePorts {
     route_limit: "route_limit",
 };
 
-/// The SmartConnect that merges one engine's two masters onto its HP port.
-fn hp_merge(engine: &str) -> String {
-    format!("{engine}_hp")
+/// The PS ports of an engine's masters, in the order of [`NpePorts::masters`] (queue, data).
+pub fn master_ports(npe: &NpeInstance) -> [PlPort; 2] {
+    [npe.queue_port, npe.data_port]
+}
+
+/// The PS8's clock pin of a PL-to-PS port: S_AXI_HP0_FPD's is `saxihp0_fpd_aclk`,
+/// S_AXI_HPC0_FPD's `saxihpc0_fpd_aclk`.
+fn clock_pin(port: PlPort) -> String {
+    let name = port.vivado_port().to_ascii_lowercase();
+    let short = name.trim_start_matches("s_axi_").trim_end_matches("_fpd");
+    format!("saxi{short}_fpd_aclk")
 }
 
 fn bad(what: String) -> BitstreamError {
@@ -159,8 +168,17 @@ pub fn tcl(pl: &PlDesign) -> Result<String> {
     let _ = writeln!(w, "  CONFIG.PSU__USE__M_AXI_GP0 {{1}} \\");
     let _ = writeln!(w, "  CONFIG.PSU__USE__M_AXI_GP1 {{0}} \\");
     let _ = writeln!(w, "  CONFIG.PSU__USE__M_AXI_GP2 {{0}} \\");
-    for e in &pl.npes {
-        let gp = e.port.vivado_gp_index();
+    let ports: Vec<PlPort> = pl.npes.iter().flat_map(master_ports).collect();
+    for (i, p) in ports.iter().enumerate() {
+        if ports[i + 1..].contains(p) {
+            return Err(bad(format!(
+                "{} is given to two masters: each needs a port of its own",
+                p.vivado_port()
+            )));
+        }
+    }
+    for port in &ports {
+        let gp = port.vivado_gp_index();
         let _ = writeln!(
             w,
             "  CONFIG.PSU__USE__S_AXI_GP{gp} {{1}} CONFIG.PSU__SAXIGP{gp}__DATA_WIDTH {{128}} \\"
@@ -192,11 +210,6 @@ pub fn tcl(pl: &PlDesign) -> Result<String> {
             "create_bd_cell -type module -reference {NPE_MODULE} {}",
             e.name
         );
-        let _ = writeln!(
-            w,
-            "set_property -dict [list CONFIG.NUM_SI {{2}} CONFIG.NUM_MI {{1}}] [create_bd_cell -type ip -vlnv xilinx.com:ip:smartconnect:* {}]",
-            hp_merge(e.name)
-        );
     }
     let _ = writeln!(
         w,
@@ -211,17 +224,10 @@ pub fn tcl(pl: &PlDesign) -> Result<String> {
     let mut clk =
         String::from("connect_bd_net [get_bd_pins ps/pl_clk0] [get_bd_pins ps/maxihpm0_fpd_aclk]");
     for e in &pl.npes {
-        let port = e.port.vivado_port().to_ascii_lowercase();
-        // S_AXI_HP0_FPD's clock pin is saxihp0_fpd_aclk, S_AXI_HPC0_FPD's saxihpc0_fpd_aclk.
-        let pin = port.trim_start_matches("s_axi_").replace('_', "");
-        let pin = format!("saxi{}_aclk", pin.replacen("fpd", "_fpd", 1));
-        let _ = write!(
-            clk,
-            " [get_bd_pins ps/{pin}] [get_bd_pins {}/{}] [get_bd_pins {}/aclk]",
-            e.name,
-            NPE_PORTS.clock,
-            hp_merge(e.name)
-        );
+        for port in master_ports(e) {
+            let _ = write!(clk, " [get_bd_pins ps/{}]", clock_pin(port));
+        }
+        let _ = write!(clk, " [get_bd_pins {}/{}]", e.name, NPE_PORTS.clock);
     }
     let _ = writeln!(
         w,
@@ -235,13 +241,7 @@ pub fn tcl(pl: &PlDesign) -> Result<String> {
         "connect_bd_net [get_bd_pins rst_pl0/peripheral_aresetn] [get_bd_pins smc_regs/aresetn]",
     );
     for e in &pl.npes {
-        let _ = write!(
-            rst,
-            " [get_bd_pins {}/{}] [get_bd_pins {}/aresetn]",
-            e.name,
-            NPE_PORTS.reset,
-            hp_merge(e.name)
-        );
+        let _ = write!(rst, " [get_bd_pins {}/{}]", e.name, NPE_PORTS.reset);
     }
     let _ = writeln!(w, "{rst}");
 
@@ -259,33 +259,30 @@ pub fn tcl(pl: &PlDesign) -> Result<String> {
     }
     let _ = writeln!(
         w,
-        "\n# Masters: each engine's queue and data ports merged onto its own HP port (stream IDs:\n\
-         # TBU, port, AXI ID). Known defect: the SmartConnect does not pass the data port's\n\
-         # AXI ID (the protection domain) through (Xilinx AR 69447; docs/fpga-bitstreams.md)."
+        "\n# Masters: each straight onto a PS port of its own, no interconnect, so the data\n\
+         # port's AXI ID (the protection domain) reaches the TBU, which forms the stream ID\n\
+         # from the TBU, the port's master ID and the AXI ID (UG1085 table 16-13; AXI\n\
+         # SmartConnect would not pass AXI IDs through, Xilinx AR 69447)."
     );
     for e in &pl.npes {
         let _ = writeln!(
             w,
-            "# {}: {} stream IDs {:#x}-{:#x}",
+            "# {}: queue {} stream {:#x}; data {} streams {:#x}-{:#x}",
             e.name,
-            e.port.vivado_port(),
+            e.queue_port.vivado_port(),
+            e.queue_stream().0,
+            e.data_port.vivado_port(),
             e.stream_base().0,
             e.stream_base().0 | 0x3f
         );
-        for (i, m) in NPE_PORTS.masters.iter().enumerate() {
+        for (m, port) in NPE_PORTS.masters.iter().zip(master_ports(e)) {
             let _ = writeln!(
                 w,
-                "connect_bd_intf_net [get_bd_intf_pins {}/{m}] [get_bd_intf_pins {}/S{i:02}_AXI]",
+                "connect_bd_intf_net [get_bd_intf_pins {}/{m}] [get_bd_intf_pins ps/{}]",
                 e.name,
-                hp_merge(e.name)
+                port.vivado_port()
             );
         }
-        let _ = writeln!(
-            w,
-            "connect_bd_intf_net [get_bd_intf_pins {}/M00_AXI] [get_bd_intf_pins ps/{}]",
-            hp_merge(e.name),
-            e.port.vivado_port()
-        );
     }
     let _ = writeln!(
         w,
@@ -329,13 +326,12 @@ pub fn tcl(pl: &PlDesign) -> Result<String> {
             "assign_bd_address -offset {:#010x} -range {:#010x} -target_address_space [get_bd_addr_spaces ps/Data] [get_bd_addr_segs {}/{}/reg0] -force",
             e.regs.base, e.regs.size, e.name, NPE_PORTS.slave
         );
-        let gp = e.port.vivado_gp_index();
-        let short = e
-            .port
-            .vivado_port()
-            .trim_start_matches("S_AXI_")
-            .trim_end_matches("_FPD");
-        for m in NPE_PORTS.masters {
+        for (m, port) in NPE_PORTS.masters.into_iter().zip(master_ports(e)) {
+            let gp = port.vivado_gp_index();
+            let short = port
+                .vivado_port()
+                .trim_start_matches("S_AXI_")
+                .trim_end_matches("_FPD");
             for seg in ["DDR_LOW", "DDR_HIGH"] {
                 let _ = writeln!(
                     w,
@@ -387,8 +383,10 @@ pub struct EngineFacts {
     pub base: u64,
     /// `assign_bd_address -range`.
     pub range: u64,
-    /// The PS port its `m_axi` is connected to.
-    pub port: PlPort,
+    /// The PS port its queue master `m_axi_q` is connected to.
+    pub queue_port: PlPort,
+    /// The PS port its data master `m_axi_d` is connected to.
+    pub data_port: PlPort,
     /// The `irq_concat` input its `irq` drives (= `pl_ps_irq0` line).
     pub irq_line: u8,
 }
@@ -421,7 +419,9 @@ fn pins(line: &str) -> Vec<&str> {
 
 /// Reads the facts back out of a script [`tcl`] wrote.
 pub fn facts(tcl: &str) -> Result<TclFacts> {
-    let master = "_hp/M00_AXI]";
+    let masters = NPE_PORTS
+        .masters
+        .map(|m| format!("/{m}] [get_bd_intf_pins ps/"));
     let irq = format!("/{}] [get_bd_pins irq_concat/In", NPE_PORTS.irq);
     let reg_seg = format!("/{}/reg0", NPE_PORTS.slave);
     let mut part = None;
@@ -446,22 +446,31 @@ pub fn facts(tcl: &str) -> Result<TclFacts> {
                 name: rest.into(),
                 base: 0,
                 range: 0,
-                port: PlPort::Hpc0,
+                queue_port: PlPort::Hpc0,
+                data_port: PlPort::Hpc0,
                 irq_line: u8::MAX,
             });
-        } else if line.starts_with("connect_bd_intf_net") && line.contains(master) {
+        } else if let Some(which) = masters
+            .iter()
+            .position(|m| line.starts_with("connect_bd_intf_net") && line.contains(m.as_str()))
+        {
             let p = pins(line);
             let (Some(from), Some(to)) = (p.first(), p.get(1)) else {
                 continue;
             };
-            let name = from.trim_end_matches(&master[..master.len() - 1]);
+            let master = NPE_PORTS.masters[which];
+            let name = from.trim_end_matches(master).trim_end_matches('/');
             let port_name = to.trim_start_matches("ps/");
             let port = PlPort::ALL
                 .into_iter()
                 .find(|p| p.vivado_port() == port_name)
                 .ok_or_else(|| bad(format!("Tcl: unknown PS port {port_name}")))?;
             let i = engine(&mut engines, name)?;
-            engines[i].port = port;
+            if which == 0 {
+                engines[i].queue_port = port;
+            } else {
+                engines[i].data_port = port;
+            }
         } else if line.starts_with("connect_bd_net") && line.contains(&irq) {
             let p = pins(line);
             let (Some(from), Some(to)) = (p.first(), p.get(1)) else {
@@ -510,7 +519,7 @@ mod tests {
         for (e, npe) in f.engines.iter().zip(ZCU102_PL.npes) {
             assert_eq!(e.name, npe.name);
             assert_eq!((e.base, e.range), (npe.regs.base, npe.regs.size));
-            assert_eq!(e.port, npe.port);
+            assert_eq!((e.queue_port, e.data_port), (npe.queue_port, npe.data_port));
             assert_eq!(e.irq_line, npe.irq.0);
         }
     }
@@ -540,11 +549,11 @@ mod tests {
                 overlay::cells(&dts, &node, "interrupts").unwrap(),
                 [0, u32::from(spi.0), 4]
             );
-            let sid = u32::from(e.port.stream_base());
+            let sid = u32::from(e.queue_port.stream_base());
             assert_eq!(
                 overlay::cells(&dts, &node, "iommus").unwrap(),
-                [u32::MAX, sid, u32::MAX, sid | 0x20],
-                "{}: the overlay's streams are those of the port the Tcl connects",
+                [u32::MAX, sid],
+                "{}: the overlay's stream is that of the port the Tcl connects the queue master to",
                 e.name
             );
         }
@@ -553,25 +562,46 @@ mod tests {
     #[test]
     fn every_engine_is_clocked_reset_linked_and_its_port_enabled() {
         let t = tcl(&ZCU102_PL).unwrap();
-        for (npe, gp) in [(ZCU102_PL.npes[0], 2), (ZCU102_PL.npes[1], 3)] {
+        // UG1085 names, Vivado's GP numbering: HPC0 GP0, HPC1 GP1, HP0 GP2, HP1 GP3.
+        for (npe, gps) in [(ZCU102_PL.npes[0], [0, 2]), (ZCU102_PL.npes[1], [1, 3])] {
             assert!(t.contains(&format!("[get_bd_pins {}/clk]", npe.name)));
             assert!(t.contains(&format!("[get_bd_pins {}/rst_n]", npe.name)));
-            assert!(t.contains(&format!("[get_bd_pins {}_hp/aclk]", npe.name)));
             assert!(t.contains(&format!(
-                "[get_bd_intf_pins {0}/m_axi_d] [get_bd_intf_pins {0}_hp/S01_AXI]",
-                npe.name
+                "[get_bd_intf_pins {}/m_axi_q] [get_bd_intf_pins ps/{}]",
+                npe.name,
+                npe.queue_port.vivado_port()
+            )));
+            assert!(t.contains(&format!(
+                "[get_bd_intf_pins {}/m_axi_d] [get_bd_intf_pins ps/{}]",
+                npe.name,
+                npe.data_port.vivado_port()
             )));
             assert!(t.contains(&format!(
                 "[get_bd_pins route_limit/dout] [get_bd_pins {}/route_limit]",
                 npe.name
             )));
-            assert!(t.contains(&format!("CONFIG.PSU__USE__S_AXI_GP{gp} {{1}}")));
+            for gp in gps {
+                assert!(t.contains(&format!("CONFIG.PSU__USE__S_AXI_GP{gp} {{1}}")));
+            }
         }
-        assert!(t.contains("saxihp0_fpd_aclk") && t.contains("saxihp1_fpd_aclk"));
+        for pin in [
+            "saxihpc0_fpd_aclk",
+            "saxihpc1_fpd_aclk",
+            "saxihp0_fpd_aclk",
+            "saxihp1_fpd_aclk",
+        ] {
+            assert!(t.contains(&format!("[get_bd_pins ps/{pin}]")), "{pin}");
+        }
+        // One SmartConnect, for the registers; none on a master's way to the PS.
+        assert_eq!(t.matches("xilinx.com:ip:smartconnect:").count(), 1);
         assert!(t.contains("[get_bd_intf_pins npe_0/tx_data] [get_bd_intf_pins npe_1/rx_data]"));
         assert!(t.contains("[get_bd_intf_pins npe_1/tx_ctrl] [get_bd_intf_pins npe_0/rx_ctrl]"));
         assert!(t.contains("CONFIG.CONST_VAL {2}"));
         assert!(t.contains("ps/SAXIGP2/HP0_DDR_LOW") && t.contains("ps/SAXIGP3/HP1_DDR_HIGH"));
+        assert!(
+            t.contains("npe_0/m_axi_q] [get_bd_addr_segs ps/SAXIGP0/HPC0_DDR_LOW]")
+                && t.contains("npe_1/m_axi_q] [get_bd_addr_segs ps/SAXIGP1/HPC1_DDR_HIGH]")
+        );
         // Braces balance (a cheap syntax check of what Tcl would parse).
         let opens = t.matches('{').count();
         assert_eq!(opens, t.matches('}').count());
@@ -624,6 +654,16 @@ mod tests {
     }
 
     #[test]
+    fn two_masters_on_one_port_are_refused() {
+        let mut pl = ZCU102_PL;
+        pl.npes[1].queue_port = pl.npes[0].data_port;
+        assert!(
+            tcl(&pl).is_err(),
+            "they would need an interconnect (AR 69447)"
+        );
+    }
+
+    #[test]
     fn a_changed_tcl_is_caught() {
         let t = tcl(&ZCU102_PL).unwrap().replace("0xa0010000", "0xa0020000");
         let f = facts(&t).unwrap();
@@ -631,7 +671,11 @@ mod tests {
         let t = tcl(&ZCU102_PL)
             .unwrap()
             .replace("ps/S_AXI_HP1_FPD]", "ps/S_AXI_HP2_FPD]");
-        assert_eq!(facts(&t).unwrap().engines[1].port, PlPort::Hp2);
+        assert_eq!(facts(&t).unwrap().engines[1].data_port, PlPort::Hp2);
+        let t = tcl(&ZCU102_PL)
+            .unwrap()
+            .replace("ps/S_AXI_HPC0_FPD]", "ps/S_AXI_HP3_FPD]");
+        assert_eq!(facts(&t).unwrap().engines[0].queue_port, PlPort::Hp3);
         let t = tcl(&ZCU102_PL)
             .unwrap()
             .replace("ps/S_AXI_HP1_FPD]", "ps/S_AXI_XX_FPD]");

@@ -121,19 +121,30 @@ pub struct NpeInstance {
     pub regs: Region,
     /// The PS master port the registers are reached through.
     pub master: PsMaster,
-    /// The PL-to-PS port the engine's AXI master uses (ours: one port per engine, with no
-    /// interconnect in between, because AXI SmartConnect does not pass AXI IDs through
-    /// (Xilinx AR 69447) and the AXI ID carries the protection domain, docs/dma-engine.md
-    /// §3.2).
-    pub port: PlPort,
+    /// The PL-to-PS port of the engine's data master `m_axi_d` (user memory; ours). It has
+    /// the port to itself with no interconnect in between: the AXI ID carries the protection
+    /// domain (docs/dma-engine.md §3), the TBU puts it in the stream ID, and AXI SmartConnect
+    /// does not pass AXI IDs through (Xilinx AR 69447).
+    pub data_port: PlPort,
+    /// The PL-to-PS port of the engine's queue master `m_axi_q` (rings in pinned kernel
+    /// memory; AXI ID always 0, so one stream, [`queue_stream`](Self::queue_stream); ours).
+    /// A port of its own too: merged with the data master, it would need an interconnect,
+    /// which would lose the data master's AXI IDs.
+    pub queue_port: PlPort,
     /// Its interrupt line (level, active high: docs/dma-engine.md §8).
     pub irq: PlIrq,
 }
 
 impl NpeInstance {
-    /// The stream ID of AXI ID 0 on the engine's port (a source read of PDID 0).
+    /// The stream ID of AXI ID 0 on the engine's data port (a source read of PDID 0).
     pub fn stream_base(&self) -> StreamId {
-        StreamId(u32::from(self.port.stream_base()))
+        StreamId(u32::from(self.data_port.stream_base()))
+    }
+
+    /// The one stream of the queue master (AXI ID 0 on its port): the stream Linux's DMA API
+    /// maps the rings for, and the one the overlay's `iommus` names.
+    pub fn queue_stream(&self) -> StreamId {
+        StreamId(u32::from(self.queue_port.stream_base()))
     }
 
     /// The stream a source read (`write = false`) or a destination write of protection
@@ -142,7 +153,7 @@ impl NpeInstance {
     pub fn stream_of(&self, pdid: u16, write: bool) -> StreamId {
         let axi_id = (pdid & 0x1f) as u8 | u8::from(write) << 5;
         // AXI IDs built this way are below 64, which `stream_id` accepts.
-        StreamId(u32::from(self.port.stream_base()) | u32::from(axi_id))
+        StreamId(u32::from(self.data_port.stream_base()) | u32::from(axi_id))
     }
 }
 
@@ -168,8 +179,10 @@ pub struct PlDesign {
     pub firmware_name: &'static str,
 }
 
-/// The ZCU102's design: engines at 0xA000_0000 and 0xA001_0000 behind M_AXI_HPM0_FPD, masters
-/// on S_AXI_HP0_FPD (stream base 0xE80, as `sim`'s NPE model) and S_AXI_HP1_FPD (0x12C0),
+/// The ZCU102's design: engines at 0xA000_0000 and 0xA001_0000 behind M_AXI_HPM0_FPD; data
+/// masters on S_AXI_HP0_FPD (stream base 0xE80, as `sim`'s NPE model) and S_AXI_HP1_FPD
+/// (0x12C0), queue masters on S_AXI_HPC0_FPD (stream 0x200) and S_AXI_HPC1_FPD (0x240): four
+/// ports, four distinct master IDs of UG1085 table 16-13, so no two masters' streams overlap;
 /// interrupts `pl_ps_irq0[0]` and `[1]` (SPIs 89 and 90).
 pub const ZCU102_PL: PlDesign = PlDesign {
     board: "zcu102",
@@ -184,7 +197,8 @@ pub const ZCU102_PL: PlDesign = PlDesign {
                 size: 0x1_0000,
             },
             master: PsMaster::Hpm0Fpd,
-            port: PlPort::Hp0,
+            data_port: PlPort::Hp0,
+            queue_port: PlPort::Hpc0,
             irq: PlIrq(0),
         },
         NpeInstance {
@@ -194,7 +208,8 @@ pub const ZCU102_PL: PlDesign = PlDesign {
                 size: 0x1_0000,
             },
             master: PsMaster::Hpm0Fpd,
-            port: PlPort::Hp1,
+            data_port: PlPort::Hp1,
+            queue_port: PlPort::Hpc1,
             irq: PlIrq(1),
         },
     ],
@@ -233,7 +248,13 @@ mod tests {
         }
         let [a, b] = d.npes;
         assert!(a.regs.end() <= b.regs.base);
-        assert_ne!(a.port, b.port);
+        let ports = [a.data_port, a.queue_port, b.data_port, b.queue_port];
+        for (i, p) in ports.iter().enumerate() {
+            assert!(
+                !ports[i + 1..].contains(p),
+                "every master has a port of its own"
+            );
+        }
         assert_ne!(a.irq, b.irq);
         assert_eq!(a.irq.spi().unwrap().intid(), 121, "UG1085 table 13-1");
         assert_eq!(b.irq.spi().unwrap(), Spi(90));
@@ -265,7 +286,24 @@ mod tests {
             for w in [false, true] {
                 let s = b.stream_of(pdid, w);
                 let axi = (s.0 & 0x3f) as u8;
-                assert_eq!(b.port.stream_id(axi).unwrap(), s);
+                assert_eq!(b.data_port.stream_id(axi).unwrap(), s);
+            }
+        }
+        // The queue masters: AXI ID 0 on HPC0 and HPC1 (TBU 0, master IDs 1000b and 1001b).
+        assert_eq!(
+            (a.queue_stream(), b.queue_stream()),
+            (StreamId(0x200), StreamId(0x240))
+        );
+        // No stream of one master is a stream of another (the SMMU tells them apart).
+        let ranges: Vec<(u32, u32)> = ZCU102_PL
+            .npes
+            .iter()
+            .flat_map(|n| [n.stream_base().0, n.queue_stream().0])
+            .map(|base| (base, base | 0x3f))
+            .collect();
+        for (i, (lo, hi)) in ranges.iter().enumerate() {
+            for (lo2, hi2) in &ranges[i + 1..] {
+                assert!(hi < lo2 || hi2 < lo, "{ranges:x?}");
             }
         }
     }
