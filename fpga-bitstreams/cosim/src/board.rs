@@ -6,6 +6,8 @@
 //! streams are `npes[i].stream_of(pdid, write)` (its PL port's stream base, AXI ID = PDID,
 //! bit 5 for writes: docs/dma-engine.md §3). Both engines share the MPSoC's DRAM and its one
 //! MMU-500, and their link streams are connected to each other (node *i* is coordinate *i*).
+//! Each engine's queue master has a PL port of its own (`npes[i].queue_port`); its one stream
+//! goes through the MMU-500 too, matched to a bypass: rings are pinned kernel memory.
 //!
 //! - **Memory.** One process address space: one stage-1 table (`PageTable`) in the DRAM,
 //!   four context banks over it (each engine's read streams, each engine's write streams:
@@ -51,7 +53,7 @@ use smmu_driver::v2::{
 
 use crate::error::{CosimError, Result};
 use crate::mmu500::SharedMmu500;
-use crate::system::{CosimBus, System};
+use crate::system::{CosimBus, PortStreams, System};
 
 /// Hardware channels of the Verilated build (`CAPS.CHANNELS`).
 pub const CH: usize = 4;
@@ -229,6 +231,17 @@ impl<'d> Board<'d> {
                 )?;
                 banks.push(cb);
             }
+            // The queue master's one stream: rings are pinned kernel memory, reached by bus
+            // address (docs/dma-engine.md §3).
+            let queue =
+                u16::try_from(npe.queue_stream().0).map_err(|_| SmmuError::InvalidConfig {
+                    what: "a queue stream wider than 16 bits",
+                })?;
+            smmu.attach(
+                StreamMatch::exact(queue),
+                StreamRoute::Bypass,
+                StreamFaultConfig::NEVER_STALL,
+            )?;
         }
         let banks: [ContextBank; 4] = banks.try_into().map_err(|_| SmmuError::InvalidConfig {
             what: "four context banks",
@@ -236,8 +249,15 @@ impl<'d> Board<'d> {
         let ports: Vec<Box<dyn AxiTranslate + Send>> = (0..2)
             .map(|_| Box::new(mmu.port(Memory::new(dram.clone()))) as Box<dyn AxiTranslate + Send>)
             .collect();
-        let bases: Vec<u32> = ZCU102_PL.npes.iter().map(|n| n.stream_base().0).collect();
-        let mut sys = System::with_streams(vec![dram.clone(), dram.clone()], ports, &bases, seed);
+        let streams: Vec<PortStreams> = ZCU102_PL
+            .npes
+            .iter()
+            .map(|n| PortStreams {
+                data: n.stream_base().0,
+                queue: Some(n.queue_stream().0),
+            })
+            .collect();
+        let mut sys = System::with_streams(vec![dram.clone(), dram.clone()], ports, &streams, seed);
         sys.set_backpressure(backpressure);
         let sys = Arc::new(Mutex::new(sys));
         let pager = Pager::new(&**dram, FRAMES, MINOR_NS, Store::Dma)?;

@@ -23,4 +23,4 @@ mod system;
 
 pub use axi_slave::{AxiSlave, PortStats};
 pub use error::{CosimError, Result};
-pub use system::{CosimBus, Flit, LinkHook, System};
+pub use system::{CosimBus, Flit, LinkHook, PortStreams, System};

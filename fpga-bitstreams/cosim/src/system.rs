@@ -39,6 +39,16 @@ pub struct Flit {
 /// sending node, the virtual channel (0 data, 1 control) and the flit.
 pub type LinkHook = Box<dyn FnMut(usize, usize, &mut Flit) + Send>;
 
+/// The stream IDs of one engine's two AXI masters.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PortStreams {
+    /// The data port's stream of AXI ID 0 (the burst's AXI ID is or-ed in).
+    pub data: u32,
+    /// The queue port's stream (its AXI ID is always 0) when it goes through the SMMU too;
+    /// `None`: straight to the DRAM.
+    pub queue: Option<u32>,
+}
+
 /// One node: an engine, its DRAM and its SMMU.
 pub struct Node {
     model: Verilated,
@@ -73,33 +83,43 @@ impl System {
         stream_base: u32,
         seed: u64,
     ) -> Self {
-        let bases = vec![stream_base; drams.len()];
-        Self::with_streams(drams, smmus, &bases, seed)
+        let streams = vec![
+            PortStreams {
+                data: stream_base,
+                queue: None,
+            };
+            drams.len()
+        ];
+        Self::with_streams(drams, smmus, &streams, seed)
     }
 
-    /// [`new`](Self::new) with a stream base per engine (`stream_bases[i]`: engine *i*'s
-    /// port, as a board puts each engine on its own PL port). Two nodes may share one DRAM
-    /// and one SMMU (two engines of one MPSoC).
+    /// [`new`](Self::new) with each engine's streams (`streams[i]`: engine *i*'s ports, as a
+    /// board puts each master on a PL port of its own). Two nodes may share one DRAM and one
+    /// SMMU (two engines of one MPSoC).
     pub fn with_streams(
         drams: Vec<Arc<HostDma>>,
         smmus: Vec<Box<dyn AxiTranslate + Send>>,
-        stream_bases: &[u32],
+        streams: &[PortStreams],
         seed: u64,
     ) -> Self {
         let count = drams.len();
         let nodes = drams
             .into_iter()
             .zip(smmus)
-            .zip(stream_bases.iter().copied())
+            .zip(streams.iter().copied())
             .enumerate()
-            .map(|(i, ((dram, smmu), stream_base))| Node {
+            .map(|(i, ((dram, smmu), streams))| Node {
                 model: Verilated::new(),
                 io: Io {
                     route_limit: count as u32,
                     ..Io::default()
                 },
-                q: AxiSlave::new(false, 0, seed ^ (i as u64 * 0x9E37_79B9)),
-                d: AxiSlave::new(true, stream_base, seed ^ (i as u64 * 0x85EB_CA6B + 7)),
+                q: AxiSlave::new(
+                    streams.queue.is_some(),
+                    streams.queue.unwrap_or(0),
+                    seed ^ (i as u64 * 0x9E37_79B9),
+                ),
+                d: AxiSlave::new(true, streams.data, seed ^ (i as u64 * 0x85EB_CA6B + 7)),
                 dram,
                 smmu,
                 rx: [VecDeque::new(), VecDeque::new()],
