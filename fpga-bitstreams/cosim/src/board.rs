@@ -27,29 +27,29 @@
 //! - **Time** is the engines' clock (4 ns); the drivers are polled every
 //!   [`POLL_EVERY`] clocks, and every register access they make clocks the engines.
 
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use boards::pager::{Fill, Pager, Store};
 use boards::zynqmp::pl::{NpeInstance, ZCU102_PL};
-use dma_engine::npe::{
-    ChannelConfig, FaultClass, Npe, NpeConfig, NpeHost, PeerConfig, SenderTiming,
-};
+use dma_engine::npe::{ChannelConfig, Npe, NpeConfig, PeerConfig, SenderTiming};
 use hal::delay::NoDelay;
 use hal::dma::HostDma;
 use hal::{Iova, PageSize, PhysAddr};
-use protocol::{Access, Completion, Delivery, FaultReason, Generation, TransferDesc, TransferId};
+use protocol::{Access, Completion, Delivery, Generation, TransferDesc, TransferId};
 use sim::axi::AxiTranslate;
 use sim::memory::Memory;
 use smmu_driver::SmmuError;
 use smmu_driver::fault::{
-    FaultDecision, FaultHandler, FaultOutcome, FaultResolver, FaultVisitor, InFlightAccess,
-    SmmuFlavour, SmmuId, StandardPolicy, StreamFaultConfig, TakenFault,
+    FaultHandler, InFlightAccess, SmmuFlavour, SmmuId, StandardPolicy, StreamFaultConfig,
 };
-use smmu_driver::pagetable::{Invalidations, PageTable, PageTableConfig, TlbMaintenance};
+use smmu_driver::pagetable::{PageTable, PageTableConfig, TlbMaintenance};
 use smmu_driver::v2::{
     ContextBank, ContextConfig, DriverConfig, FaultModel, SmmuV2, StreamMatch, StreamRoute,
 };
+
+mod host;
+
+use host::{AllBanks, Host, Request, Tally, Versions, reason_of};
 
 use crate::error::{CosimError, Result};
 use crate::mmu500::SharedMmu500;
@@ -153,23 +153,6 @@ pub struct ServiceCounts {
     pub resolved: u64,
     /// Driver requests answered `page_unresolvable`.
     pub unresolvable: u64,
-}
-
-/// A resolution the NPE driver asked for.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Request {
-    engine: usize,
-    pdid: u16,
-    va: u64,
-    access: Access,
-}
-
-/// Page versions for the driver's write check (docs/dma-engine.md §5.2): a generation that
-/// grows at each invalidation, and the generation of each page's last one.
-#[derive(Debug, Default)]
-struct Versions {
-    generation: u64,
-    invalidated: HashMap<u64, u64>,
 }
 
 /// The two engines, their drivers, the SMMU and the memory (module documentation).
@@ -292,8 +275,18 @@ impl<'d> Board<'d> {
     }
 
     /// Engine `engine`'s place on the board.
-    pub fn npe(engine: usize) -> NpeInstance {
-        ZCU102_PL.npes[engine & 1]
+    pub fn npe(engine: usize) -> Result<NpeInstance> {
+        ZCU102_PL
+            .npes
+            .get(engine)
+            .copied()
+            .ok_or(CosimError::NoSuchEngine { engine })
+    }
+
+    fn driver_mut(&mut self, engine: usize) -> Result<&mut Driver> {
+        self.drivers
+            .get_mut(engine)
+            .ok_or(CosimError::NoSuchEngine { engine })
     }
 
     /// Opens data channel `channel` of engine `from` towards engine `to`: source buffers of
@@ -308,8 +301,10 @@ impl<'d> Board<'d> {
         key: u16,
         session: u32,
     ) -> Result<()> {
-        self.drivers[from].open_channel(
-            self.dram,
+        Self::npe(to)?;
+        let dram = self.dram;
+        self.driver_mut(from)?.open_channel(
+            dram,
             channel,
             ChannelConfig {
                 peer: to as u32,
@@ -318,7 +313,7 @@ impl<'d> Board<'d> {
                 session,
             },
         )?;
-        self.drivers[to].open_peer(
+        self.driver_mut(to)?.open_peer(
             from as u8,
             PeerConfig {
                 peer: from as u32,
@@ -333,7 +328,7 @@ impl<'d> Board<'d> {
 
     /// Registers a region of user memory, filled as `fill` says; its pages start absent.
     pub fn add_region(&mut self, region: &Region, fill: Fill) -> Result<()> {
-        let stream = Self::npe(region.engine).stream_of(region.pdid, region.write);
+        let stream = Self::npe(region.engine)?.stream_of(region.pdid, region.write);
         self.pager.add_region(
             stream,
             Iova::new(region.base),
@@ -410,16 +405,16 @@ impl<'d> Board<'d> {
 
     /// Queues a transfer on engine `engine`'s `channel`.
     pub fn submit(&mut self, engine: usize, channel: u8, desc: TransferDesc) -> Result<TransferId> {
-        Ok(self.drivers[engine].submit(channel, desc)?)
+        Ok(self.driver_mut(engine)?.submit(channel, desc)?)
     }
 
     /// One round of software: both drivers polled, the SMMU's faults serviced, the drivers'
     /// resolution requests answered, completions and deliveries collected.
     pub fn poll(&mut self) -> Result<()> {
         let now = self.now_ns();
-        for engine in 0..2 {
+        for (engine, npe) in ZCU102_PL.npes.into_iter().enumerate() {
             let mut host = Host {
-                npe: Self::npe(engine),
+                npe,
                 engine,
                 pager: &self.pager,
                 table: &self.table,
@@ -476,7 +471,7 @@ impl<'d> Board<'d> {
     fn answer_requests(&mut self) -> Result<()> {
         for req in std::mem::take(&mut self.requests) {
             let write = req.access == Access::Write;
-            let stream = Self::npe(req.engine).stream_of(req.pdid, write);
+            let stream = Self::npe(req.engine)?.stream_of(req.pdid, write);
             let iova = Iova::new(req.va);
             let mut refused = None;
             if self.table.translate(iova)?.is_none() {
@@ -509,10 +504,11 @@ impl<'d> Board<'d> {
                 self.counts.range_resolutions += 1;
                 refused = resolution.abort;
             }
-            let driver = &mut self.drivers[req.engine];
+            let generation = Generation(self.versions.generation);
+            let driver = self.driver_mut(req.engine)?;
             match refused {
                 None => {
-                    driver.page_resolved(req.pdid, req.va, Generation(self.versions.generation))?;
+                    driver.page_resolved(req.pdid, req.va, generation)?;
                     self.counts.resolved += 1;
                 }
                 Some(e) => {
@@ -553,23 +549,25 @@ impl<'d> Board<'d> {
         max_cycles: u64,
     ) -> Result<()> {
         self.run_until("completions", max_cycles, |b| {
-            b.completions[engine].len() >= count
+            b.completions(engine).len() >= count
         })
     }
 
     /// Completions of engine `engine`'s channels so far, in the order taken.
     pub fn completions(&self, engine: usize) -> &[(u8, Completion)] {
-        &self.completions[engine]
+        self.completions.get(engine).map_or(&[], |c| c.as_slice())
     }
 
     /// Transfers engine `engine` received so far, per peer slot, in the order taken.
     pub fn deliveries(&self, engine: usize) -> &[(u8, Delivery)] {
-        &self.deliveries[engine]
+        self.deliveries.get(engine).map_or(&[], |d| d.as_slice())
     }
 
     /// Engine `engine`'s driver.
-    pub fn driver(&self, engine: usize) -> &Driver {
-        &self.drivers[engine]
+    pub fn driver(&self, engine: usize) -> Result<&Driver> {
+        self.drivers
+            .get(engine)
+            .ok_or(CosimError::NoSuchEngine { engine })
     }
 
     /// What the fault service did.
@@ -599,122 +597,5 @@ impl<'d> Board<'d> {
 
     fn now_ns(&self) -> u64 {
         self.cycles() * CLOCK_NS
-    }
-}
-
-/// The node as engine `engine`'s driver sees it.
-struct Host<'a, 'd> {
-    npe: NpeInstance,
-    engine: usize,
-    pager: &'a BoardPager<'d>,
-    table: &'a PageTable<Arc<HostDma>>,
-    versions: &'a Versions,
-    requests: &'a mut Vec<Request>,
-}
-
-impl NpeHost for Host<'_, '_> {
-    fn classify(&mut self, pdid: u16, va: u64, access: Access) -> FaultClass {
-        let write = access == Access::Write;
-        let stream = self.npe.stream_of(pdid, write);
-        let iova = Iova::new(va);
-        let Some(region) = self.pager.region(stream, iova) else {
-            return FaultClass::Denied(FaultReason::OutOfRegion);
-        };
-        if write && !region.writable {
-            return FaultClass::Denied(FaultReason::Permission);
-        }
-        match self.table.translate(iova) {
-            Ok(Some(_)) => FaultClass::Present,
-            _ => FaultClass::Resolvable,
-        }
-    }
-
-    fn request_resolution(&mut self, pdid: u16, va: u64, access: Access) {
-        let req = Request {
-            engine: self.engine,
-            pdid,
-            va,
-            access,
-        };
-        if !self.requests.contains(&req) {
-            self.requests.push(req);
-        }
-    }
-
-    fn snapshot(&self, _pdid: u16) -> Generation {
-        Generation(self.versions.generation)
-    }
-
-    fn check(
-        &self,
-        pdid: u16,
-        va: u64,
-        len: u64,
-        since: Generation,
-    ) -> core::result::Result<(), FaultReason> {
-        let stream = self.npe.stream_of(pdid, true);
-        let end = va.checked_add(len).ok_or(FaultReason::OutOfRegion)?;
-        let mut page = va & !(PAGE - 1);
-        while page < end {
-            if self.pager.region(stream, Iova::new(page.max(va))).is_none() {
-                return Err(FaultReason::OutOfRegion);
-            }
-            if !matches!(self.table.translate(Iova::new(page)), Ok(Some(_))) {
-                return Err(FaultReason::NotPresent);
-            }
-            if self.versions.invalidated.get(&page).copied().unwrap_or(0) > since.0 {
-                return Err(FaultReason::PageChanged);
-            }
-            page += PAGE;
-        }
-        Ok(())
-    }
-}
-
-/// TLB maintenance of every bank over the shared table (each caches it under its ASID).
-struct AllBanks<'a> {
-    smmu: &'a mut Smmu,
-    banks: &'a [ContextBank],
-}
-
-impl TlbMaintenance for AllBanks<'_> {
-    fn invalidate_now(&mut self, invalidations: &Invalidations) -> smmu_driver::Result<()> {
-        for &cb in self.banks {
-            self.smmu.tlb(cb)?.invalidate_now(invalidations)?;
-        }
-        Ok(())
-    }
-}
-
-/// Counts what the fault service did; services every record (one address space, every
-/// record is its own transfer's).
-struct Tally<'a>(&'a mut ServiceCounts);
-
-impl FaultVisitor for Tally<'_> {
-    fn wants(&mut self, _fault: &TakenFault) -> bool {
-        true
-    }
-
-    fn done(&mut self, fault: &TakenFault, outcome: Option<&FaultOutcome>) {
-        if fault.lost {
-            self.0.lost += 1;
-        }
-        if fault.record.is_some() {
-            self.0.records += 1;
-        }
-        match outcome.map(|o| &o.decision) {
-            Some(FaultDecision::Resume) => self.0.resumed += 1,
-            Some(FaultDecision::TerminateAndRetransmit) => self.0.retransmit += 1,
-            Some(FaultDecision::Abort(_)) => self.0.aborted += 1,
-            None => {}
-        }
-    }
-}
-
-/// The protocol's reason for a refusal of the fault path.
-fn reason_of(e: &SmmuError) -> FaultReason {
-    match e {
-        SmmuError::WriteToReadOnlyRegion { .. } => FaultReason::Permission,
-        _ => FaultReason::OutOfRegion,
     }
 }

@@ -28,6 +28,12 @@ pub enum CosimError {
         /// The stream sGFSYNR1 names.
         stream: u32,
     },
+    /// The board has no such engine.
+    #[error("no engine {engine} on the board")]
+    NoSuchEngine {
+        /// The index asked for.
+        engine: usize,
+    },
     /// A condition was not reached within the clock budget.
     #[error("not reached after {cycles} clocks: {what}")]
     Timeout {

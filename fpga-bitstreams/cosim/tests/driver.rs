@@ -177,7 +177,10 @@ fn terminated_faults_at_both_ends_are_resolved_and_resent() {
     );
     assert_copied(&b, SRC + 0x10, DST + 0x20, 3 * 4096);
     assert_copied(&b, SRC + 0x8000, DST + 0x8000, 100);
-    let (src, dst) = (b.driver(0).stats(), b.driver(1).stats());
+    let (src, dst) = (
+        b.driver(0).expect("engine").stats(),
+        b.driver(1).expect("engine").stats(),
+    );
     assert!(src.local_faults >= 1, "source reads terminated: {src:?}");
     assert!(
         dst.dest_faults >= 1,
@@ -229,12 +232,12 @@ fn stalled_minor_faults_resume_and_major_ones_terminate_and_retry() {
     let smmu = b.smmu_stats();
     assert_eq!((smmu.stalls, smmu.resumes_accepted), (3, 3), "{smmu:?}");
     assert_eq!(
-        b.driver(1).stats().dest_faults,
+        b.driver(1).expect("engine").stats().dest_faults,
         0,
         "the destination's stall was resumed"
     );
     assert!(
-        b.driver(0).stats().local_faults >= 1,
+        b.driver(0).expect("engine").stats().local_faults >= 1,
         "the terminated read reached the driver"
     );
 }
@@ -253,6 +256,11 @@ fn bad_input_gives_the_documented_status() {
         ),
         "{refused:?}"
     );
+    // The board has two engines.
+    assert!(matches!(
+        b.submit(2, 0, desc(SRC, DST, 64, 9)),
+        Err(CosimError::NoSuchEngine { engine: 2 })
+    ));
     // 0: a source outside every registered region: the SMMU faults, the fault service
     // refuses it, the driver finds it outside the region (docs/dma-engine.md §5.4).
     b.submit(0, 0, desc(0x5000_0000, DST, 64, 0))
@@ -371,7 +379,7 @@ fn a_corrupted_packet_is_dropped_and_the_block_resent_after_its_ack_timeout() {
     );
     assert_copied(&b, SRC, DST, 4096);
     assert!(
-        b.driver(1).stats().engine_events >= 1,
+        b.driver(1).expect("engine").stats().engine_events >= 1,
         "GEVENT.CRC_DROP seen"
     );
 }
