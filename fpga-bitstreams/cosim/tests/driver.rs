@@ -155,6 +155,64 @@ fn transfers_of_several_sizes_arrive_byte_exact_in_order() {
 }
 
 #[test]
+fn both_engines_send_at_once() {
+    let dram = dram();
+    let mut b = board(&dram, FaultModes::TERMINATE, 20, 16);
+    // The other way too: engine 1's sources (its domain 1) to engine 0's receive buffers
+    // (its domain 2), on engine 1's channel 1, every page of both directions absent.
+    const SRC1: u64 = 0x1400_0000;
+    const DST0: u64 = 0x2400_0000;
+    b.connect(1, 1, SRC_PD, 0, DST_PD, SESSION + 1)
+        .expect("connect");
+    for (engine, write, base, fill) in [
+        (1, false, SRC1, Fill::Pattern(7)),
+        (0, true, DST0, Fill::Byte(0)),
+    ] {
+        b.add_region(
+            &Region {
+                engine,
+                pdid: if write { DST_PD } else { SRC_PD },
+                write,
+                writable: write,
+                base,
+                pages: 4,
+            },
+            fill,
+        )
+        .expect("region");
+    }
+    for tag in 0..3u64 {
+        b.submit(
+            0,
+            0,
+            desc(SRC + tag * 0x1010, DST + tag * 0x1100, 3000, tag),
+        )
+        .expect("submit");
+        b.submit(
+            1,
+            1,
+            desc(SRC1 + tag * 0x1010, DST0 + tag * 0x1100, 3000, tag),
+        )
+        .expect("submit");
+    }
+    b.run_until("both directions", BUDGET, |b| {
+        b.completions(0).len() == 3 && b.completions(1).len() == 3
+    })
+    .expect("run");
+    for (engine, channel, src, dst) in [(0, 0, SRC, DST), (1, 1, SRC1, DST0)] {
+        for (i, (ch, c)) in b.completions(engine).iter().enumerate() {
+            assert_eq!(
+                (*ch, c.tag, c.status),
+                (channel, i as u64, CompletionStatus::Ok)
+            );
+        }
+        for tag in 0..3u64 {
+            assert_copied(&b, src + tag * 0x1010, dst + tag * 0x1100, 3000);
+        }
+    }
+}
+
+#[test]
 fn terminated_faults_at_both_ends_are_resolved_and_resent() {
     let dram = dram();
     let mut b = board(&dram, FaultModes::TERMINATE, 20, 12);
