@@ -25,12 +25,16 @@ pub enum Fault {
 #[derive(Debug, Default)]
 pub struct FaultState {
     pages: HashMap<(bool, u64), Fault>,
-    stalls: HashMap<u64, (u64, Option<StallResolution>)>,
+    stalls: HashMap<u64, ((bool, u64), Option<StallResolution>)>,
     next: u64,
     /// Accesses terminated.
     pub terminated: u64,
     /// Accesses stalled.
     pub stalled: u64,
+    /// Of those, writes.
+    pub stalled_writes: u64,
+    /// Accesses terminated that were writes.
+    pub terminated_writes: u64,
 }
 
 impl FaultState {
@@ -69,6 +73,22 @@ impl FaultState {
         }
         n
     }
+
+    /// Resolves the held accesses as software resolving their pages would: the mark of each
+    /// held access's page is cleared (other marks stay) and the access is retried. Returns
+    /// how many were answered.
+    pub fn resolve_stalled_pages(&mut self) -> usize {
+        let held: Vec<(bool, u64)> = self
+            .stalls
+            .values()
+            .filter(|(_, r)| r.is_none())
+            .map(|(page, _)| *page)
+            .collect();
+        for page in &held {
+            self.pages.remove(page);
+        }
+        self.resolve_stalls(true)
+    }
 }
 
 /// The SMMU (see the module documentation); clones share one [`FaultState`].
@@ -104,13 +124,15 @@ impl AxiTranslate for FaultSmmu {
             None => AxiOutcome::Ok(PhysAddr::new(va)),
             Some(Fault::Terminate) => {
                 s.terminated += 1;
+                s.terminated_writes += u64::from(write);
                 AxiOutcome::Terminated
             }
             Some(Fault::Stall) => {
                 s.stalled += 1;
+                s.stalled_writes += u64::from(write);
                 s.next += 1;
                 let token = s.next;
-                s.stalls.insert(token, (va / PAGE, None));
+                s.stalls.insert(token, ((write, va / PAGE), None));
                 AxiOutcome::Stalled(StallToken(token))
             }
         }
