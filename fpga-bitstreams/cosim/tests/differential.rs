@@ -5,8 +5,9 @@
 //! packets (a block and a message). Both runs must report the same events: every completion
 //! in SQ order per channel, every parked channel (FAULT_WAIT with its address, index and
 //! syndrome), every arrival (its slot aside) in arrival order per stream (source node,
-//! channel, virtual channel), every commit result in WQ order, every `GEVENT`, the same bytes
-//! in memory and the same number of re-sends. On a divergence the first differing event is
+//! channel, virtual channel), every commit result in WQ order, every `GEVENT`, the engines'
+//! counts of blocks sent and received (`TX_BLOCKS`, `RX_BLOCKS`: re-sends included) after
+//! every round, the same bytes in memory and the same number of re-sends. On a divergence the first differing event is
 //! printed.
 //!
 //! Timing is not compared (the model is not cycle-accurate): the test looks at the engines
@@ -533,6 +534,12 @@ fn run(rig: &mut dyn Rig, seed: u64, transfers: u64) -> Outcome {
             rig.smmu(d).state().clear_all();
             let gevent = rig.read(d, 0x014, W32);
             out.events.push(format!("gevent n{d} {:#x}", gevent & 0x17));
+            // The engine's own counts of blocks sent and received (re-sends included).
+            out.events.push(format!(
+                "blocks n{d} tx{} rx{}",
+                rig.read(d, 0x068, W32),
+                rig.read(d, 0x06c, W32)
+            ));
             rig.write(d, 0x014, W32, gevent);
         }
         // Every 16th round, a corrupted packet: data and control, from either node.
