@@ -12,7 +12,9 @@ use dma_engine::npe::regs::channel_offset;
 use hal::PhysAddr;
 use hal::regs::AccessWidth;
 
+use crate::node_smmu::STALL_PDID;
 use crate::rig::{CHANNELS, Rig};
+pub use crate::rig::{DST_AT, DST_SPAN, SRC_AT, SRC_SPAN};
 
 /// log2 entries of each SQ and CQ.
 pub const CH_LOG2: u32 = 6;
@@ -23,10 +25,6 @@ const CQ_AT: u64 = 0x2_0000;
 const RQ_AT: u64 = 0x3_0000;
 const WQ_AT: u64 = 0x4_0000;
 const WCQ_AT: u64 = 0x4_8000;
-/// Where tests put source buffers.
-pub const SRC_AT: u64 = 0x10_0000;
-/// Where tests put destination buffers.
-pub const DST_AT: u64 = 0x20_0000;
 
 const W32: AccessWidth = AccessWidth::U32;
 const W64: AccessWidth = AccessWidth::U64;
@@ -66,7 +64,9 @@ fn ring(base: u64, entry: usize, log2: u32, index: u32) -> PhysAddr {
 }
 
 impl Node {
-    /// Programs node `n` (coordinate `n`): rings, channels with `pdid`, enable.
+    /// Programs node `n` (coordinate `n`): rings, channels 0 and 1 with `pdid` (its
+    /// terminating domain: bit 4 clear), channels 2 and 3 with `pdid | STALL_PDID` (its
+    /// stalling domain; `node_smmu`), enable.
     pub fn setup(rig: &mut dyn Rig, n: usize, pdid: u16) -> Self {
         rig.write(n, 0x008, W32, (1 << 31) | n as u64);
         for ch in 0..CHANNELS as usize {
@@ -75,6 +75,7 @@ impl Node {
             rig.write(n, c + 0x08, W32, u64::from(CH_LOG2));
             rig.write(n, c + 0x18, W64, Self::cq_at(ch));
             rig.write(n, c + 0x20, W32, u64::from(CH_LOG2));
+            let pdid = if ch < 2 { pdid } else { pdid | STALL_PDID };
             rig.write(n, c + 0x2c, W32, 0b11 | u64::from(pdid) << 16);
         }
         rig.write(n, 0x020, W64, RQ_AT);

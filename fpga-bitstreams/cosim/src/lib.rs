@@ -9,15 +9,17 @@
 //! unchanged: [`board`] does that on two engines placed as the board description says, their
 //! data ports behind sim's MMU-500 model ([`mmu500`]) that `smmu-driver` programs and whose
 //! faults its fault service answers. [`rig`] and [`harness`] compare the RTL with the Rust
-//! model at the engine level, with faults injected by address ([`faults`]).
+//! model at the engine level, each node's engine behind an MMU-500 of its own
+//! ([`node_smmu`]: real tables, a terminating and a stalling domain, stalls answered by the
+//! fault service).
 
 mod axi_slave;
 pub mod board;
 mod error;
-pub mod faults;
 pub mod ffi;
 pub mod harness;
 pub mod mmu500;
+pub mod node_smmu;
 pub mod rig;
 mod system;
 

@@ -12,7 +12,7 @@ use sim::axi::AxiTranslate;
 use sim::des::ModelTime;
 use sim::npe::{EngineCtx, Frame, NpeModel, NpeModelParams};
 
-use crate::faults::FaultSmmu;
+use crate::node_smmu::{CountingPort, NodeSmmu, Window};
 use crate::system::System;
 
 /// Channels of the RTL's default build (`CHANNELS`), and so of the model in comparisons.
@@ -21,10 +21,18 @@ pub const CHANNELS: u8 = 4;
 /// default): enough that a test round never waits for a slot, so which frames are staged
 /// does not depend on timing.
 pub const SLOTS_LOG2: u8 = 6;
+/// Where tests put source buffers.
+pub const SRC_AT: u64 = 0x10_0000;
+/// Bytes of the source window the rigs map.
+pub const SRC_SPAN: u64 = 0x10_0000;
+/// Where tests put destination buffers.
+pub const DST_AT: u64 = 0x20_0000;
+/// Bytes of the destination window the rigs map.
+pub const DST_SPAN: u64 = 0x10_0000;
 /// Stream ID of AXI ID 0 on the data port.
 pub const STREAM_BASE: u32 = 0xE80;
 
-/// Two engines, their DRAM and a fault-injecting SMMU per node.
+/// Two engines, their DRAM and an MMU-500 per node ([`NodeSmmu`]).
 pub trait Rig {
     /// A register write of `node`'s engine.
     fn write(&mut self, node: usize, offset: usize, width: AccessWidth, value: u64);
@@ -32,8 +40,10 @@ pub trait Rig {
     fn read(&mut self, node: usize, offset: usize, width: AccessWidth) -> u64;
     /// `node`'s DRAM.
     fn dram(&self, node: usize) -> &HostDma;
-    /// `node`'s SMMU.
-    fn smmu(&self, node: usize) -> &FaultSmmu;
+    /// `node`'s MMU-500.
+    fn smmu(&mut self, node: usize) -> &mut NodeSmmu;
+    /// `node`'s MMU-500, to look at.
+    fn smmu_ref(&self, node: usize) -> &NodeSmmu;
     /// Lets the engines run until nothing moves (or a bound on time).
     fn settle(&mut self);
     /// Corrupts the next packet sent on virtual channel `vc` (0 data, 1 control).
@@ -48,11 +58,33 @@ fn drams(pages: usize) -> Vec<Arc<HostDma>> {
         .collect()
 }
 
+/// The windows every node maps: sources read-only, destinations read-write.
+pub const WINDOWS: [Window; 2] = [
+    Window {
+        base: SRC_AT,
+        len: SRC_SPAN,
+        writable: false,
+    },
+    Window {
+        base: DST_AT,
+        len: DST_SPAN,
+        writable: true,
+    },
+];
+
+fn smmus(drams: &[Arc<HostDma>]) -> Vec<NodeSmmu> {
+    drams
+        .iter()
+        .map(|d| NodeSmmu::new(d, STREAM_BASE, &WINDOWS).expect("the node's MMU-500"))
+        .collect()
+}
+
 /// The Rust model rig.
 pub struct ModelRig {
     engines: Vec<NpeModel>,
     drams: Vec<Arc<HostDma>>,
-    smmus: Vec<FaultSmmu>,
+    smmus: Vec<NodeSmmu>,
+    ports: Vec<CountingPort>,
     now: ModelTime,
     corrupt: [u32; 2],
 }
@@ -69,10 +101,14 @@ impl ModelRig {
                 NpeModel::new(p)
             })
             .collect();
+        let drams = drams(pages);
+        let smmus = smmus(&drams);
+        let ports = smmus.iter().map(NodeSmmu::port).collect();
         Self {
             engines,
-            drams: drams(pages),
-            smmus: vec![FaultSmmu::new(), FaultSmmu::new()],
+            drams,
+            smmus,
+            ports,
             now: ModelTime::ZERO,
             corrupt: [0; 2],
         }
@@ -94,7 +130,11 @@ impl Rig for ModelRig {
         &self.drams[node]
     }
 
-    fn smmu(&self, node: usize) -> &FaultSmmu {
+    fn smmu(&mut self, node: usize) -> &mut NodeSmmu {
+        &mut self.smmus[node]
+    }
+
+    fn smmu_ref(&self, node: usize) -> &NodeSmmu {
         &self.smmus[node]
     }
 
@@ -104,11 +144,10 @@ impl Rig for ModelRig {
             let mut next: Option<ModelTime> = None;
             for n in 0..2 {
                 let mut out = Vec::new();
-                let mut smmu = self.smmus[n].clone();
                 let mut ctx = EngineCtx {
                     now: self.now,
                     dram: &self.drams[n],
-                    axi: &mut smmu as &mut dyn AxiTranslate,
+                    axi: &mut self.ports[n] as &mut dyn AxiTranslate,
                     out: &mut out,
                 };
                 let adv = self.engines[n].advance(&mut ctx);
@@ -153,7 +192,7 @@ impl Rig for ModelRig {
 pub struct RtlRig {
     sys: System,
     drams: Vec<Arc<HostDma>>,
-    smmus: Vec<FaultSmmu>,
+    smmus: Vec<NodeSmmu>,
     corrupt: Arc<std::sync::Mutex<[u32; 2]>>,
     /// Clocks a settle may take at most.
     pub settle_limit: u64,
@@ -164,10 +203,10 @@ impl RtlRig {
     /// clocks the memory side holds each handshake.
     pub fn new(pages: usize, backpressure: u32, seed: u64) -> Self {
         let drams = drams(pages);
-        let smmus = vec![FaultSmmu::new(), FaultSmmu::new()];
+        let smmus = smmus(&drams);
         let boxed: Vec<Box<dyn AxiTranslate + Send>> = smmus
             .iter()
-            .map(|s| Box::new(s.clone()) as Box<dyn AxiTranslate + Send>)
+            .map(|s| Box::new(s.port()) as Box<dyn AxiTranslate + Send>)
             .collect();
         let mut sys = System::new(drams.clone(), boxed, STREAM_BASE, seed);
         sys.set_backpressure(backpressure);
@@ -214,7 +253,11 @@ impl Rig for RtlRig {
         &self.drams[node]
     }
 
-    fn smmu(&self, node: usize) -> &FaultSmmu {
+    fn smmu(&mut self, node: usize) -> &mut NodeSmmu {
+        &mut self.smmus[node]
+    }
+
+    fn smmu_ref(&self, node: usize) -> &NodeSmmu {
         &self.smmus[node]
     }
 

@@ -1,6 +1,13 @@
 //! The differential test: one seeded workload, run on the Rust model (`sim::npe::NpeModel`)
-//! and on the RTL (Verilated, under AXI back-pressure), with source reads and destination
-//! writes terminated and stalled, malformed descriptors and write entries, unreachable peers
+//! and on the RTL (Verilated, under AXI back-pressure), each node's engine behind an MMU-500
+//! of its own (`npe_cosim::node_smmu`: sim's model programmed by the SMMUv2 driver, real
+//! stage-1 tables in the node's DRAM). Faults are pages taken out of a table or
+//! write-protected there; whether one terminates or stalls is the context bank's: source
+//! reads of channels 0 and 1 and commits with PDID bit 4 clear go through terminating banks,
+//! channels 2 and 3 and commits with bit 4 set through stalling ones. Stalls are answered by
+//! the fault service (`FaultHandler::service_pending`: page mapped, access resumed);
+//! terminated accesses by the test, which maps the page the engine reports and resumes the
+//! channel (RETRY) or re-sends the block. Besides faults: malformed descriptors and write entries, unreachable peers
 //! (no route, this node's own coordinate), doorbells past a ring's size and corrupted link
 //! packets (a block and a message). Both runs must report the same events: every completion
 //! in SQ order per channel, every parked channel (FAULT_WAIT with its address, index and
@@ -27,13 +34,11 @@ use dma_engine::npe::desc::{EntryStatus, InlineMsg, RqKind, SqEntry, SqOp, WqEnt
 use dma_engine::npe::regs::channel_offset;
 use hal::PhysAddr;
 use hal::regs::AccessWidth;
-use npe_cosim::faults::Fault;
-use npe_cosim::harness::{CH_LOG2, Completion, DST_AT, ENG_LOG2, Node, SRC_AT};
+use npe_cosim::harness::{CH_LOG2, Completion, DST_AT, DST_SPAN, ENG_LOG2, Node, SRC_AT, SRC_SPAN};
+use npe_cosim::node_smmu::{NodeSmmu, STALL_PDID};
 use npe_cosim::rig::{CHANNELS, ModelRig, Rig, RtlRig};
 
 const PAGES: usize = 1024;
-const SRC_SPAN: u64 = 0x10_0000;
-const DST_SPAN: u64 = 0x10_0000;
 const W32: AccessWidth = AccessWidth::U32;
 
 struct Rng(u64);
@@ -108,9 +113,6 @@ struct Outcome {
     digest: [u64; 2],
 }
 
-/// Answers every held access, its page resolved, until the engines are quiet with nothing
-/// held. From then on what each channel and the write engine do depends only on the marks,
-/// not on how far the RTL (one burst at a time) got behind a stall.
 /// Makes an encoded descriptor malformed in one of the ways §4.1 names (BAD_DESCRIPTOR).
 fn malform(raw: &mut [u8; 128], how: u64) {
     let word = |raw: &[u8; 128], w: usize| {
@@ -137,13 +139,22 @@ fn malform(raw: &mut [u8; 128], how: u64) {
     }
 }
 
+/// The domain (0 terminating, 1 stalling) of a channel's source reads (`Node::setup`).
+fn read_domain(channel: usize) -> usize {
+    usize::from(channel >= 2)
+}
+
+/// Answers every held access through the fault service (its page mapped, the access
+/// resumed) until the engines are quiet with nothing held. From then on what each channel
+/// and the write engine do depends only on the tables, not on how far the RTL (one burst at
+/// a time) got behind a stall.
 fn resolve_stalls(rig: &mut dyn Rig) {
     for _ in 0..1000 {
-        let mut any = false;
+        let mut answered = 0;
         for s in 0..2 {
-            any |= rig.smmu(s).state().resolve_stalled_pages() > 0;
+            answered += rig.smmu(s).service_stalls().expect("fault service");
         }
-        if !any {
+        if answered == 0 && !(0..2).any(|s| rig.smmu_ref(s).busy()) {
             return;
         }
         rig.settle();
@@ -335,14 +346,14 @@ fn run(rig: &mut dyn Rig, seed: u64, transfers: u64) -> Outcome {
                     );
                 } else {
                     if rng.chance(6) {
-                        let fault = if rng.chance(50) {
-                            Fault::Terminate
-                        } else {
-                            Fault::Stall
-                        };
+                        // Its last page taken from the table of the channel's domain: the
+                        // read is terminated (channels 0, 1) or stalled (2, 3).
                         r.smmu(s)
-                            .state()
-                            .mark(false, job.src_va + u64::from(job.len) - 1, fault);
+                            .unmap(
+                                read_domain(job.channel),
+                                job.src_va + u64::from(job.len) - 1,
+                            )
+                            .expect("unmap");
                     }
                     nodes[s].post(r, s, job.channel, &entry);
                     cookies.insert(cookie, *job);
@@ -384,7 +395,7 @@ fn run(rig: &mut dyn Rig, seed: u64, transfers: u64) -> Outcome {
                         "fault n{s} ch{ch} idx{index} va{va:#x} syn{syndrome:#x}"
                     ));
                     if mix(index ^ (ch as u64) << 20 ^ (s as u64) << 30).is_multiple_of(2) {
-                        rig.smmu(s).state().clear(false, va);
+                        rig.smmu(s).restore(read_domain(ch), va).expect("map");
                         rig.write(s, c + 0x48, W32, 1);
                         out.resends += 1;
                     } else {
@@ -398,7 +409,7 @@ fn run(rig: &mut dyn Rig, seed: u64, transfers: u64) -> Outcome {
             rig.settle();
         }
         for s in 0..2 {
-            rig.smmu(s).state().clear_all();
+            rig.smmu(s).restore_all().expect("map");
         }
         // Completions, per channel in SQ order.
         let mut cqs: Vec<Vec<Completion>> = vec![Vec::new(), Vec::new()];
@@ -480,17 +491,29 @@ fn run(rig: &mut dyn Rig, seed: u64, transfers: u64) -> Outcome {
                     );
                     resend.extend(all_jobs.get(&id.2).copied());
                 } else {
+                    // The commit's domain: the terminating one for faults 8..13, the stalling
+                    // one for 13..18, else either; its last page unmapped or write-protected.
+                    let domain = if choice < 13 {
+                        0
+                    } else if choice < 18 {
+                        1
+                    } else {
+                        usize::from(choice % 2 == 1)
+                    };
                     if choice < 18 {
-                        let fault = if choice < 13 {
-                            Fault::Terminate
+                        let at = id.3 + u64::from(len) - 1;
+                        let smmu = r.smmu(d);
+                        if choice.is_multiple_of(2) {
+                            smmu.unmap(domain, at).expect("unmap");
                         } else {
-                            Fault::Stall
-                        };
-                        r.smmu(d)
-                            .state()
-                            .mark(true, id.3 + u64::from(len) - 1, fault);
+                            smmu.write_protect(domain, at).expect("protect");
+                        }
                     }
-                    let pdid = a.entry.pdid;
+                    let pdid = if domain == 1 {
+                        a.entry.pdid | STALL_PDID
+                    } else {
+                        a.entry.pdid & !STALL_PDID
+                    };
                     nodes[d].post_wq(
                         r,
                         d,
@@ -531,7 +554,7 @@ fn run(rig: &mut dyn Rig, seed: u64, transfers: u64) -> Outcome {
                     }
                 }
             }
-            rig.smmu(d).state().clear_all();
+            rig.smmu(d).restore_all().expect("map");
             let gevent = rig.read(d, 0x014, W32);
             out.events.push(format!("gevent n{d} {:#x}", gevent & 0x17));
             // The engine's own counts of blocks sent and received (re-sends included).
@@ -569,16 +592,19 @@ fn run(rig: &mut dyn Rig, seed: u64, transfers: u64) -> Outcome {
     out
 }
 
-/// What the SMMUs of a rig did: (terminated reads, terminated writes, stalled reads, stalled
-/// writes), both nodes summed.
-fn smmu_counts(rig: &dyn Rig) -> [u64; 4] {
-    let mut c = [0; 4];
+/// What the MMU-500s of a rig answered on the data ports: (terminated reads, terminated
+/// writes, stalled reads, stalled writes), and stalled accesses the fault service resumed,
+/// both nodes summed.
+fn smmu_counts(rig: &dyn Rig) -> [u64; 5] {
+    let mut c = [0; 5];
     for n in 0..2 {
-        let s = rig.smmu(n).state();
-        c[0] += s.terminated - s.terminated_writes;
-        c[1] += s.terminated_writes;
-        c[2] += s.stalled - s.stalled_writes;
-        c[3] += s.stalled_writes;
+        let smmu: &NodeSmmu = rig.smmu_ref(n);
+        let p = *smmu.counts();
+        c[0] += p.terminated_reads;
+        c[1] += p.terminated_writes;
+        c[2] += p.stalled_reads;
+        c[3] += p.stalled_writes;
+        c[4] += smmu.stall_counts().resumed;
     }
     c
 }
@@ -617,7 +643,7 @@ fn model_and_rtl_agree_on_a_seeded_workload_with_faults() {
     println!(
         "differential: completions SRC_FAULT {}, DST_FAULT {}, BAD_DESCRIPTOR {}, LINK_ERROR {}; \
          corrupted frames {}; SMMU (model / RTL): terminated reads {} / {}, writes {} / {}, \
-         stalled reads {} / {}, writes {} / {}",
+         stalled reads {} / {}, writes {} / {}; stalls resumed by the fault service {} / {}",
         count("SrcFault"),
         count("DstFault"),
         count("BadDescriptor"),
@@ -630,7 +656,9 @@ fn model_and_rtl_agree_on_a_seeded_workload_with_faults() {
         ma[2],
         mb[2],
         ma[3],
-        mb[3]
+        mb[3],
+        ma[4],
+        mb[4]
     );
     if let Some(i) =
         (0..a.events.len().max(b.events.len())).find(|&i| a.events.get(i) != b.events.get(i))

@@ -6,7 +6,6 @@ use dma_engine::npe::desc::{EntryStatus, InlineMsg, RqKind, SqEntry, SqOp, WqEnt
 use dma_engine::npe::regs::channel_offset;
 use hal::PhysAddr;
 use hal::regs::AccessWidth;
-use npe_cosim::faults::Fault;
 use npe_cosim::harness::{Completion, DST_AT, Node, SRC_AT};
 use npe_cosim::rig::{ModelRig, Rig, RtlRig};
 
@@ -54,7 +53,7 @@ fn fill(rig: &dyn Rig, node: usize, at: u64, len: usize, seed: u8) -> Vec<u8> {
 
 #[test]
 fn id_and_caps_read_through_the_register_seam() {
-    let mut rtl = RtlRig::new(64, 0, 3);
+    let mut rtl = RtlRig::new(PAGES, 0, 3);
     let id = rtl.read(0, 0x000, AccessWidth::U32);
     assert_eq!(id, 0x4E50_4501);
     let caps = rtl.read(0, 0x004, AccessWidth::U32);
@@ -262,12 +261,13 @@ fn source_faults_park_the_channel_and_resume_on_both() {
         let _b = Node::setup(r, 1, 9);
         let src = SRC_AT + 0x10;
         fill(r, 0, src, 6000, 1);
-        r.smmu(0).state().mark(false, src + 4096, Fault::Terminate);
-        a.post(r, 0, 2, &block(src, 4096, DST_AT, 1));
-        a.post(r, 0, 2, &block(src, 4096, DST_AT, 2));
+        // Channel 1 reads through node 0's terminating domain (`Node::setup`).
+        r.smmu(0).unmap(0, src + 4096).expect("unmap");
+        a.post(r, 0, 1, &block(src, 4096, DST_AT, 1));
+        a.post(r, 0, 1, &block(src, 4096, DST_AT, 2));
         a.ring_all(r, 0);
         r.settle();
-        let c = channel_offset(2);
+        let c = channel_offset(1);
         assert_eq!(
             r.read(0, c + 0x30, AccessWidth::U32) & 7,
             2,
@@ -290,7 +290,7 @@ fn source_faults_park_the_channel_and_resume_on_both() {
         // is back sends it.
         r.write(0, c + 0x48, AccessWidth::U32, 2);
         r.settle();
-        r.smmu(0).state().clear(false, src + 4096);
+        r.smmu(0).restore(0, src + 4096).expect("map");
         r.write(0, c + 0x48, AccessWidth::U32, 1);
         r.settle();
         let mut cqs = Vec::new();
@@ -318,8 +318,9 @@ fn stalls_hold_and_terminated_writes_report_dst_fault_on_both() {
         let mut a = Node::setup(r, 0, 3);
         let mut b = Node::setup(r, 1, 9);
         fill(r, 0, SRC_AT, 4096, 3);
-        r.smmu(0).state().mark(false, SRC_AT, Fault::Stall);
-        a.post(r, 0, 0, &block(SRC_AT, 4096, DST_AT, 1));
+        // Channel 2 reads through node 0's stalling domain (`Node::setup`).
+        r.smmu(0).unmap(1, SRC_AT).expect("unmap");
+        a.post(r, 0, 2, &block(SRC_AT, 4096, DST_AT, 1));
         a.ring_all(r, 0);
         r.settle();
         let mut cqs = Vec::new();
@@ -329,17 +330,15 @@ fn stalls_hold_and_terminated_writes_report_dst_fault_on_both() {
             "{}: a stalled read holds its descriptor",
             r.name()
         );
-        r.smmu(0).state().clear_all();
-        assert_eq!(r.smmu(0).state().resolve_stalls(true), 1);
+        // The fault service maps the page and resumes the read.
+        assert_eq!(r.smmu(0).service_stalls().expect("service"), 1);
         r.settle();
         a.drain_cq(r, 0, &mut cqs);
         assert_eq!(cqs.len(), 1, "{}: {cqs:?}", r.name());
         let arrivals = b.drain_rq(r, 1);
         assert_eq!(arrivals.len(), 1, "{}", r.name());
         // The commit's second page is terminated: DST_FAULT after the first page.
-        r.smmu(1)
-            .state()
-            .mark(true, DST_AT + 0x1000, Fault::Terminate);
+        r.smmu(1).unmap(0, DST_AT + 0x1000).expect("unmap");
         b.post_wq(
             r,
             1,
