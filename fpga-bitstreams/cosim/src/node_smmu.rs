@@ -440,9 +440,15 @@ impl NodeSmmu {
         Ok(self.stalls.resumed + self.stalls.terminated - before)
     }
 
-    /// Whether any bank still holds a stalled access (FSR.SS) or a fault record.
+    /// Whether any bank reports a fault (a record or FSR.MULTI) or still holds a stall whose
+    /// record was taken but not answered.
     pub fn busy(&self) -> bool {
         self.smmu.faulting_contexts().next().is_some()
+            || self
+                .banks
+                .iter()
+                .flatten()
+                .any(|&cb| self.smmu.stall_pending(cb).unwrap_or(true))
     }
 
     /// What the data ports saw.
