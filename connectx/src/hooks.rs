@@ -51,22 +51,14 @@ pub fn global() -> Option<&'static Arc<Engine>> {
                     return None;
                 }
             };
-            let status = match PageStore::file(&cfg) {
-                Ok(s) => {
-                    if let Some(p) = s.path() {
-                        let _ = STATUS_PATH.set((std::process::id(), p.to_path_buf()));
-                        // SAFETY: registering a plain function with no captured state.
-                        unsafe {
-                            libc::atexit(remove_status_file);
-                        }
-                    }
-                    s
+            let (status, status_refused) = PageStore::file_or_heap(&cfg);
+            if let Some(p) = status.path() {
+                let _ = STATUS_PATH.set((std::process::id(), p.to_path_buf()));
+                // SAFETY: registering a plain function with no captured state.
+                unsafe {
+                    libc::atexit(remove_status_file);
                 }
-                Err(e) => {
-                    crate::log::line(&format!("{e}; nprdma doctor will not see this process"));
-                    PageStore::heap(&cfg)
-                }
-            };
+            }
             crate::log::line(&format!(
                 "mode {}, pinned-memory budget {} bytes ({}), window {} bytes",
                 match cfg.mode {
@@ -81,6 +73,9 @@ pub fn global() -> Option<&'static Arc<Engine>> {
             let eng = Engine::new(real, cfg, status);
             if off {
                 eng.note("NPRDMA=off: every call passes through to libibverbs");
+            }
+            if let Some(why) = status_refused {
+                eng.note(&why);
             }
             Some(eng)
         })
