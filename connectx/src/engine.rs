@@ -131,9 +131,17 @@ pub(crate) struct Region {
     /// SERVED word: peers can write the whole directory, and a value one of them wrote must
     /// not move (or overflow) the owner's position.
     pub served: u64,
+    /// The process that registered the region: a child made by `fork()` does not serve its
+    /// parent's regions (crate::fork).
+    pub owner_pid: u32,
 }
 
 impl Region {
+    /// Whether this process's helper serves the region's request ring.
+    pub(crate) fn served_here(&self) -> bool {
+        self.header.exported && self.owner_pid == crate::fork::pid()
+    }
+
     /// Where window `index` lies.
     pub(crate) fn window_spec(&self, index: u64) -> WindowSpec {
         let (start, end) = self.geom.window_range(index);
@@ -258,7 +266,7 @@ impl std::fmt::Debug for Engine {
 impl Engine {
     /// An engine over `real` with configuration `cfg`, counting into `status`.
     pub fn new(real: RealVerbs, cfg: Config, status: PageStore) -> Arc<Self> {
-        Arc::new(Self {
+        let engine = Arc::new(Self {
             real,
             state: Mutex::new(State {
                 regions: FastMap::default(),
@@ -278,7 +286,9 @@ impl Engine {
             holds_wanted: AtomicBool::new(false),
             fd_gate: Mutex::new(()),
             helper_shares_table: AtomicBool::new(false),
-        })
+        });
+        crate::fork::register(&engine);
+        engine
     }
 
     /// The configuration.
@@ -458,6 +468,21 @@ impl Engine {
             self.helper_started.store(false, Ordering::Release);
             self.note("could not start the helper thread: peers cannot reach unpinned memory");
         }
+    }
+
+    /// In a child made by `fork()`, from the fork handler (crate::fork), with the child's only
+    /// thread: the parent's helper thread does not exist here, so the next registration with
+    /// remote access starts one; the status page becomes a private copy.
+    pub(crate) fn after_fork_in_child(&self) {
+        self.helper_started.store(false, Ordering::Release);
+        let reason = if self.status.privatize_after_fork() {
+            "forked child: its status page is a private copy (nprdma doctor does not list it); regions of the parent are not served here"
+        } else {
+            "forked child: its status page could not be made private and is shared with the parent"
+        };
+        // Recorded, not logged: a child that runs another program next (fork and exec) must
+        // not print a line.
+        self.status.page().add_reason(reason);
     }
 
     /// The helper thread is ending because it cannot work from its private table: the next
@@ -807,6 +832,7 @@ impl Engine {
                 generation: 0,
                 stall_since: None,
                 served: 0,
+                owner_pid: crate::fork::pid(),
             },
         );
         st.by_mr.insert(mr as usize, id);

@@ -31,6 +31,7 @@ pub mod fake;
 mod fallback;
 pub mod fasthash;
 pub mod fdtable;
+mod fork;
 pub mod hooks;
 pub mod interpose;
 pub mod log;

@@ -24,6 +24,14 @@ pub fn line(message: &str) {
     }
 }
 
+/// The log's lock, held across `fork()` by the fork handlers (crate::fork).
+pub(crate) fn hold_for_fork() -> Box<dyn std::any::Any> {
+    match SEEN.lock() {
+        Ok(g) => Box::new(g),
+        Err(poisoned) => Box::new(poisoned.into_inner()),
+    }
+}
+
 /// Logs `message` unless the same text was logged before; returns whether it was new.
 pub fn once(message: &str) -> bool {
     let new = match SEEN.lock() {

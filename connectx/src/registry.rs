@@ -217,6 +217,15 @@ fn write<T>(f: impl FnOnce(&mut Maps) -> T) -> T {
     }
 }
 
+/// The registry's read lock, held across `fork()` by the fork handlers (crate::fork) so
+/// that the child's copy is not left write-locked by another thread.
+pub(crate) fn hold_for_fork() -> Box<dyn std::any::Any> {
+    match MAPS.read() {
+        Ok(g) => Box::new(g),
+        Err(poisoned) => Box::new(poisoned.into_inner()),
+    }
+}
+
 /// The record of a context.
 pub(crate) fn ctx(ctx: usize) -> Option<Arc<CtxRec>> {
     read(|m| m.ctxs.get(&ctx).cloned())

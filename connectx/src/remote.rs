@@ -488,7 +488,7 @@ impl Engine {
     fn rings_pending(&self) -> bool {
         let st = lock(&self.state);
         st.regions.values().any(|r| {
-            r.header.exported && (r.dir.load(TICKET_OFF) != r.served || next_request(r).is_some())
+            r.served_here() && (r.dir.load(TICKET_OFF) != r.served || next_request(r).is_some())
         })
     }
 
@@ -498,7 +498,7 @@ impl Engine {
         let ids: Vec<RegionId> = st
             .regions
             .values()
-            .filter(|r| r.header.exported)
+            .filter(|r| r.served_here())
             .map(|r| r.id)
             .collect();
         let mut answered = 0;

@@ -195,8 +195,11 @@ pub enum PageStore {
     File {
         /// The mapping.
         ptr: *mut StatusPage,
-        /// The file's path (removed on drop).
+        /// The file's path (removed on drop by the process that created it).
         path: PathBuf,
+        /// That process: a child made by `fork()` has a private copy of the page instead
+        /// ([`PageStore::privatize_after_fork`]) and never removes its parent's file.
+        owner: u32,
     },
 }
 
@@ -267,6 +270,7 @@ impl PageStore {
         Ok(PageStore::File {
             ptr,
             path: dir.join(name),
+            owner: std::process::id(),
         })
     }
 
@@ -297,19 +301,64 @@ impl PageStore {
     pub fn path(&self) -> Option<&Path> {
         match self {
             PageStore::Heap(_) => None,
-            PageStore::File { path, .. } => Some(path),
+            PageStore::File { path, owner, .. } => {
+                (*owner == std::process::id()).then_some(path.as_path())
+            }
         }
+    }
+
+    /// In a child made by `fork()` (from the fork handler, the child's only thread): the
+    /// shared mapping of the parent's status file is replaced, at the same address, by a
+    /// private anonymous page holding a copy of it with the child's pid, so the child's
+    /// counters never reach the parent's page. The child has no status file of its own
+    /// (doctor does not list it; `doctor::current()` in the child reads the copy). If the
+    /// mapping cannot be replaced (an unmapped page would be worse) the shared one stays, and
+    /// the caller is told (`false`).
+    pub fn privatize_after_fork(&self) -> bool {
+        let PageStore::File { ptr, .. } = self else {
+            return true;
+        };
+        let mut copy = [0u8; 4096];
+        // SAFETY: `ptr` maps 4096 readable bytes; a plain copy of them.
+        unsafe { core::ptr::copy_nonoverlapping(ptr.cast::<u8>(), copy.as_mut_ptr(), 4096) };
+        // SAFETY: replaces exactly the 4096-byte mapping this store owns, at its address, by
+        // an anonymous private one (MAP_FIXED); the result is checked.
+        let p = unsafe {
+            libc::mmap(
+                ptr.cast(),
+                4096,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED,
+                -1,
+                0,
+            )
+        };
+        if p != ptr.cast() {
+            return false;
+        }
+        // SAFETY: the new mapping is 4096 writable bytes at `ptr`.
+        unsafe { core::ptr::copy_nonoverlapping(copy.as_ptr(), ptr.cast::<u8>(), 4096) };
+        let page = self.page();
+        page.pid.store(std::process::id(), Ordering::Relaxed);
+        page.start_time.store(
+            process_start_time(std::process::id()).unwrap_or(0),
+            Ordering::Relaxed,
+        );
+        true
     }
 }
 
 impl Drop for PageStore {
     fn drop(&mut self) {
-        if let PageStore::File { ptr, path } = self {
-            // SAFETY: `ptr` is the 4096-byte mapping created in `file`, unmapped once.
+        if let PageStore::File { ptr, path, owner } = self {
+            // SAFETY: `ptr` is the 4096-byte mapping created in `file` (or its private copy
+            // after a fork), unmapped once.
             unsafe {
                 libc::munmap(ptr.cast(), 4096);
             }
-            let _ = std::fs::remove_file(path);
+            if *owner == std::process::id() {
+                let _ = std::fs::remove_file(path);
+            }
         }
     }
 }

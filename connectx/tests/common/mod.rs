@@ -25,7 +25,13 @@ impl Host {
     }
 
     pub fn with_config(cfg: Config) -> Self {
-        let eng = Engine::new(fake::real_verbs(), cfg.clone(), PageStore::heap(&cfg));
+        let store = PageStore::heap(&cfg);
+        Self::with_store(cfg, store)
+    }
+
+    /// A host running the library, counting into `store`.
+    pub fn with_store(cfg: Config, store: PageStore) -> Self {
+        let eng = Engine::new(fake::real_verbs(), cfg, store);
         // SAFETY: the fake device handle.
         let ctx = unsafe { ip::open_device(&eng, fake::device()) };
         assert!(!ctx.is_null());
