@@ -7,12 +7,22 @@
 //! virtual addresses, never below `vm.mmap_min_addr` = 64 KiB) falls outside the directory and
 //! gets a remote access error, never someone else's bytes (docs/connectx.md §6).
 //!
+//! Two registrations cover this memory, so that peers can write only what they must:
+//!
+//! - the **directory MR** (the application's keys) over the whole directory, at IOVA 0, with
+//!   `REMOTE_READ` only: the header, the answers and the window entries are read-only to
+//!   every peer, so no peer can rewrite what another reads;
+//! - the **ring MR** over the request ring alone (the ticket word and the request slots), at
+//!   IOVA = its offset in the directory, with `REMOTE_WRITE | REMOTE_ATOMIC`; its rkey is in
+//!   the header. Whatever a peer writes there is only ever parsed (CRC-checked envelopes) by
+//!   the owner, never read back by other peers as data.
+//!
 //! Layout (little-endian; offsets in bytes):
 //!
 //! | offset | size | field | written by |
 //! |---|---|---|---|
 //! | 0 | 8 | magic `NPRDMADR` | owner |
-//! | 8 | 2 | layout version (1) | owner |
+//! | 8 | 2 | layout version (2) | owner |
 //! | 10 | 2 | header length (128) | owner |
 //! | 12 | 4 | flags (bit 0: remote access allowed) | owner |
 //! | 16 | 8 | region IOVA | owner |
@@ -23,19 +33,21 @@
 //! | 36 | 4 | number of windows | owner |
 //! | 40 | 4 | ring offset | owner |
 //! | 44 | 4 | entries offset | owner |
-//! | 48 | 8 | ticket counter | peers' RDMA FETCH_ADD only |
 //! | 56 | 8 | requests served | owner |
 //! | 64 | 8 | instance (random, new for every registration) | owner |
 //! | 72 | 8 | directory length | owner |
-//! | 128 | slots × 128 | request ring | peers (request half), owner (answer half) |
+//! | 80 | 4 | ring MR rkey | owner |
+//! | 128 | slots × 64 | answers (FAULT_IN_ACK, one per slot) | owner |
+//! | ring offset | 64 | ticket counter | peers' RDMA FETCH_ADD only (ring MR) |
+//! | ring offset + 64 | slots × 64 | requests (FAULT_IN_REQ, one per slot) | peers (ring MR) |
 //! | entries offset | windows × 8 | window entries: rkey (bits 31:0), state (39:32) | owner |
 //!
-//! A ring slot holds a FAULT_IN_REQ envelope of the `protocol` crate at +0 (56 bytes, written
-//! by the requester with one RDMA WRITE) and the owner's FAULT_IN_ACK envelope at +64 (48
-//! bytes). Both carry CRC-32C, which is how either side tells a complete record from one whose
-//! bytes have not all landed yet. The CPU never modifies the ticket counter, so the peers' NIC
-//! atomics never race with CPU writes (HCA atomics are only atomic among themselves,
-//! `IBV_ATOMIC_HCA` in verbs.h).
+//! A request slot holds a FAULT_IN_REQ envelope of the `protocol` crate (56 bytes, written by
+//! the requester with one RDMA WRITE); the answer slot of the same ticket the owner's
+//! FAULT_IN_ACK envelope (48 bytes). Both carry CRC-32C, which is how either side tells a
+//! complete record from one whose bytes have not all landed yet. The CPU never modifies the
+//! ticket counter while the ring is live, so the peers' NIC atomics never race with CPU writes
+//! (HCA atomics are only atomic among themselves, `IBV_ATOMIC_HCA` in verbs.h).
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -46,21 +58,19 @@ use protocol::{Access, BlockRange, Envelope, Generation, Message, RequestStatus,
 /// `NPRDMADR` as a little-endian u64.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"NPRDMADR");
 /// Layout version.
-pub const VERSION: u16 = 1;
+pub const VERSION: u16 = 2;
 /// Header length.
 pub const HEADER_LEN: usize = 128;
-/// Offset of the ticket counter.
-pub const TICKET_OFF: u64 = 48;
 /// Offset of the served counter.
 pub const SERVED_OFF: u64 = 56;
-/// Bytes per ring slot.
-pub const SLOT_LEN: u64 = 128;
-/// Offset of the answer within a slot.
-pub const ANSWER_OFF: u64 = 64;
+/// Bytes per answer slot and per request slot.
+pub const SLOT_LEN: u64 = 64;
+/// Bytes before the first request slot in the ring (the ticket counter).
+pub const RING_HEAD: u64 = 64;
 /// log2 of the ring slots of every directory.
 pub const RING_SLOTS_LOG2: u8 = 6;
-/// Offset of the ring.
-pub const RING_OFF: u64 = HEADER_LEN as u64;
+/// Offset of the answers.
+pub const ANSWERS_OFF: u64 = HEADER_LEN as u64;
 /// Largest number of windows one request may cover (and the smallest lease cap).
 pub const MAX_REQUEST_WINDOWS: u64 = 16;
 
@@ -88,7 +98,7 @@ pub struct DirHeader {
     pub lease_cap: u16,
     /// Number of windows (0 if not exported).
     pub windows: u32,
-    /// Ring offset.
+    /// Ring offset (the ticket counter, then the request slots).
     pub ring_off: u32,
     /// Entries offset.
     pub entries_off: u32,
@@ -96,6 +106,8 @@ pub struct DirHeader {
     pub instance: u64,
     /// Directory length (bytes registered at IOVA 0).
     pub dir_len: u64,
+    /// The ring MR's rkey (0 if not exported).
+    pub ring_rkey: u32,
 }
 
 /// Why a header is not acceptable.
@@ -117,13 +129,16 @@ impl DirHeader {
         } else {
             (0, 0, 0)
         };
-        let ring_off = RING_OFF as u32;
-        let ring_len = if exported {
-            SLOT_LEN << ring_slots_log2
+        let (answers_len, ring_len) = if exported {
+            (
+                SLOT_LEN << ring_slots_log2,
+                RING_HEAD + (SLOT_LEN << ring_slots_log2),
+            )
         } else {
-            0
+            (0, 0)
         };
-        let entries_off = (RING_OFF + ring_len) as u32;
+        let ring_off = (ANSWERS_OFF + answers_len) as u32;
+        let entries_off = (u64::from(ring_off) + ring_len) as u32;
         let dir_len = u64::from(entries_off) + 8 * u64::from(windows);
         Self {
             exported,
@@ -137,6 +152,7 @@ impl DirHeader {
             entries_off,
             instance: 0,
             dir_len,
+            ring_rkey: 0,
         }
     }
 
@@ -149,9 +165,30 @@ impl DirHeader {
         }
     }
 
-    /// Offset of slot `ticket mod slots`.
-    pub fn slot_off(&self, ticket: u64) -> u64 {
-        u64::from(self.ring_off) + (ticket & (self.slots().saturating_sub(1))) * SLOT_LEN
+    /// Offset of the ticket counter (in the ring MR).
+    pub fn ticket_off(&self) -> u64 {
+        u64::from(self.ring_off)
+    }
+
+    /// Bytes of the ring MR (ticket counter and request slots; 0 if not exported).
+    pub fn ring_len(&self) -> u64 {
+        if self.exported {
+            RING_HEAD + SLOT_LEN * self.slots()
+        } else {
+            0
+        }
+    }
+
+    /// Offset of the request slot of `ticket` (in the ring MR).
+    pub fn request_off(&self, ticket: u64) -> u64 {
+        u64::from(self.ring_off)
+            + RING_HEAD
+            + (ticket & (self.slots().saturating_sub(1))) * SLOT_LEN
+    }
+
+    /// Offset of the answer slot of `ticket` (read-only to peers).
+    pub fn answer_off(&self, ticket: u64) -> u64 {
+        ANSWERS_OFF + (ticket & (self.slots().saturating_sub(1))) * SLOT_LEN
     }
 
     /// Offset of window `index`'s entry.
@@ -176,6 +213,7 @@ impl DirHeader {
         b[44..48].copy_from_slice(&self.entries_off.to_le_bytes());
         b[64..72].copy_from_slice(&self.instance.to_le_bytes());
         b[72..80].copy_from_slice(&self.dir_len.to_le_bytes());
+        b[80..84].copy_from_slice(&self.ring_rkey.to_le_bytes());
         b
     }
 
@@ -221,6 +259,7 @@ impl DirHeader {
             entries_off: u32_at(44),
             instance: u64_at(64),
             dir_len: u64_at(72),
+            ring_rkey: u32_at(80),
         };
         if usize::from(u16_at(10)) != HEADER_LEN {
             return Err(HeaderError::Inconsistent("header length"));
@@ -240,8 +279,8 @@ impl DirHeader {
             if u64::from(h.windows) != geom_windows {
                 return Err(HeaderError::Inconsistent("window count"));
             }
-            let ring_end = u64::from(h.ring_off) + (SLOT_LEN << h.ring_slots_log2);
-            if u64::from(h.ring_off) < HEADER_LEN as u64
+            let ring_end = u64::from(h.ring_off) + h.ring_len();
+            if u64::from(h.ring_off) < ANSWERS_OFF + (SLOT_LEN << h.ring_slots_log2)
                 || ring_end > u64::from(h.entries_off)
                 || u64::from(h.entries_off) + 8 * u64::from(h.windows) > h.dir_len
             {
@@ -624,11 +663,16 @@ mod tests {
         // 1 GiB starting 4 KiB into a 256 KiB window touches 4097 windows.
         let mut h = DirHeader::for_region(true, 0x7f00_0000_1000, 1 << 30, 18, 4097);
         h.instance = 0x1234;
-        assert_eq!(h.ring_off, 128);
-        assert_eq!(h.entries_off, 128 + 64 * 128);
-        assert_eq!(h.dir_len, 8320 + 8 * 4097);
-        assert_eq!(h.slot_off(65), 128 + 128);
-        assert_eq!(h.entry_off(3), 8320 + 24);
+        h.ring_rkey = 0xabcd;
+        // Header, 64 answers of 64 bytes, the ring (ticket word, 64 requests), the entries.
+        assert_eq!(h.ring_off, 128 + 64 * 64);
+        assert_eq!(h.ring_len(), 64 + 64 * 64);
+        assert_eq!(h.entries_off, 4224 + 4160);
+        assert_eq!(h.dir_len, 8384 + 8 * 4097);
+        assert_eq!(h.answer_off(65), 128 + 64);
+        assert_eq!(h.request_off(65), 4224 + 64 + 64);
+        assert_eq!(h.ticket_off(), 4224);
+        assert_eq!(h.entry_off(3), 8384 + 24);
         let b = h.encode();
         assert_eq!(&b[0..8], b"NPRDMADR");
         assert_eq!(DirHeader::decode(&b), Ok(h));

@@ -123,13 +123,17 @@ pub(crate) struct Region {
     pub header: DirHeader,
     pub dir: DmaBuf,
     pub dir_mr: usize,
+    /// The ring MR (crate::directory: the ticket word and request slots, the only part of the
+    /// directory peers may write); 0 for a region without remote rights.
+    pub ring_mr: usize,
+    /// Pinned bytes of the directory and its ring MR (which pins its pages a second time,
+    /// as the kernel counts them).
     pub dir_pinned: u64,
     pub leases: LeaseBook,
     pub generation: u64,
     pub stall_since: Option<Instant>,
     /// The next lease-ring ticket to serve. Kept here and only published to the directory's
-    /// SERVED word: peers can write the whole directory, and a value one of them wrote must
-    /// not move (or overflow) the owner's position.
+    /// SERVED word (read-only to peers; the owner never takes its position from peer memory).
     pub served: u64,
     /// The process that registered the region: a child made by `fork()` does not serve its
     /// parent's regions (crate::fork).
@@ -771,7 +775,16 @@ impl Engine {
         // Peers aim out-of-region accesses at `dir_len`: it must be the registered length.
         header.dir_len = dir.len() as u64;
         dir.write(0, &header.encode());
-        let dir_pinned = dir.len() as u64;
+        let ring_pinned = {
+            let start = header.ticket_off() / 4096 * 4096;
+            let end = (header.ticket_off() + header.ring_len()).next_multiple_of(4096);
+            if header.ring_len() == 0 {
+                0
+            } else {
+                end - start
+            }
+        };
+        let dir_pinned = dir.len() as u64 + ring_pinned;
 
         let mut st = lock(&self.state);
         {
@@ -785,11 +798,10 @@ impl Engine {
                 return core::ptr::null_mut();
             }
         }
+        // The directory is read-only to peers; only the ring MR below may be written (and its
+        // ticket word incremented) remotely.
         let dir_access = if exported {
-            IBV_ACCESS_LOCAL_WRITE
-                | IBV_ACCESS_REMOTE_READ
-                | IBV_ACCESS_REMOTE_WRITE
-                | IBV_ACCESS_REMOTE_ATOMIC
+            IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ
         } else {
             IBV_ACCESS_LOCAL_WRITE
         };
@@ -803,6 +815,37 @@ impl Engine {
             st.cache.uncharge_fixed(dir_pinned);
             set_errno(if e == 0 { libc::ENOMEM } else { e });
             return core::ptr::null_mut();
+        }
+        let mut ring_mr: *mut ibv_mr = core::ptr::null_mut();
+        if exported {
+            ring_mr = {
+                let _g = RealCall::enter();
+                // SAFETY: the ring lies inside our own mapping `dir`; registered at IOVA = its
+                // offset, so peers address it with the directory's offsets.
+                unsafe {
+                    (self.real.reg_mr_iova2)(
+                        pd,
+                        dir.as_ptr().add(header.ticket_off() as usize).cast(),
+                        header.ring_len() as usize,
+                        header.ticket_off(),
+                        IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC,
+                    )
+                }
+            };
+            if ring_mr.is_null() {
+                let e = errno();
+                {
+                    let _g = RealCall::enter();
+                    // SAFETY: the directory MR just registered, not yet known to anyone.
+                    unsafe { (self.real.dereg_mr)(mr) };
+                }
+                st.cache.uncharge_fixed(dir_pinned);
+                set_errno(if e == 0 { libc::ENOMEM } else { e });
+                return core::ptr::null_mut();
+            }
+            // SAFETY: the provider returned a valid MR.
+            header.ring_rkey = unsafe { (*ring_mr).rkey };
+            dir.write(0, &header.encode());
         }
         // SAFETY: the provider returned a valid MR; the application sees its addr/length as the
         // region's (restored before the real deregistration, which reads them).
@@ -827,6 +870,7 @@ impl Engine {
                 header,
                 dir,
                 dir_mr: mr as usize,
+                ring_mr: ring_mr as usize,
                 dir_pinned,
                 leases: LeaseBook::new(usize::from(header.lease_cap)),
                 generation: 0,
@@ -938,6 +982,12 @@ impl Engine {
             return rc;
         }
         if let Some(r) = st.regions.remove(&id) {
+            if r.ring_mr != 0 {
+                let _g = RealCall::enter();
+                // SAFETY: the region's ring MR, registered by us, deregistered once; its
+                // memory (`r.dir`) is unmapped only when `r` is dropped below.
+                unsafe { (self.real.dereg_mr)(r.ring_mr as *mut ibv_mr) };
+            }
             st.cache.uncharge_fixed(r.dir_pinned);
         }
         st.by_mr.remove(&(mr as usize));
@@ -1050,6 +1100,7 @@ impl Engine {
         }
         header.dir_len = r.dir.len() as u64;
         let region_ctx = r.ctx;
+        let ring_mr = r.ring_mr;
         if flags & IBV_REREG_MR_CHANGE_PD != 0 {
             // SAFETY: the directory MR, live.
             let old_lkey = unsafe { (*mr).lkey };
@@ -1069,6 +1120,25 @@ impl Engine {
             };
             if rc != 0 {
                 return rc;
+            }
+            if ring_mr != 0 {
+                let rc = {
+                    let _g = RealCall::enter();
+                    // SAFETY: the region's ring MR; only the PD changes, as for the directory.
+                    unsafe {
+                        (self.real.rereg_mr)(
+                            ring_mr as *mut ibv_mr,
+                            IBV_REREG_MR_CHANGE_PD,
+                            pd,
+                            core::ptr::null_mut(),
+                            0,
+                            0,
+                        )
+                    }
+                };
+                if rc != 0 {
+                    return rc;
+                }
             }
             // The provider may have given the MR new keys (ibv_rereg_mr(3); mlx5 can): SGEs
             // carry the new lkey from now on.
@@ -1102,6 +1172,11 @@ impl Engine {
             // publish the new header.
             r.served = 0;
             r.stall_since = None;
+            if exported && r.ring_mr != 0 {
+                // SAFETY: the ring MR is live (its keys may have changed with its PD).
+                header.ring_rkey = unsafe { (*(r.ring_mr as *mut ibv_mr)).rkey };
+                r.header = header;
+            }
             r.dir.write(0, &vec![0u8; r.dir.len()]);
             r.dir.write(0, &header.encode());
             // SAFETY: the directory MR is live; the application sees the new range.

@@ -7,8 +7,8 @@ use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use crate::directory::{
-    ANSWER_OFF, DirHeader, ENTRY_PRESENT, LeaseAnswer, LeaseBook, LeaseRequest, SERVED_OFF,
-    TICKET_OFF, answer_overtaken, decode_answer, decode_entry, encode_answer, encode_entry,
+    DirHeader, ENTRY_PRESENT, LeaseAnswer, LeaseBook, LeaseRequest, SERVED_OFF, answer_overtaken,
+    decode_answer, decode_entry, encode_answer, encode_entry,
 };
 use crate::engine::{Batch, Engine, PostFail, Provider, QpCtl, Region, SendSide, State, lock};
 use crate::fdtable::{DetachError, PrivateTable};
@@ -238,12 +238,12 @@ impl QpCtl {
                 .counters()
                 .remote_requests
                 .fetch_add(1, Ordering::Relaxed);
-            // Draw a ticket.
+            // Draw a ticket (in the ring MR: the directory itself is read-only to peers).
             self.dir_op(
                 side,
                 IBV_WR_ATOMIC_FETCH_AND_ADD,
-                rkey,
-                TICKET_OFF,
+                header.ring_rkey,
+                header.ticket_off(),
                 OFF_ATOMIC,
                 8,
                 1,
@@ -293,12 +293,11 @@ impl QpCtl {
             if let Some(s) = &side.scratch {
                 s.buf.write(OFF_REQUEST, &request);
             }
-            let slot = header.slot_off(ticket);
             self.dir_op(
                 side,
                 IBV_WR_RDMA_WRITE,
-                rkey,
-                slot,
+                header.ring_rkey,
+                header.request_off(ticket),
                 OFF_REQUEST,
                 request.len() as u32,
                 0,
@@ -309,7 +308,7 @@ impl QpCtl {
                     side,
                     IBV_WR_RDMA_READ,
                     rkey,
-                    slot + ANSWER_OFF,
+                    header.answer_off(ticket),
                     OFF_ANSWER,
                     64,
                     0,
@@ -393,7 +392,7 @@ impl QpCtl {
 
 /// The request in `r`'s ring slot of the next ticket to serve, if one has landed whole.
 fn next_request(r: &Region) -> Option<LeaseRequest> {
-    LeaseRequest::decode(&r.dir.read(r.header.slot_off(r.served), 56), r.served)
+    LeaseRequest::decode(&r.dir.read(r.header.request_off(r.served), 56), r.served)
 }
 
 /// The helper thread: serves the request rings of the engine's exported regions until the
@@ -488,7 +487,8 @@ impl Engine {
     fn rings_pending(&self) -> bool {
         let st = lock(&self.state);
         st.regions.values().any(|r| {
-            r.served_here() && (r.dir.load(TICKET_OFF) != r.served || next_request(r).is_some())
+            r.served_here()
+                && (r.dir.load(r.header.ticket_off()) != r.served || next_request(r).is_some())
         })
     }
 
@@ -508,11 +508,11 @@ impl Engine {
                     break;
                 };
                 let t = r.served;
-                let off = r.header.slot_off(t);
+                let off = r.header.answer_off(t);
                 let Some(req) = next_request(r) else {
                     // Nothing, or a drawn ticket whose request has not landed yet. A requester
                     // that died between drawing and writing must not block the ring forever.
-                    if r.dir.load(TICKET_OFF) > t {
+                    if r.dir.load(r.header.ticket_off()) > t {
                         let since = *r.stall_since.get_or_insert_with(Instant::now);
                         if since.elapsed() > STALL_LIMIT {
                             r.stall_since = None;
@@ -529,7 +529,7 @@ impl Engine {
                     break;
                 };
                 let bytes = encode_answer(req.lessee, t, answer, r.generation);
-                r.dir.write(off + ANSWER_OFF, &bytes);
+                r.dir.write(off, &bytes);
                 r.served = t.wrapping_add(1);
                 r.dir.store(SERVED_OFF, r.served);
                 answered += 1;

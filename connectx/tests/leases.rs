@@ -298,38 +298,119 @@ fn a_split_write_waits_for_its_own_earlier_parts_to_free_room() {
     assert_eq!(seen, [(2, IBV_WC_SUCCESS)]);
 }
 
-/// The directory is remotely writable as a whole (the ring needs it), so a peer can overwrite
-/// its SERVED word. The owner keeps its own count: a wild value there must neither stall the
-/// ring nor overflow the owner's counter, and requesters read it with saturating arithmetic.
+/// A hostile peer (no library, holding the region's rkey) on a connection of its own.
+struct Hostile {
+    p: Host,
+    buf: Buf,
+    mr: *mut ibv_mr,
+}
+
+impl Hostile {
+    fn new() -> Self {
+        let p = Host::plain();
+        let mut buf = Buf::new(4096);
+        let mr = p.reg(&mut buf, ALL_ACCESS);
+        Self { p, buf, mr }
+    }
+
+    /// One RDMA operation of `len` bytes from/to its buffer at offset 0, on a fresh
+    /// connection to `b` (an access error puts the connection in error); its status.
+    fn op(&mut self, b: &Host, opcode: u32, raddr: u64, rkey: u32, len: usize) -> u32 {
+        let qp = self.p.create_qp(false);
+        let qb = b.create_qp(false);
+        connect(&self.p, qp, b, qb);
+        let mut s = [sge(&self.buf, 0, len, keys(self.mr).0)];
+        let mut wr = rdma(opcode, 1, &mut s, raddr, rkey, true);
+        assert_eq!(post_send(qp, &mut wr).0, 0);
+        poll(self.p.cq, 1)[0].status
+    }
+}
+
+/// The directory is read-only to peers (docs/connectx.md §5, "Who can read and write
+/// what"): a peer holding the region's rkey cannot rewrite the SERVED word, a window entry, an
+/// answer or the header, of a region with every remote right or of a read-only one; it may
+/// write only the request ring, where garbage is ignored. Honest requesters go on unaffected.
 #[test]
-fn a_served_word_overwritten_by_a_peer_does_not_stop_the_ring() {
+fn a_hostile_peer_cannot_rewrite_the_directory_and_its_garbage_hurts_no_one() {
     let a = host(4 << 20, W as u64, 300);
     let b = host(1 << 20, W as u64, 300);
-    let p = Host::plain();
+    let mut evil = Hostile::new();
     let mut dst = Buf::new(256 * KIB);
     let dmr = b.reg(&mut dst, ALL_ACCESS);
     let rkey = keys(dmr).1;
-    // The plain peer writes u64::MAX - 1 into the SERVED word (directory offset 56).
-    let qp = p.create_qp(false);
-    let qbp = b.create_qp(false);
-    connect(&p, qp, &b, qbp);
-    let mut wild = Buf::new(4096);
-    wild[..8].copy_from_slice(&(u64::MAX - 1).to_le_bytes());
-    let wmr = p.reg(&mut wild, ALL_ACCESS);
-    let mut s = [sge(&wild, 0, 8, keys(wmr).0)];
-    let mut wr = rdma(IBV_WR_RDMA_WRITE, 1, &mut s, 56, rkey, true);
-    assert_eq!(post_send(qp, &mut wr).0, 0);
-    assert_eq!(poll(p.cq, 1)[0].status, IBV_WC_SUCCESS);
+    let mut ro = Buf::new(256 * KIB);
+    fill(&mut ro, 9);
+    let romr = b.reg(&mut ro, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ);
+    let ro_rkey = keys(romr).1;
 
-    // A first touch through the library still gets its lease.
+    // An honest first touch, so that a window entry and an answer exist.
     let qa = a.create_qp(false);
     let qb = b.create_qp(false);
     connect(&a, qa, &b, qb);
     let mut src = Buf::new(64 * KIB);
     let smr = a.reg(&mut src, ALL_ACCESS);
-    for k in 0..3u64 {
-        let raddr = dst.as_ptr() as u64 + k * W as u64;
-        let wc = write8(&a, qa, &src, smr, raddr, rkey, k);
+    let d0 = dst.as_ptr() as u64;
+    assert_eq!(
+        write8(&a, qa, &src, smr, d0, rkey, 1).status,
+        IBV_WC_SUCCESS
+    );
+
+    // The header, read as any peer may.
+    assert_eq!(evil.op(&b, IBV_WR_RDMA_READ, 0, rkey, 128), IBV_WC_SUCCESS);
+    let header = nprdma::directory::DirHeader::decode(&evil.buf[..128]).unwrap();
+    // Every attempt to write the directory is refused by the NIC: the SERVED word (56), the
+    // header's ring key (80), the first answer, the first window entry; also for the
+    // read-only region's directory.
+    evil.buf[..8].copy_from_slice(&(u64::MAX - 1).to_le_bytes());
+    for (what, off) in [
+        ("served word", 56),
+        ("ring key", 80),
+        ("answer", header.answer_off(0)),
+        ("window entry", header.entry_off(0)),
+    ] {
+        assert_eq!(
+            evil.op(&b, IBV_WR_RDMA_WRITE, off, rkey, 8),
+            IBV_WC_REM_ACCESS_ERR,
+            "the peer wrote the {what}"
+        );
+        assert_eq!(
+            evil.op(&b, IBV_WR_RDMA_WRITE, off, ro_rkey, 8),
+            IBV_WC_REM_ACCESS_ERR,
+            "the peer wrote the read-only region's {what}"
+        );
+    }
+    // It may write the request ring (the ring MR): garbage in every slot is ignored.
+    evil.buf.fill(0xa5);
+    for t in 0..header.slots() {
+        assert_eq!(
+            evil.op(
+                &b,
+                IBV_WR_RDMA_WRITE,
+                header.request_off(t),
+                header.ring_rkey,
+                64
+            ),
+            IBV_WC_SUCCESS
+        );
+    }
+
+    // Honest requesters: more first touches, and a READ of the read-only region, all served
+    // with the owner's bytes.
+    for k in 1..3u64 {
+        let raddr = d0 + k * W as u64;
+        let wc = write8(&a, qa, &src, smr, raddr, rkey, 10 + k);
         assert_eq!(wc.status, IBV_WC_SUCCESS, "first touch {k}");
     }
+    let mut s = [sge(&src, 0, 4096, keys(smr).0)];
+    let mut wr = rdma(
+        IBV_WR_RDMA_READ,
+        20,
+        &mut s,
+        ro.as_ptr() as u64,
+        ro_rkey,
+        true,
+    );
+    assert_eq!(post_send(qa, &mut wr).0, 0);
+    assert_eq!(poll(a.cq, 1)[0].status, IBV_WC_SUCCESS);
+    assert_eq!(src[..4096], ro[..4096]);
 }
