@@ -42,6 +42,7 @@ mod remote;
 mod spin;
 mod sq_room;
 pub mod status;
+pub mod status_file;
 pub mod sys;
 pub mod translate;
 mod transport;
