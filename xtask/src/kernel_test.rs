@@ -11,7 +11,9 @@
 //! after `insmod`.
 //!
 //! First the test binary's quick benchmark runs (`--bench --quick`: `NPRDMA-BENCH:` lines,
-//! module vs user space vs CPU, goals beside the figures, nothing asserted). Then the guest
+//! module vs user space vs CPU vs the swap device, goals beside the figures, nothing
+//! asserted), with a zram swap device (the kernel's own zram.ko) for its swap-in row and 2 GiB
+//! of guest memory for its 1 GiB registered while in use. Then the guest
 //! prints `NPRDMA-KMOD: PASS|FAIL|SKIP <check>: <detail>` per check, then checks its
 //! kernel log for WARNING, BUG, Oops, call traces and lockdep reports, reloads the module
 //! once, and ends with `NPRDMA-KMOD: VERDICT PASS|FAIL`. The command fails on any FAIL, a
@@ -32,11 +34,20 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use crate::guest::{self, Cpio, Vm, Wanted, cargo_artifacts, library_closure, other, read};
+use crate::guest::{
+    self, Cpio, Vm, Wanted, cargo_artifacts, library_closure, module_order, other, read,
+};
 use crate::util::{XtaskError, require_tool, run_status, section, workspace_root};
 
 /// Debian packages unpacked into the guest (besides the kernel).
 const GUEST_PACKAGES: &[&str] = &["busybox-static", "libc6", "libgcc-s1"];
+
+/// Kernel modules of the benchmark's swap device (zram and what it needs).
+const SWAP_MODULES: &[&str] = &["zram"];
+
+/// The x86_64 guest's memory: room for the benchmark's 1 GiB registered while in use (the
+/// issue's size) beside the kernel and the test binary.
+const GUEST_MIB: u64 = 2048;
 
 /// Files of linux-glue/kernel that the out-of-tree build needs.
 pub(crate) const MODULE_SOURCES: &[&str] = &["Kbuild", "nprdma.c", "nprdma_abi.h"];
@@ -81,8 +92,17 @@ if insmod /lib/modules/nprdma.ko 2>/tmp/e; then
 else
   fail "insmod: $(cat /tmp/e)"
 fi
+# A swap device for the benchmark's swap-in row: zram, no swap read-ahead (page-cluster 0).
+for m in $(cat /etc/swap-modules); do insmod /lib/modules/$m 2>>/tmp/swap.err; done
+if echo 256M > /sys/block/zram0/disksize 2>>/tmp/swap.err && mkswap /dev/zram0 >/dev/null 2>>/tmp/swap.err \
+   && swapon /dev/zram0 2>>/tmp/swap.err; then
+  echo 0 > /proc/sys/vm/page-cluster
+else
+  say "INFO no zram swap for the benchmark: $(cat /tmp/swap.err)"
+fi
 # The benchmark (module vs user space vs CPU; printed, not asserted), then the checks.
 /opt/nprdma/linux-glue-kmod-test --bench --quick || say "INFO the benchmark did not complete"
+swapoff /dev/zram0 2>/dev/null
 /opt/nprdma/linux-glue-kmod-test --rmmod || FAILED=1
 # The module loads and unloads again after the test unloaded it.
 if insmod /lib/modules/nprdma.ko 2>/tmp/e && rmmod nprdma 2>>/tmp/e; then
@@ -290,7 +310,13 @@ pub(crate) fn debug_config_note(hdir: &Path) -> String {
     )
 }
 
-fn build_initramfs(stage: &Path, ko: &Path, test_bin: &Path, out: &Path) -> Result<(), XtaskError> {
+fn build_initramfs(
+    stage: &Path,
+    moddir: &Path,
+    ko: &Path,
+    test_bin: &Path,
+    out: &Path,
+) -> Result<(), XtaskError> {
     let mut cpio = Cpio::new();
     for d in [
         "proc",
@@ -317,6 +343,17 @@ fn build_initramfs(stage: &Path, ko: &Path, test_bin: &Path, out: &Path) -> Resu
             );
         }
     }
+    let mut list = String::new();
+    for rel in module_order(moddir, SWAP_MODULES)? {
+        let name = rel.file_name().unwrap_or_default().to_string_lossy();
+        cpio.file(
+            &format!("lib/modules/swap/{name}"),
+            0o644,
+            &read(&moddir.join(&rel))?,
+        );
+        list.push_str(&format!("swap/{name}\n"));
+    }
+    cpio.file("etc/swap-modules", 0o644, list.as_bytes());
     cpio.file("init", 0o755, GUEST_INIT.as_bytes());
     std::fs::write(out, cpio.finish()).map_err(|e| other(format!("{}: {e}", out.display())))
 }
@@ -447,7 +484,8 @@ fn run_x86(opts: &Options) -> Result<(), XtaskError> {
     println!("xtask: {}", debug_config_note(&hdir));
 
     let initrd = cache.join("initramfs.cpio");
-    build_initramfs(&cache.join("stage"), &ko, &test_bin, &initrd)?;
+    let moddir = kdir.join("lib/modules").join(&kver);
+    build_initramfs(&cache.join("stage"), &moddir, &ko, &test_bin, &initrd)?;
     println!(
         "xtask: guest kernel {kver}, initramfs {} MiB, prepared in {:.1} s",
         std::fs::metadata(&initrd)
@@ -466,7 +504,7 @@ fn run_x86(opts: &Options) -> Result<(), XtaskError> {
         initrd: &initrd,
         accel: guest::pick_accel(),
         smp: 2,
-        memory_mib: 1024,
+        memory_mib: GUEST_MIB,
         append: "console=ttyS0 panic=-1 loglevel=3".into(),
         timeout: opts.timeout.unwrap_or(DEFAULT_TIMEOUT),
         log: &log,
