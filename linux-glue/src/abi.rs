@@ -24,7 +24,7 @@
 //!
 //! All structs are `#[repr(C)]` with explicit padding, so their layout is the same for a C
 //! module on any 64-bit Linux target; the size and offset assertions below pin it. The module
-//! (linux-glue/kernel/nprdma.c) takes its layouts from `linux-glue/kernel/nprdma_abi.h`, whose
+//! (linux-glue/kernel) takes its layouts from `linux-glue/kernel/nprdma_abi.h`, whose
 //! `_Static_assert`s pin the same numbers; the test `tests/kernel_abi.rs` compiles that header
 //! in user space and compares every size, offset and constant with this file.
 //!

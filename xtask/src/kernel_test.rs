@@ -50,7 +50,18 @@ const SWAP_MODULES: &[&str] = &["zram"];
 const GUEST_MIB: u64 = 2048;
 
 /// Files of linux-glue/kernel that the out-of-tree build needs.
-pub(crate) const MODULE_SOURCES: &[&str] = &["Kbuild", "nprdma.c", "nprdma_abi.h"];
+pub(crate) const MODULE_SOURCES: &[&str] = &[
+    "Kbuild",
+    "nprdma.h",
+    "nprdma_abi.h",
+    "main.c",
+    "buf.c",
+    "table.c",
+    "fault.c",
+    "ring.c",
+    "dma.c",
+    "devfault.c",
+];
 
 /// Kernel functions that take page references or pins (mm/gup.c): the module must import none.
 pub(crate) const PINNING_SYMBOLS: &[&str] = &[
@@ -241,6 +252,15 @@ pub(crate) fn build_module(
         let to = dir.join(f);
         if std::fs::read(&to).ok().as_deref() != Some(from.as_slice()) {
             std::fs::write(&to, from).map_err(|e| other(format!("{}: {e}", to.display())))?;
+        }
+    }
+    // A source an earlier layout left here (the single nprdma.c) is not part of this build.
+    for e in std::fs::read_dir(dir).map_err(|e| other(format!("{}: {e}", dir.display())))? {
+        let path = e.map_err(|e| other(e.to_string()))?.path();
+        let name = path.file_name().unwrap_or_default().to_string_lossy();
+        let source = (name.ends_with(".c") && !name.ends_with(".mod.c")) || name.ends_with(".h");
+        if source && !MODULE_SOURCES.contains(&&*name) {
+            std::fs::remove_file(&path).map_err(|e| other(format!("{}: {e}", path.display())))?;
         }
     }
     run_status(

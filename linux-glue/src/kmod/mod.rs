@@ -1,5 +1,5 @@
 //! The user-space half of the kernel-module ABI, and two backends for it: the real device
-//! ([`RealModule`], `real.rs`: the module `linux-glue/kernel/nprdma.c`) and an in-process fake
+//! ([`RealModule`], `real.rs`: the module in `linux-glue/kernel`) and an in-process fake
 //! ([`FakeModule`], `fake.rs`) that plays the module's part byte-for-byte (it decodes the same
 //! `#[repr(C)]` argument structs and writes the same shared table and ring layouts), so the
 //! user-space half is tested on any host; `cargo xtask kernel-test` runs it against the real

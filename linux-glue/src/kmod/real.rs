@@ -1,4 +1,4 @@
-//! The real module behind its device node (`linux-glue/kernel/nprdma.c`, docs/linux-glue.md
+//! The real module behind its device node (`linux-glue/kernel`, docs/linux-glue.md
 //! "The kernel module").
 
 use std::fs::OpenOptions;
