@@ -269,6 +269,12 @@ pub(crate) fn build_module(
             .arg("-C")
             .arg(hdir)
             .arg(format!("M={}", dir.display()))
+            // One job per core: the module is seven objects, each parsing the mm, IOMMU and
+            // PCI headers.
+            .arg(format!(
+                "-j{}",
+                std::thread::available_parallelism().map_or(2, |n| n.get())
+            ))
             .arg("KCFLAGS=-Werror")
             .arg("W=1")
             .args(make_args)
