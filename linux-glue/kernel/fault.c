@@ -9,9 +9,10 @@
  * after a successful read_retry check.
  *
  * Locking: every function here runs with ctx->mutex held (the ioctl path). The table pages a
- * record will write are allocated first (npg_table_prepare, may sleep); then the mmap lock is
- * taken for read around hmm_range_fault() only; then region->lock (a spinlock) around the
- * retry check and the record, which allocates nothing. No page reference is held at any
+ * record will write are allocated with no spinlock held (npg_table_prepare, may sleep): the
+ * pages' own before the loop, a 2 MiB block's after hmm_range_fault() reported the block;
+ * the mmap lock is taken for read around hmm_range_fault() only; then region->lock (a
+ * spinlock) around the retry check and the record, which allocates nothing. No page reference is held at any
  * time: the frame numbers are valid until the next invalidation, which the versions report.
  */
 
@@ -126,14 +127,8 @@ static int npg_fault_chunk(struct npg_region *r, unsigned long start, unsigned l
 	unsigned long first = (start - r->start) >> NPG_PAGE_SHIFT;
 	int ret;
 
-	/* The table pages the record below may write: all of a 2 MiB block with `whole`. */
+	/* The table pages the record below writes for these pages. */
 	ret = npg_table_prepare(r, first, n);
-	if (!ret && whole && npg_block_inside(r, start)) {
-		unsigned long block = start & ~(NPG_HUGE_SIZE - 1);
-
-		ret = npg_table_prepare(r, (block - r->start) >> NPG_PAGE_SHIFT,
-					NPG_HUGE_SIZE >> NPG_PAGE_SHIFT);
-	}
 	if (ret)
 		return ret;
 	for (;;) {
@@ -151,6 +146,20 @@ static int npg_fault_chunk(struct npg_region *r, unsigned long start, unsigned l
 		}
 		if (ret)
 			return ret;
+		/*
+		 * With `whole` (n == 1), a page mapped by a 2 MiB block marks the whole block: its
+		 * table pages are allocated once the answer says so, not for every 4 KiB page. This
+		 * may sleep; an invalidation meanwhile is caught by the retry check below.
+		 */
+		if (whole && (pfns[0] & HMM_PFN_VALID) &&
+		    hmm_pfn_to_map_order(pfns[0]) >= NPG_HUGE_ORDER && npg_block_inside(r, start)) {
+			unsigned long block = start & ~(NPG_HUGE_SIZE - 1);
+
+			ret = npg_table_prepare(r, (block - r->start) >> NPG_PAGE_SHIFT,
+						NPG_HUGE_SIZE >> NPG_PAGE_SHIFT);
+			if (ret)
+				return ret;
+		}
 		spin_lock(&r->lock);
 		if (mmu_interval_read_retry(&r->notifier, range.notifier_seq)) {
 			spin_unlock(&r->lock);
