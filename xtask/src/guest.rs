@@ -3,8 +3,8 @@
 //! the kernel's module order, the shared libraries a host-built binary needs inside the guest,
 //! a newc initramfs, and one boot of `qemu-system-x86_64` (or, for kernel-test's arm64 guest,
 //! `qemu-system-aarch64`) with the serial console as the test protocol. Packages of another
-//! architecture come through a private apt state under `target/` ([`AptState`]), so the
-//! machine's own apt configuration is never changed.
+//! architecture or another Debian suite come through a private apt state under `target/`
+//! ([`AptState`]), so the machine's own apt configuration is never changed.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
@@ -107,24 +107,56 @@ pub fn fetch_packages(dir: &Path, wanted: &[Wanted]) -> Result<Vec<PathBuf>, Xta
     fetch_packages_from(dir, wanted, None)
 }
 
-/// An apt state of its own (package lists and cache under `root`) for one foreign
-/// architecture: `apt-get -o Dir::State::Lists=... -o APT::Architecture=arm64 ...` reads the
-/// machine's sources but keeps its lists apart, so nothing of the machine's apt or dpkg
-/// configuration changes (no `dpkg --add-architecture`).
+/// An apt state of its own (package lists and cache under `root`), for one foreign
+/// architecture or one other Debian suite, so that nothing of the machine's apt or dpkg
+/// configuration changes (no `dpkg --add-architecture`, no new entry in its sources):
+///
+/// - [`AptState::new`]: `apt-get -o Dir::State::Lists=... -o APT::Architecture=arm64 ...`
+///   reads the machine's sources and keeps its lists apart;
+/// - [`AptState::suite`]: a sources list of its own under `root` (`Dir::Etc::SourceList`,
+///   with an empty `Dir::Etc::SourceParts`), one suite of the Debian archive checked against
+///   debian-archive-keyring's keys, and only its package indices (`target=Packages`).
 pub struct AptState {
     root: PathBuf,
     arch: &'static str,
+    /// `Some(suite)` when the state has a sources list of its own.
+    suite: Option<&'static str>,
 }
 
+/// The Debian archive the private sources list of [`AptState::suite`] names.
+pub const DEBIAN_ARCHIVE: &str = "http://deb.debian.org/debian";
+
+/// The keyring (package debian-archive-keyring) that checks a suite's `InRelease`.
+pub const DEBIAN_KEYRING: &str = "/usr/share/keyrings/debian-archive-keyring.gpg";
+
 impl AptState {
-    /// The state under `root` for Debian architecture `arch`.
+    /// The state under `root` for Debian architecture `arch`, from the machine's sources.
     pub fn new(root: PathBuf, arch: &'static str) -> Self {
-        Self { root, arch }
+        Self {
+            root,
+            arch,
+            suite: None,
+        }
+    }
+
+    /// The state under `root` for `suite` (e.g. `trixie-backports`) of the Debian archive,
+    /// main only, architecture `arch`, from a sources list of its own.
+    pub fn suite(root: PathBuf, arch: &'static str, suite: &'static str) -> Self {
+        Self {
+            root,
+            arch,
+            suite: Some(suite),
+        }
+    }
+
+    /// The one-line sources list of a [`AptState::suite`] state.
+    fn sources_line(suite: &str) -> String {
+        format!("deb [target=Packages signed-by={DEBIAN_KEYRING}] {DEBIAN_ARCHIVE} {suite} main\n")
     }
 
     /// The `-o` options that select this state.
     pub fn options(&self) -> Vec<String> {
-        vec![
+        let mut o = vec![
             "-o".into(),
             format!("Dir::State::Lists={}", self.root.join("lists").display()),
             "-o".into(),
@@ -133,12 +165,49 @@ impl AptState {
             format!("APT::Architecture={}", self.arch),
             "-o".into(),
             format!("APT::Architectures::={}", self.arch),
-        ]
+        ];
+        if self.suite.is_some() {
+            let etc = self.root.join("etc");
+            for (key, path) in [
+                ("Dir::Etc::SourceList", etc.join("sources.list")),
+                ("Dir::Etc::SourceParts", etc.join("sources.list.d")),
+                ("Dir::Etc::Preferences", etc.join("preferences")),
+                ("Dir::Etc::PreferencesParts", etc.join("preferences.d")),
+            ] {
+                o.push("-o".into());
+                o.push(format!("{key}={}", path.display()));
+            }
+            o.extend(["-o".into(), "Acquire::Languages=none".into()]);
+        }
+        o
+    }
+
+    /// Writes a suite state's sources list (and its empty parts directories).
+    fn write_sources(&self) -> Result<(), XtaskError> {
+        let Some(suite) = self.suite else {
+            return Ok(());
+        };
+        let etc = self.root.join("etc");
+        for d in [etc.join("sources.list.d"), etc.join("preferences.d")] {
+            std::fs::create_dir_all(&d).map_err(|e| other(format!("{}: {e}", d.display())))?;
+        }
+        let list = etc.join("sources.list");
+        std::fs::write(&list, Self::sources_line(suite))
+            .map_err(|e| other(format!("{}: {e}", list.display())))
+    }
+
+    /// What the state is, for messages.
+    fn what(&self) -> String {
+        match self.suite {
+            Some(suite) => format!("{suite} {}", self.arch),
+            None => self.arch.to_string(),
+        }
     }
 
     /// `apt-get update` of this state, once per process, or when it has no lists yet.
     pub fn update(&self, force: bool) -> Result<(), XtaskError> {
-        static DONE: std::sync::Mutex<bool> = std::sync::Mutex::new(false);
+        // The states updated in this process, by root.
+        static DONE: std::sync::Mutex<BTreeSet<PathBuf>> = std::sync::Mutex::new(BTreeSet::new());
         let mut done = DONE.lock().unwrap_or_else(|p| p.into_inner());
         let lists = self.root.join("lists");
         let has_lists = std::fs::read_dir(&lists)
@@ -147,7 +216,7 @@ impl AptState {
                     .any(|e| e.file_name().to_string_lossy().contains("Packages"))
             })
             .unwrap_or(false);
-        if has_lists && (*done || !force) {
+        if has_lists && (done.contains(&self.root) || !force) {
             return Ok(());
         }
         for d in [
@@ -156,13 +225,14 @@ impl AptState {
         ] {
             std::fs::create_dir_all(&d).map_err(|e| other(format!("{}: {e}", d.display())))?;
         }
+        self.write_sources()?;
         println!(
             "xtask: apt-get update ({} lists in {})",
-            self.arch,
+            self.what(),
             self.root.display()
         );
         run_status(
-            &format!("apt-get update ({})", self.arch),
+            &format!("apt-get update ({})", self.what()),
             Command::new("apt-get")
                 .args(["-q", "-o", "Dpkg::Use-Pty=0"])
                 .args(self.options())
@@ -170,7 +240,7 @@ impl AptState {
                 .stdout(Stdio::null())
                 .env("DEBIAN_FRONTEND", "noninteractive"),
         )?;
-        *done = true;
+        done.insert(self.root.clone());
         Ok(())
     }
 
@@ -357,12 +427,64 @@ pub fn unpack(
 }
 
 pub fn kernel_version(kdir: &Path) -> Result<String, XtaskError> {
-    std::fs::read_dir(kdir.join("lib/modules"))
+    std::fs::read_dir(modules_root(kdir))
         .map_err(|e| other(format!("no kernel modules in {}: {e}", kdir.display())))?
         .filter_map(|e| e.ok())
         .map(|e| e.file_name().to_string_lossy().into_owned())
         .next()
         .ok_or_else(|| other("no kernel version directory"))
+}
+
+/// Where an unpacked kernel keeps its module directories: `usr/lib/modules` in packages
+/// built for a merged /usr (Debian 13 and later), else `lib/modules`.
+pub fn modules_root(kdir: &Path) -> PathBuf {
+    let merged = kdir.join("usr/lib/modules");
+    if merged.is_dir() {
+        merged
+    } else {
+        kdir.join("lib/modules")
+    }
+}
+
+/// A module's name from its file name (`rdma_rxe.ko` or, compressed, `rdma_rxe.ko.xz`),
+/// with `-` read as `_` as the kernel does.
+fn module_name(file: &str) -> Option<String> {
+    file.strip_suffix(".ko")
+        .or_else(|| file.strip_suffix(".ko.xz"))
+        .map(|n| n.replace('-', "_"))
+}
+
+/// The bytes of the module at `path`, decompressed with `xz -dc` when it is a `.ko.xz`
+/// (busybox's insmod in the guests loads plain ELF only).
+pub fn read_module(path: &Path) -> Result<Vec<u8>, XtaskError> {
+    if path.extension().is_none_or(|e| e != "xz") {
+        return read(path);
+    }
+    let out = Command::new("xz")
+        .arg("-dc")
+        .arg(path)
+        .output()
+        .map_err(|error| XtaskError::Spawn {
+            what: "xz -dc (package xz-utils)".into(),
+            error,
+        })?;
+    if !out.status.success() {
+        return Err(other(format!(
+            "xz -dc {}: {}",
+            path.display(),
+            String::from_utf8_lossy(&out.stderr).trim()
+        )));
+    }
+    Ok(out.stdout)
+}
+
+/// Where a module from [`module_order`] goes in a guest, relative to its module directory:
+/// its path without a compression suffix (the guest gets it decompressed).
+pub fn module_guest_path(rel: &Path) -> PathBuf {
+    match rel.extension() {
+        Some(e) if e == "xz" => rel.with_extension(""),
+        _ => rel.to_path_buf(),
+    }
 }
 
 /// The `depends=` list of a kernel module (the `.modinfo` ELF section). `None` for anything
@@ -414,7 +536,7 @@ fn module_depends(ko: &[u8]) -> Option<Vec<String>> {
 }
 
 /// The wanted modules and their dependencies, dependencies first (paths relative to the
-/// kernel's module directory).
+/// kernel's module directory; `.ko` or `.ko.xz`, which [`read_module`] reads alike).
 pub fn module_order(moddir: &Path, wanted: &[&str]) -> Result<Vec<PathBuf>, XtaskError> {
     let mut by_name: BTreeMap<String, PathBuf> = BTreeMap::new();
     let mut stack = vec![moddir.join("kernel")];
@@ -423,15 +545,8 @@ pub fn module_order(moddir: &Path, wanted: &[&str]) -> Result<Vec<PathBuf>, Xtas
             let p = e.map_err(|e| other(e.to_string()))?.path();
             if p.is_dir() {
                 stack.push(p);
-            } else if let Some(n) = p
-                .file_name()
-                .and_then(|n| n.to_str())
-                .and_then(|n| n.strip_suffix(".ko"))
-            {
-                by_name.insert(
-                    n.replace('-', "_"),
-                    p.strip_prefix(moddir).unwrap_or(&p).to_path_buf(),
-                );
+            } else if let Some(n) = p.file_name().and_then(|n| n.to_str()).and_then(module_name) {
+                by_name.insert(n, p.strip_prefix(moddir).unwrap_or(&p).to_path_buf());
             }
         }
     }
@@ -439,12 +554,7 @@ pub fn module_order(moddir: &Path, wanted: &[&str]) -> Result<Vec<PathBuf>, Xtas
     let builtin: BTreeSet<String> = std::fs::read_to_string(moddir.join("modules.builtin"))
         .unwrap_or_default()
         .lines()
-        .filter_map(|l| {
-            Path::new(l.trim())
-                .file_stem()?
-                .to_str()
-                .map(|n| n.replace('-', "_"))
-        })
+        .filter_map(|l| module_name(Path::new(l.trim()).file_name()?.to_str()?))
         .collect();
     let mut order: Vec<PathBuf> = Vec::new();
     fn visit(
@@ -466,7 +576,7 @@ pub fn module_order(moddir: &Path, wanted: &[&str]) -> Result<Vec<PathBuf>, Xtas
         if order.contains(rel) || depth > 32 {
             return Ok(());
         }
-        let bytes = std::fs::read(moddir.join(rel)).map_err(|e| other(e.to_string()))?;
+        let bytes = read_module(&moddir.join(rel))?;
         let deps = module_depends(&bytes)
             .ok_or_else(|| other(format!("{}: not a kernel module", rel.display())))?;
         for d in deps {
@@ -906,6 +1016,68 @@ mod tests {
             assert!(err.contains("neither in"), "{wanted}: {err}");
         }
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn compressed_modules_are_found_read_and_named_without_their_suffix() {
+        let dir = std::env::temp_dir().join(format!("nprdma-xtask-modxz-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("kernel/sw")).unwrap();
+        let core = dir.join("kernel/ib_core.ko");
+        std::fs::write(&core, module_with_depends("")).unwrap();
+        let rxe = dir.join("kernel/sw/rdma_rxe.ko");
+        std::fs::write(&rxe, module_with_depends("ib_core")).unwrap();
+        for f in [&core, &rxe] {
+            let st = std::process::Command::new("xz").arg(f).status().unwrap();
+            assert!(st.success());
+        }
+        let order = module_order(&dir, &["rdma-rxe"]).unwrap();
+        assert_eq!(
+            order,
+            [
+                PathBuf::from("kernel/ib_core.ko.xz"),
+                PathBuf::from("kernel/sw/rdma_rxe.ko.xz")
+            ]
+        );
+        assert_eq!(
+            read_module(&dir.join(&order[1])).unwrap(),
+            module_with_depends("ib_core")
+        );
+        assert_eq!(
+            module_guest_path(&order[1]),
+            PathBuf::from("kernel/sw/rdma_rxe.ko")
+        );
+        assert_eq!(
+            module_guest_path(Path::new("kernel/dummy.ko")),
+            PathBuf::from("kernel/dummy.ko")
+        );
+        // A file that only claims to be xz is an error, not a module.
+        std::fs::write(dir.join("kernel/bad.ko.xz"), b"not xz").unwrap();
+        assert!(module_order(&dir, &["bad"]).is_err());
+        // Merged /usr: the module directories are under usr/lib/modules.
+        std::fs::create_dir_all(dir.join("usr/lib/modules/7.3.4")).unwrap();
+        assert_eq!(kernel_version(&dir).unwrap(), "7.3.4");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_suite_state_has_a_sources_list_of_its_own() {
+        let root = PathBuf::from("/x/apt");
+        let o = AptState::suite(root.clone(), "amd64", "trixie-backports").options();
+        let has = |s: &str| o.iter().any(|x| x == s);
+        assert!(has("Dir::Etc::SourceList=/x/apt/etc/sources.list"));
+        assert!(has("Dir::Etc::SourceParts=/x/apt/etc/sources.list.d"));
+        assert!(has("Dir::State::Lists=/x/apt/lists"));
+        assert!(has("APT::Architecture=amd64"));
+        assert_eq!(
+            AptState::sources_line("trixie-backports"),
+            format!(
+                "deb [target=Packages signed-by={DEBIAN_KEYRING}] {DEBIAN_ARCHIVE} trixie-backports main\n"
+            )
+        );
+        // The foreign-architecture state reads the machine's sources.
+        let foreign = AptState::new(root, "arm64").options();
+        assert!(!foreign.iter().any(|x| x.starts_with("Dir::Etc::")));
     }
 
     #[test]

@@ -29,6 +29,7 @@ mod kernel_test_arm64;
 mod layers;
 mod rxe;
 mod rxe_clients;
+mod rxe_odp;
 mod setup;
 mod synth;
 mod test;
@@ -53,7 +54,7 @@ commands:
                               be the one that ran (default: the last `cargo xtask firmware` build)
   rxe-test [--iters <n>] [--cmp-iters <n>] [--stress-ops <n>] [--rounds <n>] [--bw-rounds <n>]
            [--smp <n>] [--compare-only] [--clients-only] [--clients-full] [--client <name>] [--no-pin] [--cmp-flags <perftest flags>]
-           [--candidate <libnprdma.so>] [--boots <n>]
+           [--candidate <libnprdma.so>] [--boots <n>] [--odp-anchor | --odp-only]
                               libnprdma.so on Soft-RoCE in a Debian guest (qemu-system-x86_64):
                               unmodified perftest, the stress program, with/without ratios
                               (--compare-only: just the alternating with/without comparison;
@@ -64,7 +65,10 @@ commands:
                               mode of it (write_bw_rc_lib);
                               --candidate: also a second build of the library, in the same
                               rounds, compared run by run with this one;
-                              --boots: boot n times and pool the latency ratios)
+                              --boots: boot n times and pool the latency ratios;
+                              --odp-anchor: also boot Debian's trixie-backports kernel and
+                              measure pinned registration, ODP and the library side by side;
+                              --odp-only: only that boot)
   kernel-test [--arch x86_64|arm64|all] [--soak <transfers>] [--timeout <seconds>]
                               build nprdma.ko against Debian's headers and test it in Debian
                               guests (qemu-system-x86_64, -smp 2): handshake, registration
@@ -195,6 +199,8 @@ fn run(args: &[String]) -> Result<(), XtaskError> {
             if let Some(n) = opts.value_u64("--boots")? {
                 o.boots = n.clamp(1, 50);
             }
+            o.odp_anchor = opts.flag("--odp-anchor");
+            o.odp_only = opts.flag("--odp-only");
             opts.finish()?;
             o.validate()?;
             rxe::run(&o)

@@ -15,6 +15,11 @@
 //!
 //! The guest prints `NPRDMA-RXE: PASS|FAIL <name> ...` per test and `NPRDMA-METRIC <name>
 //! <value>` per measurement; the host turns them into the exit status and the ratio report.
+//!
+//! With `--odp-anchor` (or only it, `--odp-only`) a second guest boots a newer Debian kernel
+//! whose rxe has on-demand paging and measures pinned registration, ODP and the library side
+//! by side ([`crate::rxe_odp`]). It is not part of `cargo xtask test`: under TCG on the
+//! build machines it takes three to four minutes, beyond what the CI budget leaves.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -316,6 +321,11 @@ pub struct Options {
     /// boots are also pooled (see [`pooled_ratio`]): the ratio wanders between boots by more
     /// than one boot's interval, so a goal is shown only across several.
     pub boots: u64,
+    /// Also boot the second kernel and measure pinned registration, ODP and the library side
+    /// by side ([`crate::rxe_odp`]).
+    pub odp_anchor: bool,
+    /// Only that second boot.
+    pub odp_only: bool,
 }
 
 /// Most comparison rounds one boot runs (about 10 s each under TCG: over a day).
@@ -388,6 +398,8 @@ impl Default for Options {
             pin: true,
             candidate: None,
             boots: 1,
+            odp_anchor: false,
+            odp_only: false,
         }
     }
 }
@@ -396,18 +408,17 @@ fn cache_dir() -> PathBuf {
     workspace_root().join("target").join("rxe")
 }
 
-/// Builds connectx in release mode and returns where cargo put `libnprdma.so` and
-/// `nprdma-verbs-stress`, as its build messages say (so `CARGO_TARGET_DIR` or a configured
-/// target directory is honoured, and a stale copy elsewhere is never booted).
-fn build_connectx() -> Result<(PathBuf, PathBuf), XtaskError> {
+/// Builds connectx in release mode and returns where cargo put `libnprdma.so`,
+/// `nprdma-verbs-stress` and `nprdma-odp-anchor`, as its build messages say (so
+/// `CARGO_TARGET_DIR` or a configured target directory is honoured, and a stale copy elsewhere
+/// is never booted).
+fn build_connectx() -> Result<[PathBuf; 3], XtaskError> {
     let built = cargo_artifacts(
         &["--release", "-p", "connectx"],
-        &["libnprdma.so", "nprdma-verbs-stress"],
+        &["libnprdma.so", "nprdma-verbs-stress", "nprdma-odp-anchor"],
     )?;
-    match <[PathBuf; 2]>::try_from(built) {
-        Ok([lib, stress]) => Ok((lib, stress)),
-        Err(_) => Err(other("cargo reported the wrong number of artifacts")),
-    }
+    <[PathBuf; 3]>::try_from(built)
+        .map_err(|_| other("cargo reported the wrong number of artifacts"))
 }
 
 /// Downloads the guest packages and the kernel `linux-image-amd64` depends on (cached in
@@ -481,14 +492,55 @@ pub fn run(opts: &Options) -> Result<(), XtaskError> {
     require_tool("dpkg-deb", "dpkg")?;
     require_tool("ldd", "libc-bin")?;
 
-    section("rxe: build libnprdma.so and nprdma-verbs-stress (release)");
-    let (lib, stress) = build_connectx()?;
+    section("rxe: build libnprdma.so, nprdma-verbs-stress and nprdma-odp-anchor (release)");
+    let [lib, stress, anchor] = build_connectx()?;
 
     section("rxe: Debian packages for the guest (cached in target/rxe)");
     let cache = cache_dir();
     let debs = fetch_packages(&cache)?;
     let (stage, kdir) = unpack(&cache, &debs)?;
-    let kver = kernel_version(&kdir)?;
+    let accel = pick_accel();
+    let main = if opts.odp_only {
+        Ok(())
+    } else {
+        main_boots(
+            opts,
+            &qemu,
+            (&stage, &kdir),
+            (&lib, &stress),
+            accel,
+            started,
+        )
+    };
+    if !(opts.odp_anchor || opts.odp_only) {
+        return main;
+    }
+    let odp = crate::rxe_odp::run(&crate::rxe_odp::Inputs {
+        qemu: &qemu,
+        stage: &stage,
+        lib: &lib,
+        anchor: &anchor,
+        accel,
+    });
+    match (main, odp) {
+        (Ok(()), Ok(())) => Ok(()),
+        (Err(e), Ok(())) | (Ok(()), Err(e)) => Err(e),
+        (Err(a), Err(b)) => Err(XtaskError::Checks(vec![a.to_string(), b.to_string()])),
+    }
+}
+
+/// The main guest's boots (Debian 12's kernel): the functional tests, the stress program, the
+/// real clients and the with/without comparison.
+fn main_boots(
+    opts: &Options,
+    qemu: &Path,
+    (stage, kdir): (&Path, &Path),
+    (lib, stress): (&Path, &Path),
+    accel: &str,
+    started: Instant,
+) -> Result<(), XtaskError> {
+    let cache = cache_dir();
+    let kver = kernel_version(kdir)?;
     let vmlinuz = kdir.join("boot").join(format!("vmlinuz-{kver}"));
     let initrd = cache.join("initramfs.cpio");
     if let Some(c) = &opts.candidate
@@ -500,12 +552,12 @@ pub fn run(opts: &Options) -> Result<(), XtaskError> {
         )));
     }
     build_initramfs(
-        &stage,
-        &kdir,
+        stage,
+        kdir,
         &kver,
-        &lib,
+        lib,
         opts.candidate.as_deref(),
-        &stress,
+        stress,
         &initrd,
     )?;
     println!(
@@ -517,7 +569,6 @@ pub fn run(opts: &Options) -> Result<(), XtaskError> {
     );
 
     section("rxe: boot and test (qemu-system-x86_64)");
-    let accel = pick_accel();
     let boots = opts.boots.max(1);
     let mut failed = Vec::new();
     let mut boot_ratios = Vec::new();
@@ -528,7 +579,7 @@ pub fn run(opts: &Options) -> Result<(), XtaskError> {
             println!("\nxtask: boot {boot} of {boots}");
             cache.join(format!("last-run-{boot}.log"))
         };
-        let lines = match run_vm(&qemu, &vmlinuz, &initrd, accel, opts, &log) {
+        let lines = match run_vm(qemu, &vmlinuz, &initrd, accel, opts, &log) {
             Ok(lines) => lines,
             Err(e) if boots == 1 => return Err(e),
             // One failed boot of several: the others still count and are pooled.
@@ -622,6 +673,43 @@ fn build_initramfs(
     out: &Path,
 ) -> Result<(), XtaskError> {
     let mut cpio = Cpio::new();
+    let mut elfs = add_userspace(
+        &mut cpio,
+        stage,
+        &[GUEST_BINARIES, crate::rxe_clients::CLIENT_BINARIES],
+    )?;
+    cpio.file("opt/nprdma/libnprdma.so", 0o755, &read(lib)?);
+    // Everything copied in also brings the shared libraries it needs (library_closure).
+    if let Some(c) = candidate {
+        cpio.file("opt/nprdma/libnprdma-candidate.so", 0o755, &read(c)?);
+        elfs.push(c.to_path_buf());
+    }
+    cpio.file("opt/nprdma/nprdma-verbs-stress", 0o755, &read(stress)?);
+    if let Some(bench) = std::env::var_os("NPRDMA_RXE_BENCH") {
+        cpio.file("opt/nprdma/bench", 0o755, &read(Path::new(&bench))?);
+        elfs.push(PathBuf::from(bench));
+    }
+    elfs.push(lib.to_path_buf());
+    elfs.push(stress.to_path_buf());
+    add_libraries(&mut cpio, stage, &elfs)?;
+    add_modules(&mut cpio, kdir, kver, GUEST_MODULES)?;
+    cpio.file("init", 0o755, GUEST_INIT.as_bytes());
+    cpio.file(
+        "opt/nprdma/clients.sh",
+        0o644,
+        crate::rxe_clients::CLIENTS_SCRIPT.as_bytes(),
+    );
+    std::fs::write(out, cpio.finish()).map_err(|e| other(format!("{}: {e}", out.display())))
+}
+
+/// Adds the guest's directories, the `binaries` (paths in the unpacked packages and in the
+/// guest) and the rxe provider with its driver file to `cpio`; returns the ELF files whose
+/// shared libraries the guest needs (for [`add_libraries`]).
+pub(crate) fn add_userspace(
+    cpio: &mut Cpio,
+    stage: &Path,
+    binaries: &[&[(&str, &str)]],
+) -> Result<Vec<PathBuf>, XtaskError> {
     for d in [
         "proc",
         "sys",
@@ -635,10 +723,7 @@ fn build_initramfs(
         cpio.dir(d);
     }
     let mut elfs: Vec<PathBuf> = Vec::new();
-    for (src, dest) in GUEST_BINARIES
-        .iter()
-        .chain(crate::rxe_clients::CLIENT_BINARIES)
-    {
+    for (src, dest) in binaries.iter().flat_map(|b| b.iter()) {
         let p = stage.join(src);
         cpio.file(dest, 0o755, &read(&p)?);
         if !src.ends_with("busybox") {
@@ -657,20 +742,17 @@ fn build_initramfs(
         &read(&stage.join("etc/libibverbs.d/rxe.driver"))?,
     );
     elfs.push(provider);
-    cpio.file("opt/nprdma/libnprdma.so", 0o755, &read(lib)?);
-    // Everything copied in also brings the shared libraries it needs (library_closure).
-    if let Some(c) = candidate {
-        cpio.file("opt/nprdma/libnprdma-candidate.so", 0o755, &read(c)?);
-        elfs.push(c.to_path_buf());
-    }
-    cpio.file("opt/nprdma/nprdma-verbs-stress", 0o755, &read(stress)?);
-    if let Some(bench) = std::env::var_os("NPRDMA_RXE_BENCH") {
-        cpio.file("opt/nprdma/bench", 0o755, &read(Path::new(&bench))?);
-        elfs.push(PathBuf::from(bench));
-    }
-    elfs.push(lib.to_path_buf());
-    elfs.push(stress.to_path_buf());
-    for (src, guest) in library_closure(stage, &elfs)? {
+    Ok(elfs)
+}
+
+/// Adds the shared libraries `elfs` need, from the unpacked packages (the loader also at its
+/// multiarch path).
+pub(crate) fn add_libraries(
+    cpio: &mut Cpio,
+    stage: &Path,
+    elfs: &[PathBuf],
+) -> Result<(), XtaskError> {
+    for (src, guest) in library_closure(stage, elfs)? {
         cpio.file(&guest, 0o755, &read(&src)?);
         if guest == "/lib64/ld-linux-x86-64.so.2" {
             cpio.file(
@@ -680,22 +762,29 @@ fn build_initramfs(
             );
         }
     }
-    let moddir = kdir.join("lib/modules").join(kver);
-    let order = module_order(&moddir, GUEST_MODULES)?;
+    Ok(())
+}
+
+/// Adds the `wanted` kernel modules of the kernel unpacked in `kdir` and their dependencies
+/// (decompressed, under `lib/modules/<kver>/`), and `etc/modules.order`: the order in which
+/// the guest's /init loads them, dependencies first.
+pub(crate) fn add_modules(
+    cpio: &mut Cpio,
+    kdir: &Path,
+    kver: &str,
+    wanted: &[&str],
+) -> Result<(), XtaskError> {
+    let moddir = guest::modules_root(kdir).join(kver);
+    let order = module_order(&moddir, wanted)?;
     let mut list = String::new();
     for rel in &order {
-        let guest = format!("lib/modules/{kver}/{}", rel.display());
-        cpio.file(&guest, 0o644, &read(&moddir.join(rel))?);
-        list.push_str(&format!("{}\n", rel.display()));
+        let plain = guest::module_guest_path(rel);
+        let guest = format!("lib/modules/{kver}/{}", plain.display());
+        cpio.file(&guest, 0o644, &guest::read_module(&moddir.join(rel))?);
+        list.push_str(&format!("{}\n", plain.display()));
     }
     cpio.file("etc/modules.order", 0o644, list.as_bytes());
-    cpio.file("init", 0o755, GUEST_INIT.as_bytes());
-    cpio.file(
-        "opt/nprdma/clients.sh",
-        0o644,
-        crate::rxe_clients::CLIENTS_SCRIPT.as_bytes(),
-    );
-    std::fs::write(out, cpio.finish()).map_err(|e| other(format!("{}: {e}", out.display())))
+    Ok(())
 }
 
 fn median(mut v: Vec<f64>) -> Option<f64> {

@@ -91,6 +91,14 @@ pub const ALL_PACKAGES: &[Package] = &[
         why: "synthesizes NPE's RTL for the ZynqMP (`cargo xtask synth`, synth_xilinx -family xcup)",
     },
     Package {
+        name: "xz-utils",
+        why: "xz -dc: rxe-test's second guest kernel (trixie-backports) ships its modules as .ko.xz, and busybox insmod loads plain ones",
+    },
+    Package {
+        name: "debian-archive-keyring",
+        why: "the archive keys that check the trixie-backports lists of rxe-test's private apt state (target/rxe-odp/apt)",
+    },
+    Package {
         name: "libibverbs1",
         why: "libibverbs.so.1, which libnprdma.so links against",
     },
