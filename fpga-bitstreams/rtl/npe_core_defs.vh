@@ -156,20 +156,25 @@ wire [21:0] d_peer = dw2[21:0];
 wire [15:0] d_pdid = dw2[37:22];
 wire [7:0]  d_msg_len = dw2[45:38];
 
-function msg_tail_zero;
-    input [511:0] m;
+// A byte of the inline message at or past MSG_LEN is not zero (§4.1). Checked as the
+// message's beats (4..7) arrive, against MSG_LEN of beat 1, which is already in `desc`: one
+// 16-byte check per beat instead of one over all 64 bytes.
+function beat_tail_nz;
+    input [127:0] d;
+    input [1:0] w;          // message word: bytes w*16 ..
     input [7:0] n;
     integer b;
     begin
-        msg_tail_zero = 1'b1;
-        for (b = 0; b < 64; b = b + 1)
-            if (b >= n && m[b*8 +: 8] != 8'd0) msg_tail_zero = 1'b0;
+        beat_tail_nz = 1'b0;
+        for (b = 0; b < 16; b = b + 1)
+            if ({2'd0, w, b[3:0]} >= n && d[b*8 +: 8] != 8'd0) beat_tail_nz = 1'b1;
     end
 endfunction
+reg         msg_nz;                     // set by beat_tail_nz while the descriptor arrives
 
 wire d_res = dw0[15:9] != 7'd0 || dw0[31:30] != 2'd0 || dw2[63:46] != 18'd0 ||
              desc[511:320] != 192'd0 || dw1[63:49] != 15'd0 || dw3[63:49] != 15'd0 ||
-             d_msg_len > 8'd64 || !msg_tail_zero(desc[1023:512], d_msg_len);
+             d_msg_len > 8'd64 || msg_nz;
 wire d_block = d_op == 8'd1 && d_len != 32'd0 && d_len <= 32'd4096 && d_msg_len >= 8'd16;
 wire d_msg = d_op == 8'd2 && d_len == 32'd0 && dw1 == 64'd0 && dw3 == 64'd0 &&
              d_msg_len >= 8'd16;
@@ -210,6 +215,21 @@ wire [8:0]  burst_beats = (left_beats < page_beats ? left_beats : page_beats) > 
 wire [63:0] burst_end = blk_addr + {51'd0, burst_beats, 4'd0};
 wire [3:0]  blk_off = blk_va[3:0];
 
+// Word `i` of a 4-word (512-bit) message: a 4:1 multiplexer written as one (a part-select
+// at a variable offset becomes a shifter over the whole vector).
+function [127:0] word4;
+    input [511:0] m;
+    input [1:0] i;
+    begin
+        case (i)
+            2'd0: word4 = m[127:0];
+            2'd1: word4 = m[255:128];
+            2'd2: word4 = m[383:256];
+            default: word4 = m[511:384];
+        endcase
+    end
+endfunction
+
 // Realignment: bytes of a 32-byte window {hi, lo} starting at byte `o`.
 function [127:0] take16;
     input [255:0] w;
@@ -235,24 +255,27 @@ function [15:0] strobes;
     end
 endfunction
 
-// Channel picker: the first channel from rr with work (§4).
+// Channel picker: the first channel from rr with work (§4). Whether a channel has work is
+// computed once per channel (ch_work); only those bits are rotated by rr, so the per-channel
+// registers are not multiplexed by the rotating index.
+reg [CHANNELS-1:0] ch_work;
 reg         pick_any;
 reg [CW-1:0] pick_ch;
 integer     pi;
 reg [CW-1:0] pc;
-reg         pwork;
 always @(*) begin
+    for (pi = 0; pi < CHANNELS; pi = pi + 1)
+        ch_work[pi] = ch_en[pi] && (
+            (cqp[pi] && !cq_err[pi]) ||
+            (fw[pi] && resume[pi] != 2'd0 && !sq_err[pi]) ||
+            (!fw[pi] && !cqp[pi] && !sq_err[pi] && sq_tail[pi] != sq_head[pi] &&
+             {1'b0, cq_tail[pi] - cq_head[pi]} < ring_size(cq_log2[pi]) &&
+             !(txwait[pi][0] && txd_busy) && !(txwait[pi][1] && txc_busy)));
     pick_any = 1'b0;
     pick_ch = {CW{1'b0}};
     for (pi = 0; pi < CHANNELS; pi = pi + 1) begin
         pc = rr + pi[CW-1:0];
-        pwork = ch_en[pc] && (
-            (cqp[pc] && !cq_err[pc]) ||
-            (fw[pc] && resume[pc] != 2'd0 && !sq_err[pc]) ||
-            (!fw[pc] && !cqp[pc] && !sq_err[pc] && sq_tail[pc] != sq_head[pc] &&
-             {1'b0, cq_tail[pc] - cq_head[pc]} < ring_size(cq_log2[pc]) &&
-             !(txwait[pc][0] && txd_busy) && !(txwait[pc][1] && txc_busy)));
-        if (pwork && !pick_any) begin
+        if (ch_work[pc] && !pick_any) begin
             pick_any = 1'b1;
             pick_ch = pc;
         end

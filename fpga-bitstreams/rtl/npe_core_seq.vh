@@ -5,6 +5,7 @@
 reg [511:0] cmsg;                       // message of the control transmitter
 reg [63:12] burst_addr;
 reg [63:0]  burst_end_r;
+integer     wk;                         // word of a multi-word register (loop index)
 
 wire        do_soft = sr_req && st == S_IDLE;
 wire [15:0] wr_a = {wr_addr, 3'b000};
@@ -19,7 +20,7 @@ assign enable_out = enable;
 
 // The control transmitter reads its message like a RAM (data one clock after the address).
 always @(posedge clk) begin
-    if (txc_rd_en) txc_rd_data <= cmsg[txc_rd_addr*128 +: 128];
+    if (txc_rd_en) txc_rd_data <= word4(cmsg, txc_rd_addr);
 end
 
 task automatic reset_all;
@@ -48,7 +49,7 @@ task automatic reset_all;
             cqp_cookie[n] <= 64'd0; cqp_fault[n] <= 64'd0;
         end
         st <= S_IDLE; ret <= S_IDLE; purp <= P_SQ; cur <= {CW{1'b0}}; rr <= {CW{1'b0}};
-        rq_from_data <= 1'b0; desc <= 1024'd0; wqe <= 256'd0; mop_err <= 1'b0;
+        rq_from_data <= 1'b0; desc <= 1024'd0; msg_nz <= 1'b0; wqe <= 256'd0; mop_err <= 1'b0;
         mop_resp <= 2'd0; beat <= 5'd0; nbeats <= 5'd0; gbeat <= 9'd0; prev <= 128'd0;
         done_bytes <= 32'd0; wait_cnt <= 11'd0; fin_fault <= 64'd0; fin_status <= 8'd0;
         fin_bytes <= 32'd0; resuming <= 1'b0; cmsg <= 512'd0; burst_addr <= 52'd0;
@@ -154,7 +155,10 @@ wire [63:0] rq_w0 = {rq_from_data ? {19'd0, rxd_len} : 32'd0, 16'd0,
 wire [63:0] rq_w1 = rq_from_data ? {12'd0, rxd_tid, rxd_pdid, rxd_src}
                                  : {12'd0, rxc_tid, rxc_pdid, rxc_src};
 wire [63:0] rq_w2 = {56'd0, rq_from_data ? rxd_msg_len : rxc_msg_len};
-wire [511:0] rq_msg = rq_from_data ? rxd_msg : rxc_msg;
+// The message word of beat 4..7 of an RQ entry: each receiver's word is picked first (two
+// 4:1 muxes), then the receiver (one 2:1 mux), not a 512-bit 2:1 mux before a 4:1.
+wire [127:0] rq_msg_word = rq_from_data ? word4(rxd_msg, beat[1:0])
+                                        : word4(rxc_msg, beat[1:0]);
 // The one realigning shifter: source beats into the transmit buffer (M_R, S_SRC_TAIL),
 // slot words onto the write data (M_WLOAD: shifted the other way).
 wire        sh_commit = st == M_WLOAD;
@@ -396,7 +400,7 @@ always @(posedge clk) begin
             S_MSG_COPY: begin
                 tb_we <= 1'b1;
                 tb_waddr <= {7'd0, beat[1:0]};
-                tb_wdata <= desc[512 + beat[1:0]*128 +: 128];
+                tb_wdata <= word4(desc[1023:512], beat[1:0]);
                 beat <= beat + 5'd1;
                 if (beat == 5'd3) st <= S_SEND;
             end
@@ -537,8 +541,20 @@ always @(posedge clk) begin
                         mop_resp <= m_rresp;
                     end
                     case (purp)
-                        P_SQ: desc[beat[2:0]*128 +: 128] <= m_rdata;
-                        P_WQ: wqe[beat[0]*128 +: 128] <= m_rdata;
+                        P_SQ: begin
+                            // one word per beat: a constant part-select per word, so
+                            // each flip-flop loads m_rdata under its word's enable (no
+                            // 1024-bit shifter for a variable offset)
+                            for (wk = 0; wk < 8; wk = wk + 1)
+                                if (beat[2:0] == wk[2:0]) desc[wk*128 +: 128] <= m_rdata;
+                            if (beat[2:0] == 3'd0) msg_nz <= 1'b0;
+                            else if (beat[2] && beat_tail_nz(m_rdata, beat[1:0], d_msg_len))
+                                msg_nz <= 1'b1;
+                        end
+                        P_WQ: begin
+                            if (beat[0]) wqe[255:128] <= m_rdata;
+                            else wqe[127:0] <= m_rdata;
+                        end
                         default: begin // P_SRC: realign into the transmit buffer
                             if (gbeat != 9'd0) begin
                                 tb_we <= 1'b1;
@@ -580,7 +596,7 @@ always @(posedge clk) begin
                             3'd0: m_wdata <= {rq_w1, rq_w0};
                             3'd1: m_wdata <= {64'd0, rq_w2};
                             3'd2, 3'd3: m_wdata <= 128'd0;
-                            default: m_wdata <= rq_msg[(beat[1:0])*128 +: 128];
+                            default: m_wdata <= rq_msg_word;
                         endcase
                     end
                     default: begin // P_COMMIT

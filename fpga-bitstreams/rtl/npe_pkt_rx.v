@@ -38,7 +38,6 @@ module npe_pkt_rx #(
     output reg                      crc_drop,
     output reg                      held
 );
-`include "npe_crc32c.vh"
 
     localparam NS = 1 << SLOTS_LOG2;
     localparam R_HDR = 2'd0, R_PAY = 2'd1, R_FTR = 2'd2, R_SKIP = 2'd3;
@@ -55,6 +54,7 @@ module npe_pkt_rx #(
     reg [31:0]  crc;
     reg [15:0]  pdid;
     reg [7:0]   msg_len;
+    integer     wk;        // word of p_msg (loop index)
 
     function [SLOTS_LOG2:0] lowest_free;   // {found, index}
         input [NS-1:0] f;
@@ -73,7 +73,10 @@ module npe_pkt_rx #(
     wire        h_ok = h_flits != 5'd0 && h_flits <= 5'd16 &&
                        h_flits == h_bytes[8:4] + {4'd0, |h_bytes[3:0]};
     // One CRC tree: a header starts a packet's CRC, payload flits continue it.
-    wire [31:0] crc_next = crc32c_flit(st == R_HDR ? 32'hFFFF_FFFF : crc, s_tdata);
+    wire [31:0] crc_next;
+    npe_crc32c u_crc (
+        .crc_in(st == R_HDR ? 32'hFFFF_FFFF : crc), .flit(s_tdata), .crc_out(crc_next)
+    );
     // Message bytes at or past MSG_LEN are delivered as zero (the RQ entry's message area).
     function [127:0] mask16;
         input [127:0] d;
@@ -161,8 +164,11 @@ module npe_pkt_rx #(
                         fidx <= fidx + 1'b1;
                         pk_cnt <= pk_cnt + 1'b1;
                         if (fidx < 9'd4) begin
-                            p_msg[fidx[1:0]*128 +: 128] <=
-                                mask16(s_tdata, {3'd0, fidx[1:0], 4'd0}, msg_len);
+                            // a constant part-select per word: no 512-bit shifter
+                            for (wk = 0; wk < 4; wk = wk + 1)
+                                if (fidx[1:0] == wk[1:0])
+                                    p_msg[wk*128 +: 128] <=
+                                        mask16(s_tdata, {3'd0, fidx[1:0], 4'd0}, msg_len);
                         end else if (DATA != 0 && fidx < 9'd260) begin
                             slot_we <= 1'b1;
                             slot_waddr <= {slot, fidx[7:0] - 8'd4};

@@ -31,7 +31,6 @@ module npe_pkt_tx #(
     output reg           m_tlast,
     input  wire          m_tready
 );
-`include "npe_crc32c.vh"
 
     localparam T_IDLE = 3'd0, T_HDR = 3'd1, T_FETCH = 3'd2, T_WAIT = 3'd3, T_DATA = 3'd4,
                T_PAY = 3'd5, T_FTR = 3'd6;
@@ -71,8 +70,11 @@ module npe_pkt_tx #(
     wire [127:0] hdr = {7'd0, msg_len, dst_va, 6'd0, pkt_bytes, pkt_flits, vc, ptype, pdid, dst};
     wire [127:0] masked = mask_tail(flit, pkt_left);
     // One CRC tree: the header starts a packet's CRC, each payload flit continues it.
-    wire [31:0]  crc_upd = crc32c_flit(st == T_HDR ? 32'hFFFF_FFFF : crc,
-                                       st == T_HDR ? hdr : masked);
+    wire [31:0]  crc_upd;
+    npe_crc32c u_crc (
+        .crc_in(st == T_HDR ? 32'hFFFF_FFFF : crc), .flit(st == T_HDR ? hdr : masked),
+        .crc_out(crc_upd)
+    );
     wire [31:0]  crc_out = ~crc;
     wire         last_pkt = (left == 13'd0);
     wire [127:0] ftr = {32'd0, crc_out, 12'd0, 10'd0, pkt_idx, last_pkt, first, src, tid};

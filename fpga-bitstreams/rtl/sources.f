@@ -4,3 +4,4 @@ npe_core.v
 npe_pkt_tx.v
 npe_pkt_rx.v
 npe_ram.v
+npe_crc32c.v
