@@ -113,16 +113,16 @@ function [32:0] ring_size;
     end
 endfunction
 
-// Entry address of a ring: {overflow, address}.
+// Entry address of a ring: {overflow, address}; entries of 128 bytes (`big`) or 32.
 function [64:0] ring_addr;
     input [63:0] base;
     input [4:0] l;
     input [31:0] index;
-    input [7:0] entry;
+    input big;
     reg [31:0] slot;
     begin
         slot = index & ~(32'hFFFF_FFFF << l);
-        ring_addr = {1'b0, base} + ({33'd0, slot} * {57'd0, entry});
+        ring_addr = {1'b0, base} + (big ? {26'd0, slot, 7'd0} : {28'd0, slot, 5'd0});
     end
 endfunction
 
@@ -202,11 +202,10 @@ wire        w_slot_ok = w_slot < NS && slot_full[w_slot[SLOTS_LOG2-1:0]] &&
 wire [63:0] blk_va = (purp == P_COMMIT) ? ww1 : dw1;
 wire [31:0] blk_len = (purp == P_COMMIT) ? w_len : d_len;
 wire [63:0] blk_end = blk_va + {32'd0, blk_len};
-wire [59:0] blk_beats60 = blk_end[63:4] + {59'd0, |blk_end[3:0]} - blk_va[63:4];
-wire [8:0]  blk_beats = blk_beats60[8:0];
-/* verilator lint_off UNUSEDSIGNAL */
-wire [50:0] blk_beats_hi = blk_beats60[59:9];   // zero: a block is at most 257 beats
-/* verilator lint_on UNUSEDSIGNAL */
+// Beats of the block (at most 257): ceil(end / 16) - floor(va / 16) modulo 512, which only
+// depends on the low 13 bits of va and length (13-bit adders, not 64-bit ones).
+wire [12:0] blk_end13 = blk_va[12:0] + blk_len[12:0];
+wire [8:0]  blk_beats = blk_end13[12:4] + {8'd0, |blk_end13[3:0]} - blk_va[12:4];
 wire [63:0] blk_addr = {blk_va[63:4], 4'd0} + {51'd0, gbeat, 4'd0};
 wire [8:0]  page_beats = 9'd256 - {1'b0, blk_addr[11:4]};
 wire [8:0]  left_beats = blk_beats - gbeat;

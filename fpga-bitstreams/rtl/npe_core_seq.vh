@@ -169,6 +169,34 @@ wire [63:0] src_fault = ({burst_addr, 12'd0} < dw1) ? dw1 : {burst_addr, 12'd0};
 // Bytes of the commit written once the current burst is acknowledged.
 wire [31:0] cmt_done = ((burst_end_r < blk_end) ? burst_end_r[31:0] : blk_end[31:0]) - ww1[31:0];
 
+// What the idle sequencer starts (in this order; see S_IDLE): an RQ entry, a kept WCQ
+// entry, a WQ entry, a channel.
+wire        idle_rq = (rxc_pend || rxd_pend) && !rq_err &&
+                      {1'b0, rq_tail - rq_head} < ring_size(rq_log2);
+wire        idle_wq = !wcqp && !wq_err && wq_tail != wq_head &&
+                      {1'b0, wcq_tail - wcq_head} < ring_size(wcq_log2);
+// The address of the ring entry the sequencer accesses next, through one adder: the ring is
+// chosen first (CQ in S_CQ, WCQ in S_WCQ, else as S_IDLE chooses), then its entry address.
+reg  [63:0] qa_base;
+reg  [4:0]  qa_log2;
+reg  [31:0] qa_index;
+reg         qa_big;                     // 128-byte entries (SQ, RQ), else 32
+always @(*) begin
+    if (st == S_CQ) begin
+        qa_base = cq_base[cur]; qa_log2 = cq_log2[cur]; qa_index = cq_tail[cur]; qa_big = 1'b0;
+    end else if (st == S_WCQ) begin
+        qa_base = wcq_base; qa_log2 = wcq_log2; qa_index = wcq_tail; qa_big = 1'b0;
+    end else if (idle_rq) begin
+        qa_base = rq_base; qa_log2 = rq_log2; qa_index = rq_tail; qa_big = 1'b1;
+    end else if (idle_wq) begin
+        qa_base = wq_base; qa_log2 = wq_log2; qa_index = wq_head; qa_big = 1'b0;
+    end else begin
+        qa_base = sq_base[pick_ch]; qa_log2 = sq_log2[pick_ch]; qa_index = sq_head[pick_ch];
+        qa_big = 1'b1;
+    end
+end
+wire [64:0] q_addr = ring_addr(qa_base, qa_log2, qa_index, qa_big);
+
 always @(posedge clk) begin
     if (!rst_n || do_soft) begin
         reset_all;
@@ -294,16 +322,14 @@ always @(posedge clk) begin
         // ---- the sequencer ----
         case (st)
             S_IDLE: if (enable) begin
-                if ((rxc_pend || rxd_pend) && !rq_err &&
-                    {1'b0, rq_tail - rq_head} < ring_size(rq_log2)) begin
+                if (idle_rq) begin
                     rq_from_data <= !rxc_pend;
-                    start_write(1'b1, 6'd0, ring_addr(rq_base, rq_log2, rq_tail, 8'd128), 5'd8,
+                    start_write(1'b1, 6'd0, q_addr, 5'd8,
                                 P_RQ, S_RQ_DONE);
                 end else if (wcqp && !wcq_err) begin
                     st <= S_WCQ;
-                end else if (!wcqp && !wq_err && wq_tail != wq_head &&
-                             {1'b0, wcq_tail - wcq_head} < ring_size(wcq_log2)) begin
-                    start_read(1'b1, 6'd0, ring_addr(wq_base, wq_log2, wq_head, 8'd32), 5'd2,
+                end else if (idle_wq) begin
+                    start_read(1'b1, 6'd0, q_addr, 5'd2,
                                P_WQ, S_WQ_DONE);
                 end else if (pick_any) begin
                     cur <= pick_ch;
@@ -312,10 +338,7 @@ always @(posedge clk) begin
                         st <= S_CQ;
                     end else begin
                         resuming <= fw[pick_ch];
-                        start_read(1'b1, 6'd0,
-                                   ring_addr(sq_base[pick_ch], sq_log2[pick_ch], sq_head[pick_ch],
-                                             8'd128),
-                                   5'd8, P_SQ, S_SQ_DONE);
+                        start_read(1'b1, 6'd0, q_addr, 5'd8, P_SQ, S_SQ_DONE);
                     end
                 end
             end
@@ -435,7 +458,7 @@ always @(posedge clk) begin
                     st <= S_IDLE;
                 end
             end
-            S_CQ: start_write(1'b1, 6'd0, ring_addr(cq_base[cur], cq_log2[cur], cq_tail[cur], 8'd32),
+            S_CQ: start_write(1'b1, 6'd0, q_addr,
                               5'd2, P_CQ, S_CQ_DONE);
             S_CQ_DONE: begin
                 if (mop_err) begin
@@ -490,7 +513,7 @@ always @(posedge clk) begin
                     st <= S_CMT_NEXT;
                 end
             end
-            S_WCQ: start_write(1'b1, 6'd0, ring_addr(wcq_base, wcq_log2, wcq_tail, 8'd32), 5'd2,
+            S_WCQ: start_write(1'b1, 6'd0, q_addr, 5'd2,
                                P_WCQ, S_WCQ_DONE);
             S_WCQ_DONE: begin
                 if (mop_err) begin
