@@ -25,10 +25,11 @@ pub const XCZU9EG: Resources = Resources {
     dsps: 2_520,
 };
 
-/// The budget of docs/npe-rtl.md ("Resource budget"), in per mille of the device. LUTs: 6 %
-/// is this version's ceiling (it uses 4.8 %); the target is 3 % (docs/npe-rtl.md).
+/// The budget of docs/npe-rtl.md ("Resource budget"), in per mille of the device. LUTs: 7 %
+/// is this version's ceiling (it uses 6.4 %, inverters counted); the target is 3 %
+/// (docs/npe-rtl.md).
 const BUDGET_PER_MILLE: Resources = Resources {
-    luts: 60,
+    luts: 70,
     ffs: 30,
     bram36: 30.0,
     dsps: 10,
@@ -49,10 +50,14 @@ pub struct Resources {
 }
 
 /// LUTs a mapped cell occupies (Xilinx UltraScale+ primitives Yosys' `synth_xilinx` emits;
-/// UG574 describes the LUT RAM and SRL primitives), flip-flops, block RAM and DSP cells.
+/// UG574 describes the LUT RAM and SRL primitives), flip-flops, block RAM and DSP cells. The
+/// fabric has no inverter: an `INV` that Vivado's optimisation does not fold into a
+/// neighbouring LUT is a LUT1, so it is counted as one (an upper bound).
 fn add_cell(r: &mut Resources, cell: &str, n: u64) {
     match cell {
-        "LUT1" | "LUT2" | "LUT3" | "LUT4" | "LUT5" | "LUT6" | "SRL16E" | "SRLC32E" => r.luts += n,
+        "INV" | "LUT1" | "LUT2" | "LUT3" | "LUT4" | "LUT5" | "LUT6" | "SRL16E" | "SRLC32E" => {
+            r.luts += n
+        }
         "RAM32X1D" | "RAM64X1D" => r.luts += 2 * n,
         "RAM32M" | "RAM64M" | "RAM128X1D" => r.luts += 4 * n,
         "RAM32M16" | "RAM64M8" | "RAM256X1D" => r.luts += 8 * n,
@@ -312,9 +317,9 @@ mod tests {
     fn stat_lines_of_both_yosys_orders_are_counted() {
         let text = "=== npe_top ===\n\n   Number of cells:   10\n     LUT6    100\n     LUT2  \
                     20\n     FDRE  300\n     RAMB36E2  8\n     RAMB18E2 1\n     RAM32M 2\n     \
-                    CARRY8 4\n      7   DSP48E2\n";
+                    CARRY8 4\n      7   DSP48E2\n     INV   5\n";
         let r = parse_stat(text);
-        assert_eq!(r.luts, 128);
+        assert_eq!(r.luts, 133);
         assert_eq!(r.ffs, 300);
         assert_eq!(r.bram36, 8.5);
         assert_eq!(r.dsps, 7);
