@@ -92,10 +92,6 @@ pub(crate) struct CtxRec {
     pub caps: DevCaps,
     /// Why this context is in pass-through, if it is (set once; read on every post).
     pub passthrough: std::sync::OnceLock<&'static str>,
-    /// Whether its command descriptor is in the first thread's table, where the helper
-    /// borrows from (crate::fdtable): false for a context opened by a thread with a table of
-    /// its own, which is in pass-through.
-    pub borrowable: bool,
 }
 
 // SAFETY: the saved operations are function pointers and opaque provider pointers that are
@@ -252,13 +248,10 @@ pub struct Engine {
     /// A peer's lease was refused for want of room while windows were held: the helper
     /// thread takes the holds back.
     pub(crate) holds_wanted: AtomicBool,
-    /// Held by the helper thread for a batch of work (from borrowing the contexts' command
-    /// descriptors to giving them back, crate::fdtable) and by context set-up and tear-down, so
-    /// that a batch never sees a context opened after its borrow, nor keeps a closed one open.
-    pub(crate) fd_gate: Mutex<()>,
-    /// The helper gave up its private descriptor table (it could not borrow from the
-    /// process's): the next one shares the process's table.
-    helper_shares_table: AtomicBool,
+    /// Held by the helper thread for a batch of work, by context tear-down (so that the
+    /// provider never closes a context while a batch may still use its objects) and across
+    /// `fork()` (crate::fork).
+    pub(crate) helper_gate: Mutex<()>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -288,8 +281,7 @@ impl Engine {
             stop: AtomicBool::new(false),
             hold_epoch: AtomicU64::new(1),
             holds_wanted: AtomicBool::new(false),
-            fd_gate: Mutex::new(()),
-            helper_shares_table: AtomicBool::new(false),
+            helper_gate: Mutex::new(()),
         });
         crate::fork::register(&engine);
         engine
@@ -449,11 +441,10 @@ impl Engine {
             return;
         }
         let weak = Arc::downgrade(self);
-        let private_table = !self.helper_shares_table.load(Ordering::Acquire);
         // The helper is born with every signal blocked (a thread inherits its creator's
-        // mask): signals sent to the process are for the application's threads, and a handler
-        // run on the helper would find its private descriptor table (a self-pipe write would
-        // fail or reach another file). Faults of the helper itself are still delivered.
+        // mask): signals sent to the process are for the application's threads, whose
+        // handlers must not run on the library's. Faults of the helper itself are still
+        // delivered.
         // SAFETY: all-zero is a valid sigset_t, which sigfillset fills; pthread_sigmask
         // changes this thread's mask only, and the old mask is put back right after the spawn.
         let mut old: libc::sigset_t = unsafe { core::mem::zeroed() };
@@ -465,7 +456,7 @@ impl Engine {
         }
         let spawned = std::thread::Builder::new()
             .name("nprdma-helper".into())
-            .spawn(move || crate::remote::helper_loop(weak, private_table));
+            .spawn(move || crate::remote::helper_loop(weak));
         // SAFETY: restores the mask saved above.
         unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, core::ptr::null_mut()) };
         if spawned.is_err() {
@@ -487,16 +478,6 @@ impl Engine {
         // Recorded, not logged: a child that runs another program next (fork and exec) must
         // not print a line.
         self.status.page().add_reason(reason);
-    }
-
-    /// The helper thread is ending because it cannot work from its private table: the next
-    /// exported registration starts one that shares the process's table.
-    pub(crate) fn helper_stranded(&self, why: &str) {
-        self.note(&format!(
-            "helper thread stopped: {why}; the next registration with remote access starts one sharing the descriptor table"
-        ));
-        self.helper_shares_table.store(true, Ordering::Release);
-        self.helper_started.store(false, Ordering::Release);
     }
 
     // ---------------------------------------------------------------- contexts
@@ -557,10 +538,6 @@ impl Engine {
         } else {
             (0, None, None)
         };
-        // The helper borrows command descriptors from the first thread's table
-        // (crate::fdtable); where this thread's table is another, this context's descriptor
-        // is not there, or another file is at its number.
-        let borrowable = crate::fdtable::shares_process_table();
         let rec = Arc::new(CtxRec {
             engine: self.clone(),
             ctx: ctx as usize,
@@ -570,20 +547,11 @@ impl Engine {
             vctx,
             caps,
             passthrough: std::sync::OnceLock::new(),
-            borrowable,
         });
         if !caps.atomics {
             self.note("device has no atomics: regions with remote access are registered in pass-through (pinned)");
         }
-        if !borrowable {
-            let why = "device opened by a thread whose descriptor table is not the first thread's (unshare(CLONE_FILES), or that thread exited): pass-through (pinned)";
-            let _ = rec.passthrough.set(why);
-            self.note(why);
-        }
-        {
-            let _gate = lock(&self.fd_gate);
-            registry::add_ctx(rec);
-        }
+        registry::add_ctx(rec);
         c.ops.post_send = Some(crate::ops::wrapped_post_send);
         c.ops.post_recv = Some(crate::ops::wrapped_post_recv);
         c.ops.poll_cq = Some(crate::ops::wrapped_poll_cq);
@@ -672,9 +640,9 @@ impl Engine {
                 }
             }
         }
-        // A helper batch that borrowed this context's descriptor has ended (and closed its
-        // copy) once the gate is free: the provider's close then really closes the file.
-        drop(lock(&self.fd_gate));
+        // A helper batch that may still use this context's objects has ended once the gate
+        // is free: the provider's close comes after it.
+        drop(lock(&self.helper_gate));
     }
 
     // ---------------------------------------------------------------- registration

@@ -95,10 +95,6 @@ struct Fake {
     /// Each SRQ's SGE limit (`max_sge` at creation).
     srq_max_sge: FastMap<usize, u32>,
     no_atomics: FastMap<usize, bool>,
-    /// Each context's command descriptor (a memfd of its own) and that file's inode: like a
-    /// kernel provider's, registration, deregistration and the send doorbell go through it,
-    /// so a thread whose descriptor table lacks it (crate::fdtable) fails with EBADF.
-    cmd_files: FastMap<usize, (c_int, u64)>,
     next_key: u32,
     next_qpn: u32,
     posted: u64,
@@ -288,69 +284,13 @@ unsafe extern "C" fn fake_open_device(dev: *mut ibv_device) -> *mut ibv_context 
     vc.context.ops.post_srq_recv = Some(fake_post_srq_recv);
     vc.context.ops.req_notify_cq = Some(fake_req_notify_cq);
     let ctx = &mut vc.context as *mut ibv_context;
-    // SAFETY: memfd_create with a NUL-terminated name; the descriptor is the context's.
-    let fd = unsafe { libc::memfd_create(c"fake-uverbs".as_ptr(), libc::MFD_CLOEXEC) };
-    let Some(ino) = inode_of(fd) else {
-        free(v);
-        set_errno(libc::EMFILE);
-        return core::ptr::null_mut();
-    };
-    vc.context.cmd_fd = fd;
+    // No command descriptor: the fake needs no kernel.
+    vc.context.cmd_fd = -1;
     let mut f = fake();
-    f.cmd_files.insert(ctx as usize, (fd, ino));
     if dev == device_without_atomics() {
         f.no_atomics.insert(ctx as usize, true);
     }
     ctx
-}
-
-/// Moves context `ctx`'s command descriptor to number `to` (as if the application had opened
-/// it there); returns `to`, or -1 with errno set.
-///
-/// # Safety
-/// `ctx` is a live context of the fake; `to` is a number the caller owns.
-pub unsafe fn move_cmd_fd(ctx: *mut ibv_context, to: c_int) -> c_int {
-    let mut f = fake();
-    let Some(entry) = f.cmd_files.get_mut(&(ctx as usize)) else {
-        set_errno(libc::EINVAL);
-        return -1;
-    };
-    if entry.0 == to {
-        return to;
-    }
-    // SAFETY: dup2 onto a number the caller owns; the old descriptor is the context's.
-    if unsafe { libc::dup2(entry.0, to) } < 0 {
-        return -1;
-    }
-    // SAFETY: the context's previous descriptor, closed once.
-    unsafe { libc::close(entry.0) };
-    entry.0 = to;
-    // SAFETY: a live context.
-    unsafe { (*ctx).cmd_fd = to };
-    to
-}
-
-/// The inode of the file `fd` names in the calling thread's descriptor table.
-fn inode_of(fd: c_int) -> Option<u64> {
-    if fd < 0 {
-        return None;
-    }
-    // SAFETY: all-zero is a valid `stat`; fstat writes it.
-    let mut st: libc::stat = unsafe { core::mem::zeroed() };
-    // SAFETY: `st` is writable.
-    (unsafe { libc::fstat(fd, &mut st) } == 0).then_some(st.st_ino)
-}
-
-/// Whether the calling thread reaches context `ctx`'s command file through its descriptor
-/// (what a kernel provider's command needs). A thread in the process's table does (the
-/// descriptor lives there while the context does), so only a thread with a private table
-/// (the library's helper, crate::fdtable) pays for the check: posts stay cheap for the
-/// overhead bench.
-fn reaches_cmd_file(f: &Fake, ctx: usize) -> bool {
-    !crate::fdtable::on_private_table()
-        || f.cmd_files
-            .get(&ctx)
-            .is_some_and(|&(fd, ino)| inode_of(fd) == Some(ino))
 }
 
 unsafe extern "C" fn fake_close_device(ctx: *mut ibv_context) -> c_int {
@@ -368,10 +308,6 @@ unsafe extern "C" fn fake_close_device(ctx: *mut ibv_context) -> c_int {
         f.peak.remove(&key);
         f.no_atomics.remove(&key);
         f.fail_next_reg.remove(&key);
-        if let Some((fd, _)) = f.cmd_files.remove(&key) {
-            // SAFETY: the context's own descriptor, closed once.
-            unsafe { libc::close(fd) };
-        }
     }
     let off = core::mem::offset_of!(verbs_context, context);
     // SAFETY: contexts are the last field of a verbs_context allocated in fake_open_device.
@@ -684,10 +620,6 @@ unsafe extern "C" fn fake_reg_mr_iova2(
     // SAFETY: a live PD.
     let ctx = unsafe { (*pd).context } as usize;
     let mut f = fake();
-    if !reaches_cmd_file(&f, ctx) {
-        set_errno(libc::EBADF);
-        return core::ptr::null_mut();
-    }
     if let Some(e) = f.fail_next_reg.remove(&ctx) {
         set_errno(e);
         return core::ptr::null_mut();
@@ -801,12 +733,6 @@ unsafe extern "C" fn fake_dereg_mr(mr: *mut ibv_mr) -> c_int {
     let Some(&key) = f.mr_keys.get(&(mr as usize)) else {
         return libc::EINVAL;
     };
-    if f.mrs
-        .get(&key)
-        .is_some_and(|m| !reaches_cmd_file(&f, m.ctx))
-    {
-        return libc::EBADF;
-    }
     f.mr_keys.remove(&(mr as usize));
     if let Some(m) = f.mrs.remove(&key) {
         let p = f.pinned.entry(m.ctx).or_default();
@@ -1295,11 +1221,6 @@ unsafe extern "C" fn fake_post_send(
     let Some(qpn) = f.qpns.get(&(qp as usize)).copied() else {
         return libc::EINVAL;
     };
-    // rxe rings the send doorbell with a write(2) to the command descriptor.
-    // SAFETY: a live QP of a live context.
-    if !reaches_cmd_file(&f, unsafe { (*qp).context } as usize) {
-        return libc::EBADF;
-    }
     let mut cur = wr;
     while !cur.is_null() {
         // SAFETY: an element of the caller's list.

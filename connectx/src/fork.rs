@@ -1,6 +1,6 @@
 //! `fork()`: handlers registered with `pthread_atfork` for every engine of the process.
 //!
-//! - **Before** the fork, in the forking thread, each engine's helper gate (`fd_gate`: the
+//! - **Before** the fork, in the forking thread, each engine's helper gate (`helper_gate`: the
 //!   helper thread between two batches of work) and state lock are taken, then the registry's
 //!   read lock and the log's lock, so that the child's copy of each is free and consistent:
 //!   in the child only the forking thread exists, and a lock another thread held at the fork
@@ -76,7 +76,7 @@ extern "C" fn prepare() {
             // SAFETY: `engine` (an Arc) is stored in the same struct after the guards and
             // dropped after them, so the engine outlives the borrows made here.
             let e: &'static Engine = unsafe { &*Arc::as_ptr(&engine) };
-            let gate = lock(&e.fd_gate);
+            let gate = lock(&e.helper_gate);
             let state = lock(&e.state);
             held.push(Box::new(EngineLocks {
                 _state: state,

@@ -15,7 +15,6 @@
 //! - [`fake`]: an in-process fake provider for host tests.
 //! - [`window`], [`translate`], [`completion`], [`directory`]: the pure logic (window cache and
 //!   budget, WR planning, completion rules, directory layout and leases).
-//! - [`fdtable`]: the helper thread's private descriptor table.
 //! - `sq_room`, `fallback`, `transport`: the rule "never break a program that works without
 //!   the library" (waiting for send-queue room, pinning as plain verbs would, UC pass-through).
 //! - [`sys`]: the rdma-core ABI, layout-checked against the installed headers.
@@ -30,7 +29,6 @@ pub mod error;
 pub mod fake;
 mod fallback;
 pub mod fasthash;
-pub mod fdtable;
 mod fork;
 pub mod hooks;
 pub mod interpose;

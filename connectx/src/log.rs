@@ -17,10 +17,8 @@ pub fn set_enabled(on: bool) {
 pub fn line(message: &str) {
     if ENABLED.load(Ordering::Relaxed) {
         let text = format!("nprdma[{}]: {message}\n", std::process::id());
-        // The helper thread has a descriptor table of its own (crate::fdtable).
-        if !crate::fdtable::write_stderr(text.as_bytes()) {
-            eprint!("{text}");
-        }
+        // A failed write to stderr is not the application's problem: dropped, never a panic.
+        let _ = std::io::Write::write_all(&mut std::io::stderr(), text.as_bytes());
     }
 }
 

@@ -231,20 +231,6 @@ pub(crate) fn ctx(ctx: usize) -> Option<Arc<CtxRec>> {
     read(|m| m.ctxs.get(&ctx).cloned())
 }
 
-/// The command descriptors (`ibv_context::cmd_fd`) of `engine`'s contexts: what its helper
-/// thread borrows for a batch of work (crate::fdtable).
-pub(crate) fn cmd_fds_of(engine: &crate::engine::Engine) -> Vec<core::ffi::c_int> {
-    read(|m| {
-        m.ctxs
-            .values()
-            .filter(|c| c.borrowable && core::ptr::eq(&*c.engine, engine))
-            // SAFETY: a context stays live while its record is in the registry (removed
-            // before the provider closes it).
-            .map(|c| unsafe { (*(c.ctx as *const crate::sys::ibv_context)).cmd_fd })
-            .collect()
-    })
-}
-
 /// Adds a context record.
 pub(crate) fn add_ctx(rec: Arc<CtxRec>) {
     write(|m| {

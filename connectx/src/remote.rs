@@ -11,7 +11,6 @@ use crate::directory::{
     decode_answer, decode_entry, encode_answer, encode_entry,
 };
 use crate::engine::{Batch, Engine, PostFail, Provider, QpCtl, Region, SendSide, State, lock};
-use crate::fdtable::{DetachError, PrivateTable};
 use crate::registry;
 use crate::sys::*;
 use crate::translate::{Geometry, RemoteClass};
@@ -396,31 +395,10 @@ fn next_request(r: &Region) -> Option<LeaseRequest> {
 }
 
 /// The helper thread: serves the request rings of the engine's exported regions until the
-/// engine is dropped. With `private_table` it first leaves the process's descriptor table
-/// (crate::fdtable) and borrows the contexts' command descriptors for each batch of work.
+/// engine is dropped. It shares the descriptor table of the thread that started it and uses
+/// the process's verbs objects as any thread does.
 /// It runs with every signal blocked (see [`Engine::ensure_helper`]).
-pub(crate) fn helper_loop(engine: Weak<Engine>, private_table: bool) {
-    let mut table = if private_table {
-        match PrivateTable::detach() {
-            Ok(t) => Some(t),
-            Err(DetachError::Unsupported(why)) => {
-                if let Some(eng) = engine.upgrade() {
-                    eng.note(&format!(
-                        "the helper thread shares the process's descriptor table ({why}): system calls on descriptors cost a little more"
-                    ));
-                }
-                None
-            }
-            Err(DetachError::Stranded(why)) => {
-                if let Some(eng) = engine.upgrade() {
-                    eng.helper_stranded(why);
-                }
-                return;
-            }
-        }
-    } else {
-        None
-    };
+pub(crate) fn helper_loop(engine: Weak<Engine>) {
     let mut idle = 0u32;
     loop {
         let Some(eng) = engine.upgrade() else {
@@ -429,15 +407,7 @@ pub(crate) fn helper_loop(engine: Weak<Engine>, private_table: bool) {
         if eng.stop.load(Ordering::Acquire) {
             return;
         }
-        let served = match eng.helper_batch(table.as_mut()) {
-            Ok(n) => n,
-            Err(e) => {
-                eng.helper_stranded(&format!(
-                    "cannot borrow the contexts' descriptors (errno {e})"
-                ));
-                return;
-            }
-        };
+        let served = eng.helper_batch();
         drop(eng);
         // Fast while requests come (first touches arrive in bursts), then slower and slower:
         // every wake-up takes the application's CPU for two context switches when both share
@@ -459,27 +429,19 @@ pub(crate) fn helper_loop(engine: Weak<Engine>, private_table: bool) {
 
 impl Engine {
     /// One wake-up of the helper: if a ring has a request (or held windows are wanted back),
-    /// borrows the contexts' descriptors into `table` (when the helper has a table of its
-    /// own) and does the work. Returns the requests answered, or the errno of a failed borrow.
-    pub(crate) fn helper_batch(
-        self: &Arc<Self>,
-        table: Option<&mut PrivateTable>,
-    ) -> Result<usize, i32> {
+    /// does the work. Returns the requests answered.
+    pub(crate) fn helper_batch(self: &Arc<Self>) -> usize {
         if !self.holds_wanted.load(Ordering::Acquire) && !self.rings_pending() {
-            return Ok(0);
+            return 0;
         }
-        let _gate = lock(&self.fd_gate);
-        let _borrowed = match table {
-            Some(t) => Some(t.borrow(&registry::cmd_fds_of(self))?),
-            None => None,
-        };
+        let _gate = lock(&self.helper_gate);
         let served = self.serve_rings();
         if self.holds_wanted.swap(false, Ordering::AcqRel) {
             for q in self.revoke_holds(None) {
                 q.poll_for_others();
             }
         }
-        Ok(served)
+        served
     }
 
     /// Whether a ring of an exported region has a drawn ticket not served yet (a request, or
