@@ -12,7 +12,8 @@
 //! - [`hooks`]: the exported libibverbs symbols (the cdylib's interface).
 //! - [`interpose`]: the same entry points as functions of an [`Engine`] (for tests).
 //! - [`doctor`]: what `nprdma doctor` prints, for this and other processes.
-//! - [`fake`]: an in-process fake provider for host tests.
+//! - `fake`: an in-process fake provider for the host tests and benches, compiled only for
+//!   them (feature `fake`, which connectx's dev-dependency on itself turns on).
 //! - [`window`], [`translate`], [`completion`], [`directory`]: the pure logic (window cache and
 //!   budget, WR planning, completion rules, directory layout and leases).
 //! - `sq_room`, `fallback`, `transport`: the rule "never break a program that works without
@@ -26,6 +27,7 @@ pub(crate) mod cq_ex;
 pub mod directory;
 mod engine;
 pub mod error;
+#[cfg(any(test, feature = "fake"))]
 pub mod fake;
 mod fallback;
 pub mod fasthash;

@@ -4,7 +4,7 @@
 //! libibverbs exports most symbols twice (`@IBVERBS_1.0` compat and `@@IBVERBS_1.1` default,
 //! Debian's libibverbs1.symbols), and plain `dlsym` is not guaranteed to pick the default
 //! version (rust-anchors.md §4.4, after libibprof's `ibprof_ibv.c`). In tests the table points
-//! at the fake provider ([`crate::fake`]).
+//! at the fake provider (`crate::fake`, in test builds only).
 
 use core::ffi::{c_int, c_uint, c_void};
 
