@@ -37,9 +37,10 @@ use super::desc::{
     CQ_ENTRY, CqEntry, EntryStatus, InlineMsg, RQ_ENTRY, RqEntry, RqKind, SQ_ENTRY, SqEntry, SqOp,
     WCQ_ENTRY, WQ_ENTRY, WcqEntry, WqEntry, WqOp,
 };
+use super::regmap::{DRIVER_DESIGN, DesignId, check_design};
 use super::regs::{
-    CAPS, CH_CTRL, CH_IRQ, CTRL, FAULT_INFO, FAULT_SYNDROME, GEVENT, ID, MAGIC, NODE, NpeChannel,
-    NpeGlobal, RESUME, RING_CFG, VERSION, channel_offset,
+    CAPS, CH_CTRL, CH_IRQ, CTRL, FAULT_INFO, FAULT_SYNDROME, GEVENT, NODE, NpeChannel, NpeGlobal,
+    RESUME, RING_CFG, channel_offset,
 };
 use super::ring::Ring;
 use crate::error::{DmaError, Result};
@@ -182,15 +183,9 @@ impl<B: RegisterBus, const CH: usize, const PEERS: usize, const T: usize, const 
     /// it (interrupts on). Channels and peers are opened afterwards.
     pub fn new<D: DmaMemory + ?Sized>(bus: B, dma: &D, cfg: NpeConfig) -> Result<Self> {
         let global = NpeGlobal::new(&bus, 0)?;
-        let id = global.id().extract();
-        if id.read(ID::MAGIC) != MAGIC {
-            return Err(DmaError::NotAnNpe { id: id.get() });
-        }
-        if id.read(ID::VERSION) != VERSION {
-            return Err(DmaError::UnsupportedVersion {
-                found: id.read(ID::VERSION),
-            });
-        }
+        // The probe-time check (docs/dma-engine.md §3.1): an NPE of this driver's version
+        // whose manifest declares this driver's register map.
+        check_design(global.id().get(), cfg.design)?;
         let caps = global.caps().extract();
         let hw_channels = caps.read(CAPS::CHANNELS);
         check_capacity("channels", CH as u32, hw_channels)?;

@@ -204,8 +204,8 @@ pub fn check_design(id: u32, design: DesignId) -> Result<()> {
 }
 
 /// Probes the engine behind `bus` (its register window at offset 0) for `design`: reads
-/// `ID` and applies [`check_design`]. Call it before `Npe::new` when the loaded bitstream's
-/// manifest is at hand (on Linux, after the FPGA manager reports `operating`).
+/// `ID` and applies [`check_design`], as `Npe::new` does with `NpeConfig::design`; for a
+/// caller that wants to look before it resets and programs the engine.
 pub fn probe_design<B: RegisterBus>(bus: &B, design: DesignId) -> Result<()> {
     let global = NpeGlobal::new(bus, 0)?;
     check_design(global.id().get(), design)

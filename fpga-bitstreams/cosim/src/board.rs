@@ -31,6 +31,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use boards::pager::{Fill, Pager, Store};
 use boards::zynqmp::pl::{NpeInstance, ZCU102_PL};
+use dma_engine::npe::regmap::{DRIVER_DESIGN, DesignId};
 use dma_engine::npe::{ChannelConfig, Npe, NpeConfig, PeerConfig, SenderTiming};
 use hal::delay::NoDelay;
 use hal::dma::HostDma;
@@ -185,6 +186,18 @@ impl<'d> Board<'d> {
         backpressure: u32,
         seed: u64,
     ) -> Result<Self> {
+        Self::with_design(dram, modes, backpressure, seed, DRIVER_DESIGN)
+    }
+
+    /// [`new`](Self::new) for a bitstream whose manifest declares `design`: each driver's
+    /// probe (`Npe::new`) reads its engine's `ID` and refuses a design that is not its own.
+    pub fn with_design(
+        dram: &'d Arc<HostDma>,
+        modes: FaultModes,
+        backpressure: u32,
+        seed: u64,
+        design: DesignId,
+    ) -> Result<Self> {
         let table = PageTable::new(dram.clone(), PageTableConfig::default())?;
         let mmu = SharedMmu500::zynqmp()?;
         let config = DriverConfig {
@@ -248,6 +261,7 @@ impl<'d> Board<'d> {
         for node in 0..2u32 {
             let mut cfg = NpeConfig::new(node, CONTROL_CHANNEL);
             cfg.timing = TIMING;
+            cfg.design = design;
             drivers.push(Driver::new(
                 CosimBus::new(sys.clone(), node as usize),
                 &**dram,

@@ -56,6 +56,10 @@ pub struct NpeConfig {
     pub control_channel: u8,
     /// Sender timing.
     pub timing: SenderTiming,
+    /// What the loaded bitstream's manifest declares (`fpga_bitstreams::manifest::Manifest::
+    /// design_id`); [`Npe::new`] refuses an engine whose `ID` or whose design differs from
+    /// this driver's ([`check_design`]). [`DRIVER_DESIGN`] where no manifest exists (a model).
+    pub design: DesignId,
 }
 
 impl NpeConfig {
@@ -72,6 +76,7 @@ impl NpeConfig {
             sq_batch: 8,
             control_channel,
             timing: SenderTiming::DEFAULT,
+            design: DRIVER_DESIGN,
         }
     }
 }
