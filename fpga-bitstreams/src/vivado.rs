@@ -149,6 +149,17 @@ pub fn tcl(pl: &PlDesign) -> Result<String> {
         "if {{[llength $rtl] == 0}} {{ puts \"no Verilog in $rtl_dir\"; exit 1 }}"
     );
     let _ = writeln!(w, "add_files -norecurse $rtl");
+    // The core's `include`d fragments: Verilog Headers (not compiled on their own), found
+    // through the fileset's include path.
+    let _ = writeln!(w, "set headers [glob -nocomplain -directory $rtl_dir *.vh]");
+    let _ = writeln!(
+        w,
+        "if {{[llength $headers] > 0}} {{\n  add_files -norecurse $headers\n  set_property file_type {{Verilog Header}} [get_files $headers]\n}}"
+    );
+    let _ = writeln!(
+        w,
+        "set_property include_dirs [list $rtl_dir] [get_filesets sources_1]"
+    );
     let _ = writeln!(
         w,
         "add_files -fileset constrs_1 -norecurse [file join [file dirname [file normalize [info script]]] {name}.xdc]"
@@ -651,6 +662,50 @@ mod tests {
                     .any(|i| p.starts_with(&format!("{i}_")));
             assert!(wired, "npe_top's port {p} is not wired by the Tcl");
         }
+    }
+
+    /// Every file the RTL `include`s is a `.vh` in fpga-bitstreams/rtl, so the Tcl's glob
+    /// adds it as a Verilog Header and the include path (the RTL directory) finds it.
+    #[test]
+    fn the_tcl_adds_the_included_headers_and_their_directory() {
+        let t = tcl(&ZCU102_PL).unwrap();
+        let lines: Vec<&str> = t.lines().map(str::trim).collect();
+        let at = |l: &str| {
+            lines
+                .iter()
+                .position(|x| *x == l)
+                .unwrap_or_else(|| panic!("the Tcl lacks `{l}`"))
+        };
+        let glob = at("set headers [glob -nocomplain -directory $rtl_dir *.vh]");
+        let add = at("add_files -norecurse $headers");
+        let kind = at("set_property file_type {Verilog Header} [get_files $headers]");
+        let dirs = at("set_property include_dirs [list $rtl_dir] [get_filesets sources_1]");
+        let design = at("create_bd_design nprdma");
+        assert!(glob < add && add < kind && kind < design && dirs < design);
+
+        let rtl_dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("rtl");
+        let mut included = 0;
+        for entry in std::fs::read_dir(&rtl_dir).unwrap() {
+            let path = entry.unwrap().path();
+            let text = std::fs::read_to_string(&path).unwrap_or_default();
+            for line in text.lines() {
+                let Some(rest) = line.trim().strip_prefix("`include") else {
+                    continue;
+                };
+                let name = rest.trim().trim_matches('"');
+                assert!(
+                    name.ends_with(".vh"),
+                    "{name} would not be added as a header"
+                );
+                assert!(
+                    rtl_dir.join(name).is_file(),
+                    "{name}, included by {}, is not in the RTL directory",
+                    path.display()
+                );
+                included += 1;
+            }
+        }
+        assert!(included > 0, "the RTL includes its core's fragments");
     }
 
     #[test]
