@@ -135,6 +135,51 @@ pub enum BitstreamError {
         /// The state string.
         state: std::string::String,
     },
+    /// Debian's `dtc` failed on an overlay or warned about it (warnings are errors).
+    #[cfg(any(test, feature = "std"))]
+    #[error("dtc on {file}: {message}")]
+    Dtc {
+        /// The source or blob dtc was given.
+        file: std::string::String,
+        /// dtc's diagnostics (stderr), or its exit status when it printed nothing.
+        message: std::string::String,
+    },
+}
+
+impl BitstreamError {
+    /// A stable number per variant, for logs and exit codes; never reused, new variants
+    /// take the next free number.
+    pub const fn code(&self) -> u16 {
+        match self {
+            Self::Truncated { .. } => 1,
+            Self::BadPreamble => 2,
+            Self::UnexpectedKey { .. } => 3,
+            Self::BadText { .. } => 4,
+            Self::LengthMismatch { .. } => 5,
+            Self::UnalignedLength { .. } => 6,
+            Self::NoSyncWord { .. } => 7,
+            Self::BadPacketAfterSync { .. } => 8,
+            Self::WrongPart { .. } => 9,
+            Self::BufferSize { .. } => 10,
+            #[cfg(any(test, feature = "std"))]
+            Self::ManifestSyntax { .. } => 11,
+            #[cfg(any(test, feature = "std"))]
+            Self::ManifestMismatch { .. } => 12,
+            Self::Design(_) => 13,
+            #[cfg(any(test, feature = "std"))]
+            Self::Io { .. } => 14,
+            #[cfg(any(test, feature = "std"))]
+            Self::NoFpgaManager { .. } => 15,
+            #[cfg(any(test, feature = "std"))]
+            Self::UnknownState(_) => 16,
+            #[cfg(any(test, feature = "std"))]
+            Self::NoLoadInterface { .. } => 17,
+            #[cfg(any(test, feature = "std"))]
+            Self::LoadFailed { .. } => 18,
+            #[cfg(any(test, feature = "std"))]
+            Self::Dtc { .. } => 19,
+        }
+    }
 }
 
 /// Result with [`BitstreamError`].
@@ -148,5 +193,67 @@ impl BitstreamError {
             what: what.into(),
             kind: e.kind(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes_are_distinct() {
+        let s = || std::string::String::from("x");
+        let all = [
+            BitstreamError::Truncated {
+                at: 0,
+                needed: 1,
+                len: 0,
+            },
+            BitstreamError::BadPreamble,
+            BitstreamError::UnexpectedKey {
+                at: 0,
+                found: 0,
+                expected: b'a',
+            },
+            BitstreamError::BadText { key: b'a' },
+            BitstreamError::LengthMismatch {
+                declared: 0,
+                actual: 1,
+            },
+            BitstreamError::UnalignedLength { len: 1 },
+            BitstreamError::NoSyncWord { searched: 0 },
+            BitstreamError::BadPacketAfterSync { word: 0 },
+            BitstreamError::WrongPart {
+                found: PartName::new(),
+                expected: PartName::new(),
+            },
+            BitstreamError::BufferSize {
+                needed: 1,
+                given: 0,
+            },
+            BitstreamError::ManifestSyntax { line: 1, what: s() },
+            BitstreamError::ManifestMismatch { what: s() },
+            BitstreamError::Design(dma_engine::DmaError::InvalidRegisterAccess),
+            BitstreamError::Io {
+                what: s(),
+                kind: std::io::ErrorKind::NotFound,
+            },
+            BitstreamError::NoFpgaManager { root: s() },
+            BitstreamError::UnknownState(s()),
+            BitstreamError::NoLoadInterface {
+                manager: s(),
+                configfs: s(),
+            },
+            BitstreamError::LoadFailed { state: s() },
+            BitstreamError::Dtc {
+                file: s(),
+                message: s(),
+            },
+        ];
+        let mut codes: std::vec::Vec<u16> = all.iter().map(BitstreamError::code).collect();
+        codes.sort_unstable();
+        codes.dedup();
+        assert_eq!(codes.len(), all.len());
+        assert_eq!(codes, (1..=all.len() as u16).collect::<std::vec::Vec<_>>());
     }
 }

@@ -77,6 +77,17 @@ pub fn dtso(pl: &PlDesign) -> Result<String> {
     Ok(s)
 }
 
+fn dtc_error(file: &Path, status: &std::process::ExitStatus, stderr: &str) -> BitstreamError {
+    let message = match stderr.trim() {
+        "" => format!("{status}"),
+        text => text.into(),
+    };
+    BitstreamError::Dtc {
+        file: file.display().to_string(),
+        message,
+    }
+}
+
 /// Compiles `dtso` into `dtbo` with `dtc -@`; any output on stderr (a warning) is an error.
 pub fn compile(dtso: &Path, dtbo: &Path) -> Result<()> {
     let out = Command::new("dtc")
@@ -87,9 +98,7 @@ pub fn compile(dtso: &Path, dtbo: &Path) -> Result<()> {
         .map_err(|e| BitstreamError::io("run dtc (Debian package device-tree-compiler)", &e))?;
     let stderr = String::from_utf8_lossy(&out.stderr);
     if !out.status.success() || !stderr.trim().is_empty() {
-        return Err(BitstreamError::ManifestMismatch {
-            what: format!("dtc on {}: {}", dtso.display(), stderr.trim()),
-        });
+        return Err(dtc_error(dtso, &out.status, &stderr));
     }
     Ok(())
 }
@@ -102,9 +111,8 @@ pub fn decompile(dtbo: &Path) -> Result<String> {
         .output()
         .map_err(|e| BitstreamError::io("run dtc (Debian package device-tree-compiler)", &e))?;
     if !out.status.success() {
-        return Err(BitstreamError::ManifestMismatch {
-            what: format!("dtc cannot read {}", dtbo.display()),
-        });
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        return Err(dtc_error(dtbo, &out.status, &stderr));
     }
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
@@ -206,6 +214,23 @@ mod tests {
             .replace("\t\tinterrupt-parent = <&gic>;\n", "");
         std::fs::write(&src, text).unwrap();
         let err = compile(&src, &dir.path().join("bad.dtbo")).unwrap_err();
-        assert!(err.to_string().contains("interrupts_property"), "{err}");
+        assert!(
+            matches!(&err, BitstreamError::Dtc { message, .. } if message.contains("interrupts_property")),
+            "{err}"
+        );
+        assert_eq!(err.code(), 19);
+    }
+
+    #[test]
+    fn a_syntax_error_and_an_unreadable_blob_are_dtc_errors() {
+        let dir = tempfile::tempdir().unwrap();
+        let src = dir.path().join("broken.dtso");
+        std::fs::write(&src, "/dts-v1/;\n/plugin/;\n/ { fragment@0 {\n").unwrap();
+        let err = compile(&src, &dir.path().join("broken.dtbo")).unwrap_err();
+        assert!(matches!(err, BitstreamError::Dtc { .. }), "{err}");
+        let blob = dir.path().join("not.dtbo");
+        std::fs::write(&blob, b"not a flattened device tree").unwrap();
+        let err = decompile(&blob).unwrap_err();
+        assert!(matches!(err, BitstreamError::Dtc { .. }), "{err}");
     }
 }
