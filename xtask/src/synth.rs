@@ -151,19 +151,28 @@ pub fn lint() -> Result<(), XtaskError> {
 /// UltraScale+ family and the checks again on the mapped netlist, then the statistics.
 fn script(dir: &Path, stat: &Path) -> Result<String, XtaskError> {
     let files = sources(dir)?.join(" ");
-    Ok(format!(
-        "read_verilog -I{dir} {files}; \
-         hierarchy -check -top {TOP}; proc; flatten; opt_clean; \
+    Ok(checked_synthesis(
+        &format!("read_verilog -I{} {files}", dir.display()),
+        TOP,
+        stat,
+    ))
+}
+
+/// The checks and the synthesis after `read` (Yosys commands that read the design), for
+/// `top`; the regression fixtures of the tests run through this same text.
+fn checked_synthesis(read: &str, top: &str, stat: &Path) -> String {
+    format!(
+        "{read}; \
+         hierarchy -check -top {top}; proc; flatten; opt_clean; \
          check -assert; \
          select -assert-none t:$dlatch t:$adlatch t:$dlatchsr t:$_DLATCH_* t:$_DLATCHSR_*; \
          scc -expect 0; \
-         synth_xilinx -family xcup -top {TOP}; \
+         synth_xilinx -family xcup -top {top}; \
          check -assert; \
          select -assert-none t:LDCE t:LDPE; \
          tee -q -o {stat} stat",
-        dir = dir.display(),
         stat = stat.display(),
-    ))
+    )
 }
 
 /// A Yosys run in the background: `cargo xtask test` starts it first and collects it last, so
@@ -323,6 +332,73 @@ mod tests {
         assert_eq!(r.ffs, 300);
         assert_eq!(r.bram36, 8.5);
         assert_eq!(r.dsps, 7);
+    }
+
+    /// Runs `verilog` (module `top`) through [`checked_synthesis`]: `None` without Yosys
+    /// (the caller prints SKIP), else whether it passed and Yosys' output.
+    fn synthesize(name: &str, verilog: &str) -> Option<(bool, String)> {
+        let yosys = crate::util::which("yosys")?;
+        let dir = std::env::temp_dir().join(format!("nprdma-synth-{}-{name}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join(format!("{name}.v"));
+        std::fs::write(&file, verilog).unwrap();
+        let script = checked_synthesis(
+            &format!("read_verilog {}", file.display()),
+            name,
+            &dir.join("stat.txt"),
+        );
+        let out = Command::new(yosys)
+            .args(["-q", "-p", &script])
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Some((out.status.success(), text))
+    }
+
+    /// A registered adder: passes, so the failures below are the checks' and not the
+    /// script's.
+    const CLEAN: &str = "module clean(input clk, input [3:0] a, b, output reg [3:0] q);\n\
+                         always @(posedge clk) q <= a + b;\nendmodule\n";
+    /// A level-sensitive `if` without `else`: `proc` makes a `$dlatch`.
+    const LATCH: &str = "module latch(input en, input [3:0] d, output reg [3:0] q);\n\
+                         always @* if (en) q = d;\nendmodule\n";
+    /// `x` depends on itself through two gates.
+    const LOOP: &str = "module comb_loop(input a, output y);\nwire x, z;\n\
+                        assign z = x ^ a;\nassign x = z & a;\nassign y = x;\nendmodule\n";
+    /// `w` is read and driven by nothing.
+    const UNDRIVEN: &str = "module undriven(input clk, input [3:0] a, output reg [3:0] q);\n\
+                            wire [3:0] w;\nalways @(posedge clk) q <= a ^ w;\nendmodule\n";
+
+    #[test]
+    fn a_latch_a_loop_and_an_undriven_net_each_fail_the_synthesis_checks() {
+        let started = Instant::now();
+        let Some((ok, log)) = synthesize("clean", CLEAN) else {
+            println!("SKIP: yosys is not installed (cargo xtask setup installs it)");
+            return;
+        };
+        assert!(ok, "the clean fixture must pass the checks:\n{log}");
+        for (name, verilog, why) in [
+            ("latch", LATCH, "selection is not empty"),
+            ("comb_loop", LOOP, "loop"),
+            ("undriven", UNDRIVEN, "no driver"),
+        ] {
+            let (ok, log) = synthesize(name, verilog).expect("yosys was found above");
+            assert!(!ok, "the {name} fixture passed the checks:\n{log}");
+            assert!(
+                log.contains(why),
+                "the {name} fixture failed, but not for \"{why}\":\n{log}"
+            );
+        }
+        println!(
+            "synthesis-check fixtures: {:.1} s",
+            started.elapsed().as_secs_f64()
+        );
     }
 
     #[test]
