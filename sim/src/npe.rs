@@ -78,7 +78,8 @@ pub struct NpeModelParams {
 
 impl NpeModelParams {
     /// Defaults of docs/dma-engine.md §10 for node `node` of `nodes`, with the stream base of
-    /// the HP0 port (0xE80, an \[I\] value: see `boards::zynqmp::PlPort::stream_base`).
+    /// the board description's first engine (`boards::zynqmp::pl::ZCU102_PL`: its data port
+    /// HP0, 0xE80, an \[I\] value: see `boards::zynqmp::PlPort::stream_base`).
     pub fn new(node: usize, nodes: usize) -> Self {
         Self {
             channels: 16,
@@ -86,7 +87,7 @@ impl NpeModelParams {
             axi_bps: 32_000_000_000,
             axi_latency: ModelTime::from_ns(200),
             link_bps: 32_000_000_000,
-            stream_base: 0xE80,
+            stream_base: boards::zynqmp::pl::ZCU102_PL.npes[0].stream_base().0,
             node,
             nodes,
         }

@@ -137,14 +137,14 @@ pub struct NpeInstance {
 
 impl NpeInstance {
     /// The stream ID of AXI ID 0 on the engine's data port (a source read of PDID 0).
-    pub fn stream_base(&self) -> StreamId {
-        StreamId(u32::from(self.data_port.stream_base()))
+    pub const fn stream_base(&self) -> StreamId {
+        StreamId(self.data_port.stream_base() as u32)
     }
 
     /// The one stream of the queue master (AXI ID 0 on its port): the stream Linux's DMA API
     /// maps the rings for, and the one the overlay's `iommus` names.
-    pub fn queue_stream(&self) -> StreamId {
-        StreamId(u32::from(self.queue_port.stream_base()))
+    pub const fn queue_stream(&self) -> StreamId {
+        StreamId(self.queue_port.stream_base() as u32)
     }
 
     /// The stream a source read (`write = false`) or a destination write of protection

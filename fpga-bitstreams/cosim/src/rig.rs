@@ -29,8 +29,9 @@ pub const SRC_SPAN: u64 = 0x10_0000;
 pub const DST_AT: u64 = 0x20_0000;
 /// Bytes of the destination window the rigs map.
 pub const DST_SPAN: u64 = 0x10_0000;
-/// Stream ID of AXI ID 0 on the data port.
-pub const STREAM_BASE: u32 = 0xE80;
+/// Stream ID of AXI ID 0 on the data port: that of the board description's first engine
+/// (HP0), as in `sim`'s NPE model, so both rigs see the same streams.
+pub const STREAM_BASE: u32 = boards::zynqmp::pl::ZCU102_PL.npes[0].stream_base().0;
 
 /// Two engines, their DRAM and an MMU-500 per node ([`NodeSmmu`]).
 pub trait Rig {
