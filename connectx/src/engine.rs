@@ -78,6 +78,8 @@ pub(crate) fn errno() -> c_int {
 pub(crate) struct DevCaps {
     pub max_sge: u32,
     pub max_qp_wr: u32,
+    /// The device's CQ size limit (`max_cqe`), the most a CQ is widened to.
+    pub max_cqe: u32,
     pub atomics: bool,
 }
 
@@ -500,12 +502,14 @@ impl Engine {
             DevCaps {
                 max_sge: attr.max_sge.max(1) as u32,
                 max_qp_wr: attr.max_qp_wr.max(1) as u32,
+                max_cqe: attr.max_cqe.max(1) as u32,
                 atomics: attr.atomic_cap != IBV_ATOMIC_NONE,
             }
         } else {
             DevCaps {
                 max_sge: 1,
                 max_qp_wr: 1,
+                max_cqe: 1,
                 atomics: false,
             }
         };
@@ -1191,6 +1195,7 @@ impl Engine {
         rec: &Arc<CtxRec>,
         qp: *mut ibv_qp,
         real_cap: ibv_qp_cap,
+        app_cap: ibv_qp_cap,
         sq_sig_all: bool,
         with_ex: bool,
     ) {
@@ -1235,6 +1240,12 @@ impl Engine {
             }),
             internal_done: Mutex::new(FastMap::default()),
             next_token: AtomicU64::new(1),
+            app_view: Mutex::new(AppView {
+                cap: app_cap,
+                access: None,
+                max_rd_atomic: None,
+                max_dest_rd_atomic: None,
+            }),
         });
         // The template's SGE pointer is set once, now that the record has its final place.
         {
@@ -1243,6 +1254,10 @@ impl Engine {
             held.wr.sg_list = &mut held.sge;
         }
         registry::add_qp(ctl);
+        // SAFETY: the QP's send CQ, live while the QP is.
+        unsafe {
+            crate::cq_room::add_qp(self, rec, qp as usize, q.send_cq, real_cap.max_send_wr);
+        }
         self.on_transport(q.pd as usize, q.qp_type);
         if !qpx.is_null() {
             // SAFETY: the provider's ibv_qp_ex of this QP; the application has not used it.
@@ -1268,7 +1283,8 @@ impl Engine {
             return unsafe { (self.real.modify_qp)(qp, attr, mask) };
         }
         // SAFETY: the application passed a valid attribute struct.
-        let mut a = unsafe { *attr };
+        let app = unsafe { *attr };
+        let mut a = app;
         if ctl.qp_type == IBV_QPT_RC {
             if mask & IBV_QP_ACCESS_FLAGS != 0 {
                 a.qp_access_flags |= IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE;
@@ -1291,6 +1307,18 @@ impl Engine {
             // SAFETY: `a` is a valid copy of the application's attributes.
             unsafe { (self.real.modify_qp)(qp, &mut a, mask) }
         };
+        if rc == 0 {
+            let mut view = lock(&ctl.app_view);
+            if mask & IBV_QP_ACCESS_FLAGS != 0 {
+                view.access = Some(app.qp_access_flags);
+            }
+            if mask & IBV_QP_MAX_QP_RD_ATOMIC != 0 {
+                view.max_rd_atomic = Some(app.max_rd_atomic);
+            }
+            if mask & IBV_QP_MAX_DEST_RD_ATOMIC != 0 {
+                view.max_dest_rd_atomic = Some(app.max_dest_rd_atomic);
+            }
+        }
         if rc == 0
             && mask & IBV_QP_STATE != 0
             && (a.qp_state == IBV_QPS_ERR || a.qp_state == IBV_QPS_RESET)
@@ -1367,6 +1395,8 @@ impl Engine {
     /// Second half of `ibv_destroy_qp`, once the provider has destroyed the QP: its leases,
     /// batch, windows, hold and scratch buffer go.
     pub(crate) fn finish_destroy_qp(&self, ctl: Arc<QpCtl>) {
+        // SAFETY: the QP is destroyed; its send CQ cannot have been destroyed before it.
+        unsafe { crate::cq_room::remove_qp(self, ctl.qp) };
         {
             // CQs remember the QP of their last completion: forget it (its number may be reused).
             for cq in [ctl.send_cq, ctl.recv_cq] {
@@ -1738,6 +1768,43 @@ pub(crate) struct QpCtl {
     pub track: TrackLock,
     pub internal_done: Mutex<FastMap<u64, u32>>,
     pub next_token: AtomicU64,
+    /// What `ibv_query_qp` shows the application instead of what the library asked of the
+    /// provider for itself ([`AppView`]).
+    pub app_view: Mutex<AppView>,
+}
+
+/// A QP's attributes as the application set them, where the library asked the provider for
+/// more: the capabilities it asked for (the library's room for split and internal work
+/// requests is the library's), its own access flags (the library adds remote rights on RC)
+/// and its outstanding-read limits (the library raises 0 to 1). `None`: the application has
+/// not set the value, the provider's stands.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct AppView {
+    pub cap: ibv_qp_cap,
+    pub access: Option<u32>,
+    pub max_rd_atomic: Option<u8>,
+    pub max_dest_rd_atomic: Option<u8>,
+}
+
+impl AppView {
+    /// Overwrites, in what the provider reported, what the library changed.
+    pub fn apply(&self, attr: Option<&mut ibv_qp_attr>, init: Option<&mut ibv_qp_init_attr>) {
+        if let Some(a) = attr {
+            a.cap = self.cap;
+            if let Some(f) = self.access {
+                a.qp_access_flags = f;
+            }
+            if let Some(n) = self.max_rd_atomic {
+                a.max_rd_atomic = n;
+            }
+            if let Some(n) = self.max_dest_rd_atomic {
+                a.max_dest_rd_atomic = n;
+            }
+        }
+        if let Some(i) = init {
+            i.cap = self.cap;
+        }
+    }
 }
 
 /// A CQ's stash: completions taken from the provider while the library waited for its own

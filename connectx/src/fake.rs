@@ -47,6 +47,8 @@ struct Qp {
     state: u32,
     dest_qpn: u32,
     access: u32,
+    max_rd_atomic: u8,
+    max_dest_rd_atomic: u8,
     sq_sig_all: bool,
     cap: ibv_qp_cap,
     rq: VecDeque<(u64, Vec<ibv_sge>)>,
@@ -77,6 +79,12 @@ struct Fake {
     qps: FastMap<u32, Qp>,
     qpns: FastMap<usize, u32>,
     cqs: FastMap<usize, VecDeque<ibv_wc>>,
+    /// Each CQ's depth (`cqe`): a completion that finds the CQ full overruns it.
+    cq_depth: FastMap<usize, usize>,
+    /// CQs that overran: a real provider reports IBV_EVENT_CQ_ERR and the CQ is unusable
+    /// (IBA vol. 1, §11.6.2 "CQ overrun" is an affiliated asynchronous error); here
+    /// ibv_poll_cq fails from then on.
+    cq_overrun: FastMap<usize, ()>,
     /// Extended CQs and the completion their poll session shows.
     ex_cqs: FastMap<usize, Option<ibv_wc>>,
     /// Extended CQs inside a poll session: like rxe and mlx5, the session holds the CQ's lock
@@ -134,6 +142,8 @@ pub fn real_verbs() -> RealVerbs {
         create_qp: fake_create_qp,
         destroy_qp: fake_destroy_qp,
         modify_qp: fake_modify_qp,
+        query_qp: fake_query_qp,
+        resize_cq: fake_resize_cq,
         destroy_cq: fake_destroy_cq,
         destroy_srq: fake_destroy_srq,
         create_srq: fake_create_srq,
@@ -323,6 +333,7 @@ unsafe extern "C" fn fake_query_device(ctx: *mut ibv_context, attr: *mut ibv_dev
     *a = ibv_device_attr::zeroed();
     a.max_qp_wr = 16384;
     a.max_sge = 32;
+    a.max_cqe = 65536;
     a.max_qp_rd_atom = 16;
     a.atomic_cap = if no_atomics { 0 } else { 1 };
     a.phys_port_cnt = 1;
@@ -344,14 +355,42 @@ pub fn dealloc_pd(pd: *mut ibv_pd) {
 
 /// Creates a completion queue on `ctx`.
 pub fn create_cq(ctx: *mut ibv_context) -> *mut ibv_cq {
+    create_cq_with(ctx, 4096)
+}
+
+/// Creates a completion queue of exactly `cqe` entries on `ctx` (no rounding up): one more
+/// completion overruns it.
+pub fn create_cq_with(ctx: *mut ibv_context, cqe: u32) -> *mut ibv_cq {
     let cq: *mut ibv_cq = alloc_zeroed();
     // SAFETY: freshly allocated.
     unsafe {
         (*cq).context = ctx;
-        (*cq).cqe = 4096;
+        (*cq).cqe = cqe as c_int;
     }
-    fake().cqs.insert(cq as usize, VecDeque::new());
+    let mut f = fake();
+    f.cqs.insert(cq as usize, VecDeque::new());
+    f.cq_depth.insert(cq as usize, cqe as usize);
     cq
+}
+
+/// Whether `cq` overran (a completion arrived while it was full).
+pub fn cq_overran(cq: *mut ibv_cq) -> bool {
+    fake().cq_overrun.contains_key(&(cq as usize))
+}
+
+/// `ibv_resize_cq`: at least `cqe` entries, never fewer than the completions it holds.
+unsafe extern "C" fn fake_resize_cq(cq: *mut ibv_cq, cqe: c_int) -> c_int {
+    let mut f = fake();
+    let Some(held) = f.cqs.get(&(cq as usize)).map(VecDeque::len) else {
+        return libc::EINVAL;
+    };
+    if cqe < 1 || (cqe as usize) < held || cqe > 65536 {
+        return libc::EINVAL;
+    }
+    f.cq_depth.insert(cq as usize, cqe as usize);
+    // SAFETY: a live CQ of the fake; the provider updates `cqe` as rxe and mlx5 do.
+    unsafe { (*cq).cqe = cqe };
+    0
 }
 
 /// Creates a shared receive queue in `pd`.
@@ -424,6 +463,8 @@ unsafe extern "C" fn fake_destroy_cq(cq: *mut ibv_cq) -> c_int {
         return libc::EINVAL;
     }
     f.cq_slots.remove(&(cq as usize));
+    f.cq_depth.remove(&(cq as usize));
+    f.cq_overrun.remove(&(cq as usize));
     if f.ex_cqs.remove(&(cq as usize)).is_some() {
         free(cq.cast::<ibv_cq_ex>());
     } else {
@@ -462,6 +503,7 @@ unsafe extern "C" fn fake_create_cq_ex(
     }
     let mut f = fake();
     f.cqs.insert(cq as usize, VecDeque::new());
+    f.cq_depth.insert(cq as usize, a.cqe.max(1) as usize);
     f.ex_cqs.insert(cq as usize, None);
     cq
 }
@@ -800,6 +842,8 @@ fn new_qp(
             state: IBV_QPS_RESET,
             dest_qpn: 0,
             access: 0,
+            max_rd_atomic: 0,
+            max_dest_rd_atomic: 0,
             sq_sig_all,
             cap: *cap,
             rq: VecDeque::new(),
@@ -888,6 +932,12 @@ unsafe extern "C" fn fake_modify_qp(qp: *mut ibv_qp, attr: *mut ibv_qp_attr, mas
     if mask & IBV_QP_DEST_QPN != 0 {
         q.dest_qpn = a.dest_qp_num;
     }
+    if mask & IBV_QP_MAX_QP_RD_ATOMIC != 0 {
+        q.max_rd_atomic = a.max_rd_atomic;
+    }
+    if mask & IBV_QP_MAX_DEST_RD_ATOMIC != 0 {
+        q.max_dest_rd_atomic = a.max_dest_rd_atomic;
+    }
     if mask & IBV_QP_STATE != 0 {
         q.state = a.qp_state;
         // SAFETY: a live QP.
@@ -899,6 +949,32 @@ unsafe extern "C" fn fake_modify_qp(qp: *mut ibv_qp, attr: *mut ibv_qp_attr, mas
             q.rq.clear();
         }
     }
+    0
+}
+
+unsafe extern "C" fn fake_query_qp(
+    qp: *mut ibv_qp,
+    attr: *mut ibv_qp_attr,
+    _mask: c_int,
+    init: *mut ibv_qp_init_attr,
+) -> c_int {
+    if attr.is_null() || init.is_null() {
+        return libc::EINVAL;
+    }
+    let f = fake();
+    let Some(q) = f.qpns.get(&(qp as usize)).and_then(|n| f.qps.get(n)) else {
+        return libc::EINVAL;
+    };
+    // SAFETY: the caller's structs.
+    let (a, i) = unsafe { (&mut *attr, &mut *init) };
+    a.qp_state = q.state;
+    a.qp_access_flags = q.access;
+    a.dest_qp_num = q.dest_qpn;
+    a.max_rd_atomic = q.max_rd_atomic;
+    a.max_dest_rd_atomic = q.max_dest_rd_atomic;
+    a.cap = q.cap;
+    i.cap = q.cap;
+    i.sq_sig_all = c_int::from(q.sq_sig_all);
     0
 }
 
@@ -923,6 +999,9 @@ fn push_send_cq(f: &mut Fake, cq: usize, qpn: u32, wc: ibv_wc) {
         .qps
         .get_mut(&qpn)
         .map_or(0, |q| core::mem::take(&mut q.sq_unsignaled));
+    if overruns(f, cq) {
+        return;
+    }
     if let Some(q) = f.cqs.get_mut(&cq) {
         q.push_back(wc);
         f.cq_slots.entry(cq).or_default().push_back(Some((qpn, n)));
@@ -930,10 +1009,26 @@ fn push_send_cq(f: &mut Fake, cq: usize, qpn: u32, wc: ibv_wc) {
 }
 
 fn push_cq(f: &mut Fake, cq: usize, wc: ibv_wc) {
+    if overruns(f, cq) {
+        return;
+    }
     if let Some(q) = f.cqs.get_mut(&cq) {
         q.push_back(wc);
         f.cq_slots.entry(cq).or_default().push_back(None);
     }
+}
+
+/// Whether a completion arriving now overruns `cq` (it is full); marks it overrun, and the
+/// completion is lost.
+fn overruns(f: &mut Fake, cq: usize) -> bool {
+    let (Some(q), Some(&depth)) = (f.cqs.get(&cq), f.cq_depth.get(&cq)) else {
+        return false;
+    };
+    if q.len() < depth {
+        return false;
+    }
+    f.cq_overrun.insert(cq, ());
+    true
 }
 
 fn flush_rq(f: &mut Fake, qpn: u32) {
@@ -1395,7 +1490,7 @@ unsafe extern "C" fn fake_poll_cq(cq: *mut ibv_cq, n: c_int, wc: *mut ibv_wc) ->
         std::thread::sleep(std::time::Duration::from_millis(1));
         f = fake();
     }
-    if !f.cqs.contains_key(&(cq as usize)) {
+    if !f.cqs.contains_key(&(cq as usize)) || f.cq_overrun.contains_key(&(cq as usize)) {
         return -1;
     }
     let mut i = 0;

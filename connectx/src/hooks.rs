@@ -317,6 +317,43 @@ pub unsafe extern "C" fn ibv_modify_qp(
     guard(libc::EIO, || unsafe { ip::modify_qp(eng, qp, attr, mask) })
 }
 
+/// Interposed `ibv_query_qp`.
+///
+/// # Safety
+/// As `ibv_query_qp`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ibv_query_qp(
+    qp: *mut ibv_qp,
+    attr: *mut ibv_qp_attr,
+    mask: c_int,
+    init: *mut ibv_qp_init_attr,
+) -> c_int {
+    let eng = engine_or!(libc::ENOSYS);
+    if ip::nested() {
+        // SAFETY: forwarded.
+        return unsafe { (eng.real.query_qp)(qp, attr, mask, init) };
+    }
+    // SAFETY: the application's arguments.
+    guard(libc::EIO, || unsafe {
+        ip::query_qp(eng, qp, attr, mask, init)
+    })
+}
+
+/// Interposed `ibv_resize_cq`.
+///
+/// # Safety
+/// As `ibv_resize_cq`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ibv_resize_cq(cq: *mut ibv_cq, cqe: c_int) -> c_int {
+    let eng = engine_or!(libc::ENOSYS);
+    if ip::nested() {
+        // SAFETY: forwarded.
+        return unsafe { (eng.real.resize_cq)(cq, cqe) };
+    }
+    // SAFETY: the application's arguments.
+    guard(libc::EIO, || unsafe { ip::resize_cq(eng, cq, cqe) })
+}
+
 /// Interposed `ibv_destroy_cq`.
 ///
 /// # Safety

@@ -208,8 +208,9 @@ pub unsafe fn create_qp(
     if !qp.is_null() {
         // SAFETY: a QP just created on this context.
         unsafe {
-            eng.on_create_qp(&rec, qp, a.cap, a.sq_sig_all != 0, false);
-            (*attr).cap = crate::ops::report_caps(app.cap, a.cap);
+            let shown = crate::ops::report_caps(app.cap, a.cap);
+            eng.on_create_qp(&rec, qp, a.cap, shown, a.sq_sig_all != 0, false);
+            (*attr).cap = shown;
         }
     }
     qp
@@ -257,6 +258,58 @@ pub unsafe fn modify_qp(
     }
 }
 
+/// `ibv_query_qp`: what the provider reports, with the capabilities, access flags and
+/// outstanding-read limits the application set where the library asked for more
+/// ([`crate::engine::AppView`]).
+///
+/// # Safety
+/// As `ibv_query_qp`.
+pub unsafe fn query_qp(
+    eng: &Arc<Engine>,
+    qp: *mut ibv_qp,
+    attr: *mut ibv_qp_attr,
+    mask: c_int,
+    init: *mut ibv_qp_init_attr,
+) -> c_int {
+    let rc = {
+        let _g = RealCall::enter();
+        // SAFETY: forwarded.
+        unsafe { (eng.real.query_qp)(qp, attr, mask, init) }
+    };
+    if rc == 0
+        && let Some(ctl) = registry::qp(qp as usize)
+    {
+        let view = *crate::engine::lock(&ctl.app_view);
+        // SAFETY: the application's structs, just filled by the provider (null is left
+        // alone).
+        unsafe { view.apply(attr.as_mut(), init.as_mut()) };
+    }
+    rc
+}
+
+/// `ibv_resize_cq`: the application's new size, plus the room the library keeps in the CQ
+/// for its hidden completions (module `cq_room`).
+///
+/// # Safety
+/// As `ibv_resize_cq`.
+pub unsafe fn resize_cq(eng: &Arc<Engine>, cq: *mut ibv_cq, cqe: c_int) -> c_int {
+    let room = crate::cq_room::room(cq as usize);
+    let want = if cqe > 0 {
+        cqe.saturating_add(room.min(i32::MAX as u32) as c_int)
+    } else {
+        cqe
+    };
+    let _g = RealCall::enter();
+    // SAFETY: forwarded.
+    let rc = unsafe { (eng.real.resize_cq)(cq, want) };
+    if rc != 0 && want != cqe {
+        // Beyond the device's limit with the room: what the application asked for alone.
+        // SAFETY: forwarded.
+        return unsafe { (eng.real.resize_cq)(cq, cqe) };
+    }
+    rc
+}
+
 /// `ibv_destroy_cq`.
 ///
 /// # Safety
@@ -269,6 +322,9 @@ pub unsafe fn destroy_cq(eng: &Arc<Engine>, cq: *mut ibv_cq) -> c_int {
     let _g = RealCall::enter();
     // SAFETY: forwarded.
     let rc = unsafe { (eng.real.destroy_cq)(cq) };
+    if rc == 0 {
+        crate::cq_room::forget_cq(cq as usize);
+    }
     if rc != 0
         && let Some(rec) = rec
     {

@@ -257,9 +257,10 @@ pub(crate) unsafe extern "C" fn wrapped_create_qp_ex(
         let with_ex = a.comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS != 0 && a.send_ops_flags != 0;
         // SAFETY: a QP just created on this context.
         unsafe {
+            let shown = report_caps(app.cap, a.cap);
             rec.engine
-                .on_create_qp(&rec, qp, a.cap, a.sq_sig_all != 0, with_ex);
-            (*attr).cap = report_caps(app.cap, a.cap);
+                .on_create_qp(&rec, qp, a.cap, shown, a.sq_sig_all != 0, with_ex);
+            (*attr).cap = shown;
         }
         qp
     })

@@ -39,6 +39,11 @@ pub type CreateQpFn = unsafe extern "C" fn(*mut ibv_pd, *mut ibv_qp_init_attr) -
 pub type DestroyQpFn = unsafe extern "C" fn(*mut ibv_qp) -> c_int;
 /// `ibv_modify_qp`.
 pub type ModifyQpFn = unsafe extern "C" fn(*mut ibv_qp, *mut ibv_qp_attr, c_int) -> c_int;
+/// `ibv_query_qp`.
+pub type QueryQpFn =
+    unsafe extern "C" fn(*mut ibv_qp, *mut ibv_qp_attr, c_int, *mut ibv_qp_init_attr) -> c_int;
+/// `ibv_resize_cq`.
+pub type ResizeCqFn = unsafe extern "C" fn(*mut ibv_cq, c_int) -> c_int;
 /// `ibv_destroy_cq`.
 pub type DestroyCqFn = unsafe extern "C" fn(*mut ibv_cq) -> c_int;
 /// `ibv_destroy_srq`.
@@ -77,6 +82,10 @@ pub struct RealVerbs {
     pub destroy_qp: DestroyQpFn,
     /// `ibv_modify_qp`.
     pub modify_qp: ModifyQpFn,
+    /// `ibv_query_qp`.
+    pub query_qp: QueryQpFn,
+    /// `ibv_resize_cq`.
+    pub resize_cq: ResizeCqFn,
     /// `ibv_destroy_cq`.
     pub destroy_cq: DestroyCqFn,
     /// `ibv_destroy_srq`.
@@ -128,6 +137,8 @@ impl RealVerbs {
             create_qp: resolve!("ibv_create_qp", "IBVERBS_1.1", CreateQpFn),
             destroy_qp: resolve!("ibv_destroy_qp", "IBVERBS_1.1", DestroyQpFn),
             modify_qp: resolve!("ibv_modify_qp", "IBVERBS_1.1", ModifyQpFn),
+            query_qp: resolve!("ibv_query_qp", "IBVERBS_1.1", QueryQpFn),
+            resize_cq: resolve!("ibv_resize_cq", "IBVERBS_1.1", ResizeCqFn),
             destroy_cq: resolve!("ibv_destroy_cq", "IBVERBS_1.1", DestroyCqFn),
             destroy_srq: resolve!("ibv_destroy_srq", "IBVERBS_1.1", DestroySrqFn),
             create_srq: resolve!("ibv_create_srq", "IBVERBS_1.1", CreateSrqFn),

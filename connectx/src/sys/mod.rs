@@ -784,6 +784,8 @@ pub const IBV_QP_ACCESS_FLAGS: c_int = 1 << 3;
 pub const IBV_QP_MAX_QP_RD_ATOMIC: c_int = 1 << 13;
 /// `IBV_QP_MAX_DEST_RD_ATOMIC`.
 pub const IBV_QP_MAX_DEST_RD_ATOMIC: c_int = 1 << 17;
+/// `IBV_QP_CAP`.
+pub const IBV_QP_CAP: c_int = 1 << 19;
 /// `IBV_QP_DEST_QPN`.
 pub const IBV_QP_DEST_QPN: c_int = 1 << 20;
 
