@@ -2677,6 +2677,45 @@ impl QpCtl {
         }
     }
 
+    /// A WRITE_WITH_IMM planned as several WRs because its local pieces exceed the QP's SGE
+    /// limit becomes one WR again over its ranges pinned as plain verbs would pin them: the
+    /// responder's completion reports the length of the last WRITE_WITH_IMM only, so a split
+    /// would show the receiving application a `byte_len` plain verbs never show. A split
+    /// across the peer's windows (a peer running the library) stays: no one remote key covers
+    /// it (docs/connectx.md §6).
+    fn one_write_with_imm(
+        &self,
+        parts: Vec<crate::translate::PlannedPart>,
+        app_sges: &[ibv_sge],
+        total: u64,
+        pins: &mut WinList,
+    ) -> Vec<crate::translate::PlannedPart> {
+        let same_target = match (parts[0].remote, parts[parts.len() - 1].remote) {
+            (Some(PlannedRemote::Keep { .. }), _) | (None, _) => true,
+            (
+                Some(PlannedRemote::Window { index: a, .. }),
+                Some(PlannedRemote::Window { index: b, .. }),
+            ) => a == b,
+            _ => false,
+        };
+        if !same_target {
+            self.engine.note("a WRITE_WITH_IMM across a peer's windows was split: the receiver's byte_len shows its last part only");
+            return parts;
+        }
+        let remote = parts[0].remote;
+        let (sges, p) = self.engine.pin_sges(
+            self.ctx.ctx,
+            app_sges,
+            "a WRITE_WITH_IMM spanning more windows than its SGE limit was pinned as plain verbs would pin it (one WR, so the receiver's byte_len is the whole length)",
+        );
+        *pins = p;
+        vec![crate::translate::PlannedPart {
+            sges: sges.into_iter().map(PlannedSge::Keep).collect(),
+            remote,
+            len: total,
+        }]
+    }
+
     /// Translates one application send WR into provider WRs appended to `batch`.
     pub(crate) fn translate_send(
         &self,
@@ -2771,6 +2810,11 @@ impl QpCtl {
                 // the responder would fail an access outside its region.
                 return Err(PostFail::Status(IBV_WC_REM_ACCESS_ERR));
             }
+        };
+        let parts = if op == IBV_WR_RDMA_WRITE_WITH_IMM && parts.len() > 1 && !inline {
+            self.one_write_with_imm(parts, app_sges, total, &mut pins)
+        } else {
+            parts
         };
         let wants = app.send_flags & IBV_SEND_SIGNALED != 0 || self.sq_sig_all;
         let group = self.track.lock().send.next_group();
