@@ -4,13 +4,16 @@
 //! it forces on unsignaled runs complete on the QP's send CQ, which the application sized for
 //! its own completions only: without room for them a CQ sized exactly for the application
 //! overruns (IBA vol. 1, §11.6.2: CQ overrun is an affiliated asynchronous error; the CQ and
-//! its QPs are lost). So when a QP the library manages is created, its send CQ is grown with
-//! `ibv_resize_cq` by the QP's send-queue depth as the provider granted it (widened by
-//! `Engine::widen_caps`): every completion of that QP the application does not count belongs
-//! to a send-queue entry, and an entry is free again only once its completion (or a later one)
-//! is polled, so that many hidden completions at most are ever queued for it. The room goes
-//! when the QP is destroyed. Where the device's `max_cqe` or the provider refuses, the CQ keeps
-//! its size, which is said in the log and by `nprdma doctor`.
+//! its QPs are lost). So when a QP the library manages is created, its send CQ gets room for
+//! the QP's send-queue depth as the provider granted it (widened by `Engine::widen_caps`):
+//! every completion of that QP the application does not count belongs to a send-queue entry,
+//! and an entry is free again only once its completion (or a later one) is polled, so that
+//! many hidden completions at most are ever queued for it. The CQ is resized with
+//! `ibv_resize_cq` to the size the application got plus the room of all its QPs (not its
+//! current size plus the room: rxe rounds every size up to 2^n - 1, and growing the rounded
+//! size again would double the CQ with every QP). The room goes when the QP is destroyed.
+//! Where the device's `max_cqe` or the provider refuses, the CQ keeps its size, which is said
+//! in the log and by `nprdma doctor`.
 //!
 //! The application sees the CQ's `cqe` as the provider reports it after the resize: a
 //! provider may already round a CQ up (rxe adds one entry, mlx5 rounds to a power of two), so
@@ -24,11 +27,19 @@ use crate::engine::{CtxRec, Engine, RealCall, lock};
 use crate::fasthash::FastMap;
 use crate::sys::*;
 
-/// Per CQ, the entries the library added; per QP, its CQ and the entries it added.
+/// Per CQ, the size the application got (`cqe` before the library's first resize, or what
+/// it last asked `ibv_resize_cq` for) and the room its managed QPs need; per QP, its CQ and
+/// the room it needs.
 #[derive(Default)]
 struct Room {
-    cqs: FastMap<usize, u32>,
+    cqs: FastMap<usize, CqRoom>,
     qps: FastMap<usize, (usize, u32)>,
+}
+
+#[derive(Clone, Copy)]
+struct CqRoom {
+    base: u32,
+    room: u32,
 }
 
 static ROOM: Mutex<Option<Room>> = Mutex::new(None);
@@ -37,7 +48,10 @@ fn with<T>(f: impl FnOnce(&mut Room) -> T) -> T {
     f(lock(&ROOM).get_or_insert_with(Room::default))
 }
 
-/// Grows `cq` by `hidden` entries for the QP `qp` (just created on `rec`'s context).
+/// Gives `cq` room for `hidden` more completions of the QP `qp` (just created on `rec`'s
+/// context). The CQ is resized to its application size plus the room of all its QPs, only
+/// when its current size is smaller: a provider that rounds up (rxe to 2^n - 1 entries)
+/// may already have the room.
 ///
 /// # Safety
 /// `cq` is null or a live CQ of `rec`'s context.
@@ -47,53 +61,68 @@ pub(crate) unsafe fn add_qp(eng: &Engine, rec: &CtxRec, qp: usize, cq: *mut ibv_
     }
     // SAFETY: a live CQ.
     let cur = unsafe { (*cq).cqe }.max(0) as u32;
-    let want = cur.saturating_add(hidden).min(rec.caps.max_cqe.max(cur));
-    let added = want - cur;
-    if added < hidden {
+    let target = with(|r| {
+        let c = r
+            .cqs
+            .entry(cq as usize)
+            .or_insert(CqRoom { base: cur, room: 0 });
+        c.room = c.room.saturating_add(hidden);
+        r.qps.insert(qp, (cq as usize, hidden));
+        c.base.saturating_add(c.room)
+    });
+    if cur >= target {
+        return;
+    }
+    let want = target.min(rec.caps.max_cqe.max(cur));
+    if want < target {
         eng.note("a completion queue could not be given room for the library's hidden completions (the device's max_cqe): an application that fills it exactly may see it overrun");
     }
-    if added == 0 {
+    if want == cur {
         return;
     }
     // SAFETY: a live CQ; a larger size keeps every completion it holds.
     if unsafe { resize(eng, cq, want) } != 0 {
         eng.note("ibv_resize_cq refused to give a completion queue room for the library's hidden completions: an application that fills it exactly may see it overrun");
-        return;
     }
-    with(|r| {
-        *r.cqs.entry(cq as usize).or_insert(0) += added;
-        r.qps.insert(qp, (cq as usize, added));
-    });
 }
 
-/// Takes back the room a destroyed QP added to its CQ (best effort: a CQ that holds more
-/// completions than the smaller size keeps its size).
+/// Takes back the room a destroyed QP needed: the CQ shrinks to its application size when
+/// none of its QPs needs room any more (best effort: a provider refuses a size below what the
+/// CQ holds, and the CQ then keeps its size).
 ///
 /// # Safety
 /// `qp` was destroyed; its CQ, if recorded, is still live (a CQ cannot be destroyed while a QP
 /// uses it).
 pub(crate) unsafe fn remove_qp(eng: &Engine, qp: usize) {
-    let Some((cq, added)) = with(|r| {
-        let (cq, added) = r.qps.remove(&qp)?;
-        if let Some(n) = r.cqs.get_mut(&cq) {
-            *n = n.saturating_sub(added);
-        }
-        Some((cq, added))
+    let Some((cq, base)) = with(|r| {
+        let (cq, hidden) = r.qps.remove(&qp)?;
+        let c = r.cqs.get_mut(&cq)?;
+        c.room = c.room.saturating_sub(hidden);
+        (c.room == 0).then_some((cq, c.base))
     }) else {
         return;
     };
     let cq = cq as *mut ibv_cq;
     // SAFETY: a live CQ (above).
     let cur = unsafe { (*cq).cqe }.max(0) as u32;
-    if cur > added {
+    if cur > base {
         // SAFETY: a live CQ; the provider refuses a size below what it holds.
-        let _ = unsafe { resize(eng, cq, cur - added) };
+        let _ = unsafe { resize(eng, cq, base) };
     }
 }
 
-/// The entries the library added to `cq` (the application's `ibv_resize_cq` keeps them).
+/// The room the library keeps in `cq` (added to an application's own `ibv_resize_cq`).
 pub(crate) fn room(cq: usize) -> u32 {
-    with(|r| r.cqs.get(&cq).copied().unwrap_or(0))
+    with(|r| r.cqs.get(&cq).map_or(0, |c| c.room))
+}
+
+/// The application resized `cq` to `cqe` entries: its new application size.
+pub(crate) fn resized(cq: usize, cqe: u32) {
+    with(|r| {
+        if let Some(c) = r.cqs.get_mut(&cq) {
+            c.base = cqe;
+        }
+    });
 }
 
 /// Forgets a destroyed CQ.

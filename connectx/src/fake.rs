@@ -85,6 +85,8 @@ struct Fake {
     /// (IBA vol. 1, §11.6.2 "CQ overrun" is an affiliated asynchronous error); here
     /// ibv_poll_cq fails from then on.
     cq_overrun: FastMap<usize, ()>,
+    /// Contexts whose CQ sizes are rounded up as rxe rounds them (2^n - 1 entries).
+    round_cqs: FastMap<usize, ()>,
     /// Extended CQs and the completion their poll session shows.
     ex_cqs: FastMap<usize, Option<ibv_wc>>,
     /// Extended CQs inside a poll session: like rxe and mlx5, the session holds the CQ's lock
@@ -361,6 +363,7 @@ pub fn create_cq(ctx: *mut ibv_context) -> *mut ibv_cq {
 /// Creates a completion queue of exactly `cqe` entries on `ctx` (no rounding up): one more
 /// completion overruns it.
 pub fn create_cq_with(ctx: *mut ibv_context, cqe: u32) -> *mut ibv_cq {
+    let cqe = rounded(&fake(), ctx as usize, cqe);
     let cq: *mut ibv_cq = alloc_zeroed();
     // SAFETY: freshly allocated.
     unsafe {
@@ -371,6 +374,20 @@ pub fn create_cq_with(ctx: *mut ibv_context, cqe: u32) -> *mut ibv_cq {
     f.cqs.insert(cq as usize, VecDeque::new());
     f.cq_depth.insert(cq as usize, cqe as usize);
     cq
+}
+
+/// From now on, CQs of `ctx` are created and resized to 2^n - 1 entries, at least the size
+/// asked for, as rxe sizes its queues (`rxe_queue.c`).
+pub fn round_cq_sizes(ctx: *mut ibv_context) {
+    fake().round_cqs.insert(ctx as usize, ());
+}
+
+fn rounded(f: &Fake, ctx: usize, cqe: u32) -> u32 {
+    if f.round_cqs.contains_key(&ctx) {
+        (cqe.saturating_add(1)).next_power_of_two() - 1
+    } else {
+        cqe
+    }
 }
 
 /// Whether `cq` overran (a completion arrived while it was full).
@@ -387,6 +404,8 @@ unsafe extern "C" fn fake_resize_cq(cq: *mut ibv_cq, cqe: c_int) -> c_int {
     if cqe < 1 || (cqe as usize) < held || cqe > 65536 {
         return libc::EINVAL;
     }
+    // SAFETY: a live CQ of the fake.
+    let cqe = rounded(&f, unsafe { (*cq).context } as usize, cqe as u32) as c_int;
     f.cq_depth.insert(cq as usize, cqe as usize);
     // SAFETY: a live CQ of the fake; the provider updates `cqe` as rxe and mlx5 do.
     unsafe { (*cq).cqe = cqe };

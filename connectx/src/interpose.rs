@@ -301,11 +301,14 @@ pub unsafe fn resize_cq(eng: &Arc<Engine>, cq: *mut ibv_cq, cqe: c_int) -> c_int
     };
     let _g = RealCall::enter();
     // SAFETY: forwarded.
-    let rc = unsafe { (eng.real.resize_cq)(cq, want) };
+    let mut rc = unsafe { (eng.real.resize_cq)(cq, want) };
     if rc != 0 && want != cqe {
         // Beyond the device's limit with the room: what the application asked for alone.
         // SAFETY: forwarded.
-        return unsafe { (eng.real.resize_cq)(cq, cqe) };
+        rc = unsafe { (eng.real.resize_cq)(cq, cqe) };
+    }
+    if rc == 0 {
+        crate::cq_room::resized(cq as usize, cqe.max(0) as u32);
     }
     rc
 }

@@ -117,3 +117,24 @@ fn the_room_goes_with_the_qp() {
     // SAFETY: as above.
     assert_eq!(unsafe { (*a.cq).cqe }, 10);
 }
+
+#[test]
+fn a_rounding_provider_does_not_double_the_cq_per_qp() {
+    // rxe sizes a CQ to 2^n - 1 entries: growing the rounded size by each QP's room would
+    // double the CQ with every QP (16 QPs: from 1023 entries to the device's limit).
+    let mut a = Host::with_library(16 << 20, 64 * 1024);
+    fake::round_cq_sizes(a.ctx);
+    a.cq = fake::create_cq_with(a.ctx, 516);
+    // SAFETY: a live CQ.
+    assert_eq!(unsafe { (*a.cq).cqe }, 1023);
+    let qps: Vec<_> = (0..16).map(|_| create_qp(&a, 1)).collect();
+    // Each QP's granted depth (1 + 16 for the library) is its room: 1023 + 16 * 17 fits in
+    // the next size.
+    // SAFETY: as above.
+    assert_eq!(unsafe { (*a.cq).cqe }, 2047);
+    for qp in qps {
+        assert_eq!(a.destroy_qp(qp), 0);
+    }
+    // SAFETY: as above.
+    assert_eq!(unsafe { (*a.cq).cqe }, 1023);
+}
