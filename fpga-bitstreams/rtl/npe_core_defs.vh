@@ -24,7 +24,7 @@ localparam [4:0]
     S_CMT_NEXT = 5'd10, S_CMT_DONE = 5'd11, S_WCQ = 5'd12, S_WCQ_DONE = 5'd13, S_RQ_DONE = 5'd14,
     S_CQ = 5'd15,
     // the memory access micro-sequence
-    M_AR = 5'd16, M_R = 5'd17, M_AW = 5'd18, M_WPREP = 5'd19, M_WWAIT = 5'd20, M_WLOAD = 5'd21,
+    M_AR = 5'd16, M_R = 5'd17, M_WPREP = 5'd19, M_WWAIT = 5'd20, M_WLOAD = 5'd21,
     M_WSEND = 5'd22, M_B = 5'd23,
     // one idle clock after an RQ entry, while the receiver drops the frame it held
     S_RQ_GAP = 5'd24;

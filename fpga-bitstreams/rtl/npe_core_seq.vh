@@ -104,8 +104,10 @@ task automatic start_write;
             st <= to;
         end else begin
             m_q <= q; m_id <= id; m_awaddr <= a[63:0]; m_awlen <= {3'd0, beats - 5'd1};
+            // AWVALID and the first W beat go out independently: the master does not wait
+            // for AWREADY before WVALID (Arm IHI 0022 A3.3.1).
             m_awvalid <= 1'b1;
-            st <= M_AW;
+            st <= M_WPREP;
         end
     end
 endtask
@@ -318,6 +320,9 @@ always @(posedge clk) begin
         end
         if (rx_crc_drop) gevent[GE_CRC_DROP] <= 1'b1;
         if (rx_held) gevent[GE_RX_HELD] <= 1'b1;
+
+        // ---- the write address channel, apart from the data beats ----
+        if (m_awready) m_awvalid <= 1'b0;
 
         // ---- the sequencer ----
         case (st)
@@ -593,12 +598,6 @@ always @(posedge clk) begin
                         m_rready <= 1'b0;
                         st <= ret;
                     end
-                end
-            end
-            M_AW: begin
-                if (m_awready) begin
-                    m_awvalid <= 1'b0;
-                    st <= M_WPREP;
                 end
             end
             M_WPREP: begin

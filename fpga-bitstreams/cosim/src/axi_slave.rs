@@ -6,7 +6,10 @@
 //! → data (or DECERR if nothing is at the physical address); terminated → SLVERR; stalled →
 //! no response until software answers the stall (retry: translate again; terminate: SLVERR).
 //! Every channel may be held back (`ready`/`valid` low) on a seeded pseudo-random pattern, so
-//! the RTL's handshakes are exercised under back-pressure.
+//! the RTL's handshakes are exercised under back-pressure. The write address and write data
+//! channels are independent (Arm IHI 0022, A3.3.1): per burst, on the [`WriteOrder`] drawn
+//! from the seed, the slave takes the address first, the data first (AWREADY held until
+//! WVALID is seen, which deadlocks a master that waits for AWREADY before WVALID), or either.
 
 use std::collections::VecDeque;
 
@@ -45,14 +48,31 @@ struct ReadBurst {
     resp: u8,
 }
 
+/// One write burst, opened by whichever of its address and its first data beat came first.
 #[derive(Debug)]
 struct WriteBurst {
-    id: u8,
-    addr: u64,
-    beats: u32,
+    /// `(AWID, AWADDR, beats)` once the address was accepted.
+    addr: Option<(u8, u64, u32)>,
     data: Vec<([u8; 16], u16)>,
+    /// WLAST seen.
+    data_done: bool,
     xlate: Xlate,
     resp: Option<u8>,
+}
+
+/// Which of a write burst's address and data the slave accepts first (all legal for a slave,
+/// Arm IHI 0022 A3.3.1).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum WriteOrder {
+    /// WREADY only once the burst's address was accepted.
+    AddressFirst,
+    /// AWREADY only once WVALID is seen for the burst.
+    DataFirst,
+    /// Either channel whenever there is room.
+    Independent,
+    /// One of the three above, drawn from the seed per burst.
+    Mixed,
 }
 
 /// Counters of one port.
@@ -78,6 +98,10 @@ pub struct AxiSlave {
     rng: u64,
     /// Percentage of clocks each ready/valid is held low (0: never).
     pub hold_percent: u32,
+    /// The write channels' ordering.
+    pub write_order: WriteOrder,
+    /// The ordering of the current burst (`write_order`, or the draw for it when `Mixed`).
+    burst_order: WriteOrder,
     stats: PortStats,
 }
 
@@ -91,6 +115,8 @@ impl AxiSlave {
             wr: VecDeque::new(),
             rng: seed | 1,
             hold_percent: 0,
+            write_order: WriteOrder::Mixed,
+            burst_order: WriteOrder::DataFirst,
             stats: PortStats::default(),
         }
     }
@@ -112,6 +138,21 @@ impl AxiSlave {
         self.rng ^= self.rng >> 7;
         self.rng ^= self.rng << 17;
         (self.rng % 100) as u32 >= self.hold_percent
+    }
+
+    /// Draws the ordering of the next write burst.
+    fn next_order(&mut self) {
+        self.burst_order = match self.write_order {
+            WriteOrder::Mixed => {
+                self.go();
+                match self.rng % 3 {
+                    0 => WriteOrder::AddressFirst,
+                    1 => WriteOrder::DataFirst,
+                    _ => WriteOrder::Independent,
+                }
+            }
+            fixed => fixed,
+        };
     }
 
     fn translate(
@@ -205,12 +246,12 @@ impl AxiSlave {
         p.arready = u8::from(self.rd.is_none() && go_ar);
 
         // Write: the oldest complete burst is translated and written, then answered.
-        if let Some(wr) = self.wr.front_mut()
-            && wr.data.len() as u32 == wr.beats
+        if let Some(wr) = self.wr.front()
+            && let Some((id, addr, _)) = wr.addr
+            && wr.data_done
             && wr.resp.is_none()
         {
-            let (xlate, id, addr) = (wr.xlate, wr.id, wr.addr);
-            let xlate = self.translate(xlate, now, id, addr, true, smmu);
+            let xlate = self.translate(wr.xlate, now, id, addr, true, smmu);
             if let Some(wr) = self.wr.front_mut() {
                 wr.xlate = xlate;
                 if let Xlate::Done(result) = xlate {
@@ -231,7 +272,7 @@ impl AxiSlave {
         p.bvalid = 0;
         if let Some(WriteBurst {
             resp: Some(resp),
-            id,
+            addr: Some((id, _, _)),
             ..
         }) = self.wr.front()
             && go_b
@@ -240,12 +281,24 @@ impl AxiSlave {
             p.bresp = *resp;
             p.bid = *id;
         }
-        p.awready = u8::from(self.wr.len() < 2 && go_aw);
-        let filling = self
-            .wr
-            .back()
-            .is_some_and(|w| (w.data.len() as u32) < w.beats);
-        p.wready = u8::from(filling && go_w);
+        let room = self.wr.len() < 2;
+        // The first burst still waiting for its address, and the first still taking data.
+        let addr_slot = self.wr.iter().find(|w| w.addr.is_none());
+        let data_slot = self.wr.iter().find(|w| !w.data_done);
+        let w_ok = match self.burst_order {
+            WriteOrder::AddressFirst => data_slot.is_some_and(|w| w.addr.is_some()),
+            _ => data_slot.is_some() || room,
+        };
+        p.wready = u8::from(w_ok && go_w);
+        let aw_ok = match self.burst_order {
+            // The burst's data has begun, or its first beat is taken in this clock.
+            WriteOrder::DataFirst => {
+                addr_slot.is_some()
+                    || (room && data_slot.is_none() && p.wvalid != 0 && p.wready != 0)
+            }
+            _ => addr_slot.is_some() || room,
+        };
+        p.awready = u8::from(aw_ok && go_aw);
     }
 
     /// The handshakes of the clock that just ended (`p`: the engine's outputs during it and
@@ -283,30 +336,46 @@ impl AxiSlave {
             }
         }
         if p.awvalid != 0 && p.awready != 0 {
-            self.wr.push_back(WriteBurst {
-                id: p.awid,
-                addr: p.awaddr,
-                beats: u32::from(p.awlen) + 1,
-                data: Vec::new(),
-                xlate: Xlate::Pending,
-                resp: None,
-            });
+            let addr = Some((p.awid, p.awaddr, u32::from(p.awlen) + 1));
+            match self.wr.iter_mut().find(|w| w.addr.is_none()) {
+                Some(w) => w.addr = addr,
+                None => self.wr.push_back(WriteBurst {
+                    addr,
+                    ..WriteBurst::empty()
+                }),
+            }
             self.stats.writes += 1;
+            self.next_order();
         }
-        if p.wvalid != 0
-            && p.wready != 0
-            && let Some(wr) = self.wr.back_mut()
-        {
+        if p.wvalid != 0 && p.wready != 0 {
             let mut bytes = [0u8; 16];
             bytes[..8].copy_from_slice(&p.wdata[0].to_le_bytes());
             bytes[8..].copy_from_slice(&p.wdata[1].to_le_bytes());
-            wr.data
-                .push((bytes, u16::from(p.wstrb_lo) | u16::from(p.wstrb_hi) << 8));
+            let beat = (bytes, u16::from(p.wstrb_lo) | u16::from(p.wstrb_hi) << 8);
+            if !self.wr.iter().any(|w| !w.data_done) {
+                self.wr.push_back(WriteBurst::empty());
+            }
+            if let Some(w) = self.wr.iter_mut().find(|w| !w.data_done) {
+                w.data.push(beat);
+                w.data_done = p.wlast != 0;
+            }
         }
         if p.bvalid != 0 && p.bready != 0 {
             self.wr.pop_front();
         }
         moved
+    }
+}
+
+impl WriteBurst {
+    fn empty() -> Self {
+        Self {
+            addr: None,
+            data: Vec::new(),
+            data_done: false,
+            xlate: Xlate::Pending,
+            resp: None,
+        }
     }
 }
 

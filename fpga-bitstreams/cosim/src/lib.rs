@@ -23,6 +23,6 @@ pub mod node_smmu;
 pub mod rig;
 mod system;
 
-pub use axi_slave::{AxiSlave, PortStats};
+pub use axi_slave::{AxiSlave, PortStats, WriteOrder};
 pub use error::{CosimError, Result};
 pub use system::{CosimBus, Flit, LinkHook, PortStreams, System};

@@ -16,7 +16,7 @@ use hal::regs::{AccessWidth, RegisterBus};
 use sim::axi::AxiTranslate;
 use sim::des::ModelTime;
 
-use crate::axi_slave::{AxiSlave, PortStats};
+use crate::axi_slave::{AxiSlave, PortStats, WriteOrder};
 use crate::ffi::{Io, Stream, Verilated};
 
 /// Link FIFO depth in flits, per direction and virtual channel (a packet is at most 18).
@@ -147,6 +147,15 @@ impl System {
         for n in &mut self.nodes {
             n.q.hold_percent = percent;
             n.d.hold_percent = percent;
+        }
+    }
+
+    /// How every memory port orders a write burst's address and data
+    /// ([`WriteOrder::Mixed`] unless set).
+    pub fn set_write_order(&mut self, order: WriteOrder) {
+        for n in &mut self.nodes {
+            n.q.write_order = order;
+            n.d.write_order = order;
         }
     }
 

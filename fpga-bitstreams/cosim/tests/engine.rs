@@ -6,6 +6,7 @@ use dma_engine::npe::desc::{EntryStatus, InlineMsg, RqKind, SqEntry, SqOp, WqEnt
 use dma_engine::npe::regs::channel_offset;
 use hal::PhysAddr;
 use hal::regs::AccessWidth;
+use npe_cosim::WriteOrder;
 use npe_cosim::harness::{Completion, DST_AT, Node, SRC_AT};
 use npe_cosim::rig::{ModelRig, Rig, RtlRig};
 
@@ -167,6 +168,57 @@ fn blocks_and_messages_cross_and_commit_on_both() {
             assert!(got == *data, "{}: bytes at {at:#x} differ", r.name());
         }
         let _ = Completion::clone;
+    }
+}
+
+/// AXI's write address and write data channels are independent (Arm IHI 0022 A3.3.1): a
+/// slave may hold AWREADY until it sees WVALID, and the engine's writes (RQ entry, CQ entry,
+/// committed bytes, WCQ entry) must still complete, whichever order the slave takes.
+#[test]
+fn writes_complete_whichever_of_address_and_data_the_slave_takes_first() {
+    for order in [
+        WriteOrder::DataFirst,
+        WriteOrder::AddressFirst,
+        WriteOrder::Independent,
+    ] {
+        let mut rig = RtlRig::new(PAGES, 20, 11);
+        rig.system().set_write_order(order);
+        let r: &mut dyn Rig = &mut rig;
+        let mut a = Node::setup(r, 0, 3);
+        let mut b = Node::setup(r, 1, 9);
+        let data = fill(r, 0, SRC_AT + 3, 1000, 5);
+        a.post(r, 0, 0, &block(SRC_AT + 3, 1000, DST_AT + 0x11, 77));
+        a.ring_all(r, 0);
+        r.settle();
+        let mut cqs = Vec::new();
+        a.drain_cq(r, 0, &mut cqs);
+        assert_eq!(cqs.len(), 1, "{order:?}: {cqs:?}");
+        assert_eq!(cqs[0].entry.status, EntryStatus::Ok, "{order:?}");
+        let arrivals = b.drain_rq(r, 1);
+        assert_eq!(arrivals.len(), 1, "{order:?}");
+        b.post_wq(
+            r,
+            1,
+            &WqEntry {
+                op: WqOp::Commit {
+                    pdid: 9,
+                    length: 1000,
+                    dst_va: DST_AT + 0x11,
+                },
+                slot: arrivals[0].0,
+                cookie: 5,
+            },
+        );
+        b.ring_wq(r, 1);
+        r.settle();
+        let wcq = b.drain_wcq(r, 1);
+        assert_eq!(wcq.len(), 1, "{order:?}");
+        assert_eq!(wcq[0].status, EntryStatus::Ok, "{order:?}");
+        let mut got = vec![0u8; data.len()];
+        r.dram(1)
+            .read_phys(PhysAddr::new(DST_AT + 0x11), &mut got)
+            .expect("in DRAM");
+        assert!(got == data, "{order:?}: committed bytes differ");
     }
 }
 
