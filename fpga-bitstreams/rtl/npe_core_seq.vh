@@ -319,7 +319,10 @@ always @(posedge clk) begin
             slot_full[rx_slot] <= 1'b0;
         end
         if (rx_crc_drop) gevent[GE_CRC_DROP] <= 1'b1;
-        if (rx_held) gevent[GE_RX_HELD] <= 1'b1;
+        // RX_HELD (§3): a frame waits because no receive slot is free (the data receiver's
+        // rx_held) or no RQ entry is (full, or the RQ cannot be written); a frame waiting
+        // only for the sequencer to write its entry is not held.
+        if (rx_held || ((rxc_pend || rxd_pend) && !idle_rq)) gevent[GE_RX_HELD] <= 1'b1;
 
         // ---- the write address channel, apart from the data beats ----
         if (m_awready) m_awvalid <= 1'b0;

@@ -4,7 +4,8 @@
 // area), the rest (data VC only) goes into a receive slot. A frame with any bad packet is
 // discarded whole (crc_drop); a good one is held in p_* until the core has written its RQ entry
 // (taken). Back-pressure: TREADY (a register) is low while a frame is held, while the engine
-// is disabled and, on the data VC, while no receive slot is free at a frame's start.
+// is disabled and, on the data VC, while no receive slot is free at a frame's start (only
+// that last case raises `held`).
 module npe_pkt_rx #(
     parameter DATA = 1,
     parameter SLOTS_LOG2 = 3
@@ -122,7 +123,9 @@ module npe_pkt_rx #(
             slot_we <= 1'b0;
             crc_drop <= 1'b0;
             pend <= pend_n;
-            held <= s_tvalid && !s_tready;
+            // Held for want of a receive slot: a frame waits at its start and none is free
+            // (the RQ side of RX_HELD is the core's).
+            held <= DATA != 0 && enable && s_tvalid && !in_frame && !lf[SLOTS_LOG2];
             s_tready <= enable && !flush && !pend_n &&
                         (DATA == 0 || in_frame_n || (lf[SLOTS_LOG2] && !alloc));
             if (take) begin
