@@ -26,7 +26,7 @@
 //! that the preloaded library is the one that interposes; the data path goes through the
 //! context's operations exactly as verbs.h's inline functions do.
 
-use std::ffi::{CStr, CString, c_char, c_int, c_void};
+use std::ffi::{CStr, c_int};
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::process::ExitCode;
@@ -34,21 +34,9 @@ use std::time::{Duration, Instant};
 
 use nprdma::sys::*;
 
-type GetDeviceList = unsafe extern "C" fn(*mut c_int) -> *mut *mut ibv_device;
-type GetDeviceName = unsafe extern "C" fn(*mut ibv_device) -> *const c_char;
-type OpenDevice = unsafe extern "C" fn(*mut ibv_device) -> *mut ibv_context;
-type AllocPd = unsafe extern "C" fn(*mut ibv_context) -> *mut ibv_pd;
-type CreateCq =
-    unsafe extern "C" fn(*mut ibv_context, c_int, *mut c_void, *mut c_void, c_int) -> *mut ibv_cq;
-type CreateQp = unsafe extern "C" fn(*mut ibv_pd, *mut ibv_qp_init_attr) -> *mut ibv_qp;
-type ModifyQp = unsafe extern "C" fn(*mut ibv_qp, *mut ibv_qp_attr, c_int) -> c_int;
-type QueryGid = unsafe extern "C" fn(*mut ibv_context, u8, c_int, *mut [u8; 16]) -> c_int;
-type RegMr = unsafe extern "C" fn(*mut ibv_pd, *mut c_void, usize, c_int) -> *mut ibv_mr;
-type DeregMr = unsafe extern "C" fn(*mut ibv_mr) -> c_int;
-type CreateCompChannel = unsafe extern "C" fn(*mut ibv_context) -> *mut ibv_comp_channel;
-type GetCqEvent =
-    unsafe extern "C" fn(*mut ibv_comp_channel, *mut *mut ibv_cq, *mut *mut c_void) -> c_int;
-type AckCqEvents = unsafe extern "C" fn(*mut ibv_cq, u32);
+#[path = "common/dlverbs.rs"]
+mod dlverbs;
+use dlverbs::*;
 
 struct Verbs {
     get_device_list: GetDeviceList,
@@ -66,40 +54,9 @@ struct Verbs {
     ack_cq_events: AckCqEvents,
 }
 
-/// Looks `name` up in the global scope: the preloaded library first, then libibverbs. Plain
-/// `dlsym`, not `dlvsym`: glibc's `dlvsym` never matches an unversioned definition (it looks
-/// up "hidden" versions), so it would skip the preloaded library's symbols.
-fn sym(name: &str) -> Result<*mut c_void, String> {
-    let n = CString::new(name).map_err(|e| e.to_string())?;
-    // SAFETY: a NUL-terminated string; RTLD_DEFAULT searches the global scope.
-    let p = unsafe { libc::dlsym(libc::RTLD_DEFAULT, n.as_ptr()) };
-    if p.is_null() {
-        Err(format!("libibverbs has no {name}"))
-    } else {
-        Ok(p)
-    }
-}
-
-macro_rules! load {
-    ($name:literal, $ty:ty) => {{
-        let p = sym($name)?;
-        // SAFETY: the libibverbs symbol has this C signature (verbs.h).
-        unsafe { std::mem::transmute::<*mut c_void, $ty>(p) }
-    }};
-}
-
 impl Verbs {
     fn load() -> Result<Self, String> {
-        // SAFETY: a NUL-terminated library name; the handle is kept for the process lifetime.
-        let h = unsafe {
-            libc::dlopen(
-                c"libibverbs.so.1".as_ptr(),
-                libc::RTLD_NOW | libc::RTLD_GLOBAL,
-            )
-        };
-        if h.is_null() {
-            return Err("cannot load libibverbs.so.1".into());
-        }
+        open_libibverbs()?;
         Ok(Self {
             get_device_list: load!("ibv_get_device_list", GetDeviceList),
             get_device_name: load!("ibv_get_device_name", GetDeviceName),
