@@ -1,6 +1,6 @@
 // Link receiver for one virtual channel (docs/npe-rtl.md "Link framing"). It checks every
-// packet (header sizes, TLAST only on the footer, FIRST/LAST order, the CRC-32C over header,
-// payload and the footer's fields) and assembles a frame: the first 64 payload bytes are the inline message (header
+// packet (header sizes, TLAST only on the footer, FIRST/LAST order, the CRC-32C over header and
+// payload) and assembles a frame: the first 64 payload bytes are the inline message (header
 // area), the rest (data VC only) goes into a receive slot. A frame with any bad packet is
 // discarded whole (crc_drop); a good one is held in p_* until the core has written its RQ entry
 // (taken). Back-pressure: TREADY (a register) is low while a frame is held, while the engine
@@ -74,11 +74,9 @@ module npe_pkt_rx #(
     wire        h_ok = h_flits != 5'd0 && h_flits <= 5'd16 &&
                        h_flits == h_bytes[8:4] + {4'd0, |h_bytes[3:0]};
     // One CRC tree: a header starts a packet's CRC, payload flits continue it.
-    // The footer's fields (bits [63:0]) end it, as a flit with bits [127:64] zero.
     wire [31:0] crc_next;
     npe_crc32c u_crc (
-        .crc_in(st == R_HDR ? 32'hFFFF_FFFF : crc),
-        .flit({st == R_FTR ? 64'd0 : s_tdata[127:64], s_tdata[63:0]}), .crc_out(crc_next)
+        .crc_in(st == R_HDR ? 32'hFFFF_FFFF : crc), .flit(s_tdata), .crc_out(crc_next)
     );
     // Message bytes at or past MSG_LEN are delivered as zero (the RQ entry's message area).
     function [127:0] mask16;
@@ -97,8 +95,7 @@ module npe_pkt_rx #(
     wire        frame_ok = DATA != 0
         ? (total > 13'd64 && total <= 13'd4160 && msg_len >= 8'd16 && msg_len <= 8'd64)
         : (total == {5'd0, msg_len} && msg_len >= 8'd16 && msg_len <= 8'd64);
-    wire        pkt_good = !bad && s_tlast && (~crc_next == s_tdata[95:64]) &&
-                           s_tdata[127:96] == 32'd0 &&
+    wire        pkt_good = !bad && s_tlast && (~crc == s_tdata[95:64]) &&
                            (f_first == first_pkt) && (DATA != 0 || f_last);
 
     reg pend_n;
