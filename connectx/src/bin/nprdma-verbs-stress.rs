@@ -409,60 +409,16 @@ fn connect_qp(side: &Side, a: &Args, peer_qpn: u32, peer_gid: [u8; 16]) -> Resul
             Ok(())
         }
     };
-    let mut init = ibv_qp_attr {
-        qp_state: IBV_QPS_INIT,
-        qp_access_flags: IBV_ACCESS_LOCAL_WRITE
+    rc_to_rts(
+        modify,
+        IBV_ACCESS_LOCAL_WRITE
             | IBV_ACCESS_REMOTE_WRITE
             | IBV_ACCESS_REMOTE_READ
             | IBV_ACCESS_REMOTE_ATOMIC,
-        port_num: 1,
-        ..Default::default()
-    };
-    modify(
-        &mut init,
-        IBV_QP_STATE | IBV_QP_ACCESS_FLAGS | (1 << 4) | (1 << 5),
-        "INIT",
-    )?;
-    let mut rtr = ibv_qp_attr {
-        qp_state: IBV_QPS_RTR,
-        path_mtu: 3, // IBV_MTU_1024
-        dest_qp_num: peer_qpn,
-        rq_psn: 0,
-        max_dest_rd_atomic: 1,
-        min_rnr_timer: 12,
-        ..Default::default()
-    };
-    rtr.ah_attr.is_global = 1;
-    rtr.ah_attr.grh.dgid = peer_gid;
-    rtr.ah_attr.grh.sgid_index = a.gid_index as u8;
-    rtr.ah_attr.grh.hop_limit = 1;
-    rtr.ah_attr.port_num = 1;
-    // STATE | AV | PATH_MTU | DEST_QPN | RQ_PSN | MAX_DEST_RD_ATOMIC | MIN_RNR_TIMER
-    modify(
-        &mut rtr,
-        IBV_QP_STATE
-            | (1 << 7)
-            | (1 << 8)
-            | IBV_QP_DEST_QPN
-            | (1 << 12)
-            | IBV_QP_MAX_DEST_RD_ATOMIC
-            | (1 << 15),
-        "RTR",
-    )?;
-    let mut rts = ibv_qp_attr {
-        qp_state: IBV_QPS_RTS,
-        timeout: 14,
-        retry_cnt: 7,
-        rnr_retry: 7,
-        sq_psn: 0,
-        max_rd_atomic: 1,
-        ..Default::default()
-    };
-    // STATE | TIMEOUT | RETRY_CNT | RNR_RETRY | SQ_PSN | MAX_QP_RD_ATOMIC
-    modify(
-        &mut rts,
-        IBV_QP_STATE | (1 << 9) | (1 << 10) | (1 << 11) | (1 << 16) | IBV_QP_MAX_QP_RD_ATOMIC,
-        "RTS",
+        3, // IBV_MTU_1024
+        peer_qpn,
+        peer_gid,
+        a.gid_index,
     )
 }
 

@@ -65,3 +65,70 @@ macro_rules! load {
     }};
 }
 pub(crate) use load;
+
+/// Takes an RC QP from RESET through INIT (with `access`) and RTR (towards `peer_qpn` at
+/// `peer_gid`, path MTU `mtu` as `enum ibv_mtu`) to RTS, through `modify` (the program's
+/// `ibv_modify_qp` on its QP, which names the step in its error). The attribute masks are
+/// verbs.h's `IBV_QP_*` bits.
+pub fn rc_to_rts(
+    modify: impl Fn(&mut ibv_qp_attr, c_int, &str) -> Result<(), String>,
+    access: u32,
+    mtu: u32,
+    peer_qpn: u32,
+    peer_gid: [u8; 16],
+    gid_index: i32,
+) -> Result<(), String> {
+    let mut init = ibv_qp_attr {
+        qp_state: IBV_QPS_INIT,
+        qp_access_flags: access,
+        port_num: 1,
+        ..Default::default()
+    };
+    // STATE | ACCESS_FLAGS | PKEY_INDEX | PORT
+    modify(
+        &mut init,
+        IBV_QP_STATE | IBV_QP_ACCESS_FLAGS | (1 << 4) | (1 << 5),
+        "INIT",
+    )?;
+    let mut rtr = ibv_qp_attr {
+        qp_state: IBV_QPS_RTR,
+        path_mtu: mtu,
+        dest_qp_num: peer_qpn,
+        rq_psn: 0,
+        max_dest_rd_atomic: 1,
+        min_rnr_timer: 12,
+        ..Default::default()
+    };
+    rtr.ah_attr.is_global = 1;
+    rtr.ah_attr.grh.dgid = peer_gid;
+    rtr.ah_attr.grh.sgid_index = gid_index as u8;
+    rtr.ah_attr.grh.hop_limit = 1;
+    rtr.ah_attr.port_num = 1;
+    // STATE | AV | PATH_MTU | DEST_QPN | RQ_PSN | MAX_DEST_RD_ATOMIC | MIN_RNR_TIMER
+    modify(
+        &mut rtr,
+        IBV_QP_STATE
+            | (1 << 7)
+            | (1 << 8)
+            | IBV_QP_DEST_QPN
+            | (1 << 12)
+            | IBV_QP_MAX_DEST_RD_ATOMIC
+            | (1 << 15),
+        "RTR",
+    )?;
+    let mut rts = ibv_qp_attr {
+        qp_state: IBV_QPS_RTS,
+        timeout: 14,
+        retry_cnt: 7,
+        rnr_retry: 7,
+        sq_psn: 0,
+        max_rd_atomic: 1,
+        ..Default::default()
+    };
+    // STATE | TIMEOUT | RETRY_CNT | RNR_RETRY | SQ_PSN | MAX_QP_RD_ATOMIC
+    modify(
+        &mut rts,
+        IBV_QP_STATE | (1 << 9) | (1 << 10) | (1 << 11) | (1 << 16) | IBV_QP_MAX_QP_RD_ATOMIC,
+        "RTS",
+    )
+}
