@@ -25,7 +25,12 @@
 use std::collections::VecDeque;
 
 use crate::fasthash::FastMap;
-use crate::sys::IBV_WC_SUCCESS;
+use crate::sys::{
+    IBV_WC_ATOMIC_WRITE, IBV_WC_BIND_MW, IBV_WC_COMP_SWAP, IBV_WC_FETCH_ADD, IBV_WC_LOCAL_INV,
+    IBV_WC_RDMA_READ, IBV_WC_RDMA_WRITE, IBV_WC_SEND, IBV_WC_SUCCESS, IBV_WC_TSO,
+    IBV_WR_ATOMIC_CMP_AND_SWP, IBV_WR_ATOMIC_FETCH_AND_ADD, IBV_WR_ATOMIC_WRITE, IBV_WR_BIND_MW,
+    IBV_WR_LOCAL_INV, IBV_WR_RDMA_READ, IBV_WR_RDMA_WRITE, IBV_WR_RDMA_WRITE_WITH_IMM, IBV_WR_TSO,
+};
 use crate::window::{RegionId, WindowId, WindowUse};
 
 /// A short list of windows: up to two inline (the common case: one local window per WR), more
@@ -551,6 +556,21 @@ impl RecvTracker {
             w.extend(ws);
         }
         w
+    }
+}
+
+/// Maps a send opcode to the completion opcode plain verbs reports.
+pub(crate) fn wc_opcode_of(op: u32) -> u32 {
+    match op {
+        IBV_WR_RDMA_WRITE | IBV_WR_RDMA_WRITE_WITH_IMM => IBV_WC_RDMA_WRITE,
+        IBV_WR_RDMA_READ => IBV_WC_RDMA_READ,
+        IBV_WR_ATOMIC_CMP_AND_SWP => IBV_WC_COMP_SWAP,
+        IBV_WR_ATOMIC_FETCH_AND_ADD => IBV_WC_FETCH_ADD,
+        IBV_WR_LOCAL_INV => IBV_WC_LOCAL_INV,
+        IBV_WR_BIND_MW => IBV_WC_BIND_MW,
+        IBV_WR_TSO => IBV_WC_TSO,
+        IBV_WR_ATOMIC_WRITE => IBV_WC_ATOMIC_WRITE,
+        _ => IBV_WC_SEND,
     }
 }
 

@@ -16,7 +16,8 @@
 
 use core::ffi::{c_int, c_void};
 
-use crate::engine::{CqCtl, CqInner, process_wc};
+use crate::engine::poll::process_wc;
+use crate::engine::records::{CqCtl, CqInner};
 use crate::registry;
 use crate::sys::*;
 
@@ -103,11 +104,11 @@ pub(crate) unsafe extern "C" fn wrapped_create_cq_ex(
 ) -> *mut ibv_cq_ex {
     crate::ops::guarded(core::ptr::null_mut(), || {
         let Some(rec) = registry::ctx(ctx as usize) else {
-            crate::engine::set_errno(libc::EINVAL);
+            crate::engine::call::set_errno(libc::EINVAL);
             return core::ptr::null_mut();
         };
         let Some(orig) = rec.orig_create_cq_ex else {
-            crate::engine::set_errno(libc::EOPNOTSUPP);
+            crate::engine::call::set_errno(libc::EOPNOTSUPP);
             return core::ptr::null_mut();
         };
         if attr.is_null() || rec.passthrough().is_some() {
@@ -136,7 +137,7 @@ pub(crate) unsafe extern "C" fn wrapped_create_cq_ex(
 ///
 /// # Safety
 /// `cq` is a live extended CQ of `rec`'s context that the application has not used yet.
-unsafe fn wrap(rec: &crate::engine::CtxRec, cq: *mut ibv_cq_ex) {
+unsafe fn wrap(rec: &crate::engine::records::CtxRec, cq: *mut ibv_cq_ex) {
     // SAFETY: per the contract.
     let c = unsafe { &mut *cq };
     let (Some(start_poll), Some(next_poll), Some(end_poll), Some(orig_poll)) =
@@ -392,7 +393,7 @@ unsafe fn open_provider(
 
 unsafe extern "C" fn start_poll_w(cq: *mut ibv_cq_ex, attr: *mut ibv_poll_cq_attr) -> c_int {
     crate::ops::guarded(libc::EIO, || {
-        let Some(cqc) = crate::engine::cq_ctl(cq as usize) else {
+        let Some(cqc) = crate::engine::poll::cq_ctl(cq as usize) else {
             return libc::EINVAL;
         };
         let Some(fns) = cqc.ex else {
@@ -440,7 +441,7 @@ unsafe extern "C" fn start_poll_w(cq: *mut ibv_cq_ex, attr: *mut ibv_poll_cq_att
 
 unsafe extern "C" fn next_poll_w(cq: *mut ibv_cq_ex) -> c_int {
     crate::ops::guarded(libc::EIO, || {
-        let Some(cqc) = crate::engine::cq_ctl(cq as usize) else {
+        let Some(cqc) = crate::engine::poll::cq_ctl(cq as usize) else {
             return libc::EINVAL;
         };
         let Some(fns) = cqc.ex else {
@@ -476,7 +477,7 @@ unsafe extern "C" fn next_poll_w(cq: *mut ibv_cq_ex) -> c_int {
 
 unsafe extern "C" fn end_poll_w(cq: *mut ibv_cq_ex) {
     crate::ops::guarded((), || {
-        let Some(cqc) = crate::engine::cq_ctl(cq as usize) else {
+        let Some(cqc) = crate::engine::poll::cq_ctl(cq as usize) else {
             return;
         };
         let Some(fns) = cqc.ex else {
@@ -498,7 +499,7 @@ fn read<T: Default>(
     provider: impl FnOnce(&CqExFns) -> Option<T>,
 ) -> T {
     crate::ops::guarded(T::default(), || {
-        let Some(cqc) = crate::engine::cq_ctl(cq as usize) else {
+        let Some(cqc) = crate::engine::poll::cq_ctl(cq as usize) else {
             return T::default();
         };
         let Some(fns) = cqc.ex else {

@@ -23,7 +23,9 @@
 use core::ffi::c_int;
 use std::sync::Mutex;
 
-use crate::engine::{CtxRec, Engine, RealCall, lock};
+use crate::engine::Engine;
+use crate::engine::call::{RealCall, lock};
+use crate::engine::records::CtxRec;
 use crate::fasthash::FastMap;
 use crate::sys::*;
 

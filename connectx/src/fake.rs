@@ -126,7 +126,7 @@ fn fake() -> MutexGuard<'static, Fake> {
 }
 
 fn set_errno(e: c_int) {
-    crate::engine::set_errno(e);
+    crate::engine::call::set_errno(e);
 }
 
 /// The fake's function table.
@@ -224,7 +224,7 @@ unsafe fn null_post_send(qp: *mut ibv_qp, wr: *mut ibv_send_wr) -> c_int {
             done.entry(cq).or_default().push_back(ibv_wc {
                 wr_id: w.wr_id,
                 status: IBV_WC_SUCCESS,
-                opcode: crate::engine::wc_opcode_of(w.opcode),
+                opcode: crate::completion::wc_opcode_of(w.opcode),
                 qp_num,
                 ..Default::default()
             });
@@ -1389,7 +1389,7 @@ unsafe extern "C" fn fake_post_send(
             flush_rq(&mut f, qpn);
         }
         if status != IBV_WC_SUCCESS || sig_all || w.send_flags & IBV_SEND_SIGNALED != 0 {
-            let opcode = crate::engine::wc_opcode_of(w.opcode);
+            let opcode = crate::completion::wc_opcode_of(w.opcode);
             push_send_cq(
                 &mut f,
                 cq,

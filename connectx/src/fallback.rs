@@ -19,7 +19,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::completion::WinList;
-use crate::engine::{Engine, RealCall, lock};
+use crate::engine::Engine;
+use crate::engine::call::{RealCall, lock};
 use crate::fasthash::FastMap;
 use crate::sys::*;
 use crate::window::{RegionId, WindowId, WindowUse, pinned_bytes};

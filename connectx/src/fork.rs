@@ -21,7 +21,8 @@ use std::cell::RefCell;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Once, Weak};
 
-use crate::engine::{Engine, lock};
+use crate::engine::Engine;
+use crate::engine::call::lock;
 
 /// The engines of this process (weak: an engine dropped in a test leaves a dead entry).
 static ENGINES: Mutex<Vec<Weak<Engine>>> = Mutex::new(Vec::new());

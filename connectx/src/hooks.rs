@@ -13,7 +13,8 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::{Arc, OnceLock};
 
 use crate::config::{Config, Mode};
-use crate::engine::{Engine, RealCall, set_errno};
+use crate::engine::Engine;
+use crate::engine::call::{RealCall, set_errno};
 use crate::interpose as ip;
 use crate::real::RealVerbs;
 use crate::status::PageStore;

@@ -9,7 +9,9 @@ use core::ffi::{c_int, c_uint, c_void};
 use std::sync::Arc;
 
 use crate::config::Mode;
-use crate::engine::{CtxRec, Engine, RealCall, in_real_call, set_errno};
+use crate::engine::Engine;
+use crate::engine::call::{RealCall, in_real_call, set_errno};
+use crate::engine::records::CtxRec;
 use crate::registry;
 use crate::sys::*;
 
@@ -104,7 +106,7 @@ pub unsafe fn reg_dmabuf_mr(
         eng.counters()
             .passthrough_bytes
             .fetch_add(len as u64, std::sync::atomic::Ordering::Relaxed);
-        crate::engine::lock(&eng.state)
+        crate::engine::call::lock(&eng.state)
             .passthrough_mrs
             .insert(mr as usize, len as u64);
     }
@@ -136,7 +138,7 @@ pub unsafe fn rereg_mr(
     // A pass-through MR given a new translation changes size: keep doctor's count of
     // pass-through bytes right.
     if rc == 0 && flags & IBV_REREG_MR_CHANGE_TRANSLATION != 0 && !mr.is_null() {
-        let old = crate::engine::lock(&eng.state)
+        let old = crate::engine::call::lock(&eng.state)
             .passthrough_mrs
             .insert(mr as usize, len as u64);
         if let Some(old) = old {
@@ -145,7 +147,7 @@ pub unsafe fn rereg_mr(
             bytes.fetch_add(len as u64, std::sync::atomic::Ordering::Relaxed);
         } else {
             // Not one of ours (registered before the library was loaded): nothing counted.
-            crate::engine::lock(&eng.state)
+            crate::engine::call::lock(&eng.state)
                 .passthrough_mrs
                 .remove(&(mr as usize));
         }
@@ -260,7 +262,7 @@ pub unsafe fn modify_qp(
 
 /// `ibv_query_qp`: what the provider reports, with the capabilities, access flags and
 /// outstanding-read limits the application set where the library asked for more
-/// ([`crate::engine::AppView`]).
+/// ([`crate::engine::records::AppView`]).
 ///
 /// # Safety
 /// As `ibv_query_qp`.
@@ -279,7 +281,7 @@ pub unsafe fn query_qp(
     if rc == 0
         && let Some(ctl) = registry::qp(qp as usize)
     {
-        let view = *crate::engine::lock(&ctl.app_view);
+        let view = *crate::engine::call::lock(&ctl.app_view);
         // SAFETY: the application's structs, just filled by the provider (null is left
         // alone).
         unsafe { view.apply(attr.as_mut(), init.as_mut()) };

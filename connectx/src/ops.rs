@@ -12,7 +12,9 @@ use core::ffi::{c_int, c_void};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
-use crate::engine::{Engine, QpCtl, SrqCtl, cq_ctl, process_wc};
+use crate::engine::Engine;
+use crate::engine::poll::{cq_ctl, process_wc};
+use crate::engine::records::{QpCtl, SrqCtl};
 use crate::registry;
 use crate::sys::*;
 
@@ -116,7 +118,7 @@ pub(crate) unsafe extern "C" fn wrapped_post_srq_recv(
             // device's): a split receive must fit it, or the provider refuses the post.
             let mut attr = ibv_srq_attr::default();
             let max_sge = {
-                let _g = crate::engine::RealCall::enter();
+                let _g = crate::engine::call::RealCall::enter();
                 // SAFETY: a live SRQ and a writable attribute struct.
                 match unsafe { (rec.engine.real.query_srq)(srq, &mut attr) } {
                     0 => attr.max_sge.min(rec.caps.max_sge),
@@ -129,7 +131,7 @@ pub(crate) unsafe extern "C" fn wrapped_post_srq_recv(
                 orig_post: orig,
                 max_sge: max_sge as usize,
                 track: crate::spin::SpinLock::new(crate::completion::RecvTracker::with_tag(
-                    crate::engine::random_u64(),
+                    crate::engine::call::random_u64(),
                 )),
             })
         }) else {
@@ -140,7 +142,7 @@ pub(crate) unsafe extern "C" fn wrapped_post_srq_recv(
         let poster = |w, b| unsafe { post(srq, w, b) };
         // SAFETY: the application's list and out-pointer.
         unsafe {
-            crate::engine::post_recv_common(
+            crate::engine::post_recv::post_recv_common(
                 &s.engine,
                 ctx,
                 s.max_sge,
@@ -180,7 +182,7 @@ pub(crate) unsafe extern "C" fn wrapped_poll_cq(
         // Another thread's extended-CQ session holds the provider's CQ lock: hand out what
         // the stash has and leave the provider to that session (see poll_into_stash).
         let provider_busy = inner.ex.provider_open();
-        let crate::engine::CqInner { stash, last_qp, .. } = &mut *inner;
+        let crate::engine::records::CqInner { stash, last_qp, .. } = &mut *inner;
         let mut count = 0usize;
         while count < want {
             let Some(w) = stash.pop_front() else { break };
@@ -228,11 +230,11 @@ pub(crate) unsafe extern "C" fn wrapped_create_qp_ex(
 ) -> *mut ibv_qp {
     guarded(core::ptr::null_mut(), || {
         let Some(rec) = registry::ctx(ctx as usize) else {
-            crate::engine::set_errno(libc::EINVAL);
+            crate::engine::call::set_errno(libc::EINVAL);
             return core::ptr::null_mut();
         };
         let Some(orig) = rec.orig_create_qp_ex else {
-            crate::engine::set_errno(libc::EOPNOTSUPP);
+            crate::engine::call::set_errno(libc::EOPNOTSUPP);
             return core::ptr::null_mut();
         };
         if attr.is_null() || rec.passthrough().is_some() {

@@ -10,7 +10,7 @@ use std::ptr::NonNull;
 use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, LazyLock, RwLock};
 
-use crate::engine::{CqCtl, CtxRec, QpCtl, SrqCtl};
+use crate::engine::records::{CqCtl, CtxRec, QpCtl, SrqCtl};
 
 #[derive(Default)]
 struct Maps {

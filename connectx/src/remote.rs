@@ -10,7 +10,10 @@ use crate::directory::{
     DirHeader, ENTRY_PRESENT, LeaseAnswer, LeaseBook, LeaseRequest, SERVED_OFF, answer_overtaken,
     decode_answer, decode_entry, encode_answer, encode_entry,
 };
-use crate::engine::{Batch, Engine, PostFail, Provider, QpCtl, Region, SendSide, State, lock};
+use crate::engine::call::lock;
+use crate::engine::records::{Batch, PostFail, QpCtl, SendSide};
+use crate::engine::region::{Provider, Region};
+use crate::engine::{Engine, State};
 use crate::registry;
 use crate::sys::*;
 use crate::translate::{Geometry, RemoteClass};

@@ -19,7 +19,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::engine::QpCtl;
+use crate::engine::records::QpCtl;
 
 /// How long a post waits for its send queue to make progress before it gives up, when the
 /// queue holds none of the library's recorded WRs.

@@ -18,7 +18,8 @@
 use std::sync::atomic::Ordering;
 use std::sync::{Mutex, MutexGuard};
 
-use crate::engine::{Engine, RealCall, lock};
+use crate::engine::Engine;
+use crate::engine::call::{RealCall, lock};
 use crate::fasthash::FastMap;
 use crate::sys::*;
 

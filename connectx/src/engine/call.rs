@@ -1,0 +1,72 @@
+//! Calls into libibverbs: the re-entry guard (a hook entered from inside a real libibverbs call
+//! passes straight through), `errno`, the lock helper, random numbers.
+
+use core::ffi::c_int;
+use std::cell::Cell;
+use std::sync::{Mutex, MutexGuard};
+
+thread_local! {
+    static IN_REAL: Cell<u32> = const { Cell::new(0) };
+}
+
+/// Marks the current thread as inside a call into libibverbs: hooks entered meanwhile (the
+/// real `ibv_reg_mr` jumps through the PLT to `ibv_reg_mr_iova2`, which is ours) pass straight
+/// through.
+pub(crate) struct RealCall;
+
+impl RealCall {
+    /// Enters.
+    pub(crate) fn enter() -> Self {
+        IN_REAL.with(|c| c.set(c.get() + 1));
+        RealCall
+    }
+}
+
+impl Drop for RealCall {
+    fn drop(&mut self) {
+        IN_REAL.with(|c| c.set(c.get().saturating_sub(1)));
+    }
+}
+
+/// Whether this thread is inside a real libibverbs call.
+pub(crate) fn in_real_call() -> bool {
+    IN_REAL.with(|c| c.get() > 0)
+}
+
+/// Sets `errno`.
+pub(crate) fn set_errno(e: c_int) {
+    // SAFETY: __errno_location returns this thread's errno slot.
+    unsafe { *libc::__errno_location() = e };
+}
+
+/// Reads `errno`.
+pub(crate) fn errno() -> c_int {
+    // SAFETY: as above.
+    unsafe { *libc::__errno_location() }
+}
+
+/// Locks a mutex, ignoring poisoning (a panic elsewhere must not wedge every later call).
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    match m.lock() {
+        Ok(g) => g,
+        Err(p) => p.into_inner(),
+    }
+}
+
+/// A random u64 (directory instance numbers).
+pub(crate) fn random_u64() -> u64 {
+    let mut b = [0u8; 8];
+    // SAFETY: writes at most 8 bytes into `b`.
+    let n = unsafe { libc::getrandom(b.as_mut_ptr().cast(), 8, 0) };
+    if n == 8 {
+        u64::from_le_bytes(b)
+    } else {
+        // No getrandom (a very old kernel or a seccomp filter): the wall clock's nanoseconds,
+        // the process ID and a stack address (ASLR) still tell two instances apart.
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64);
+        let here = &b as *const _ as u64;
+        t ^ u64::from(std::process::id()).rotate_left(32) ^ here.rotate_left(17)
+    }
+}

@@ -1,0 +1,85 @@
+//! The engine's construction, the helper thread that serves peers' lease requests, and what a
+//! child made by `fork()` changes.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use crate::config::Config;
+use crate::engine::{Engine, State};
+use crate::fasthash::FastMap;
+use crate::real::RealVerbs;
+use crate::status::PageStore;
+use crate::window::WindowCache;
+
+impl Engine {
+    /// An engine over `real` with configuration `cfg`, counting into `status`.
+    pub fn new(real: RealVerbs, cfg: Config, status: PageStore) -> Arc<Self> {
+        let engine = Arc::new(Self {
+            real,
+            state: Mutex::new(State {
+                regions: FastMap::default(),
+                by_mr: FastMap::default(),
+                by_lkey: FastMap::default(),
+                passthrough_mrs: FastMap::default(),
+                cache: WindowCache::new(cfg.budget),
+                next_region: 1,
+                leased_bytes: 0,
+                held_bytes: 0,
+            }),
+            cfg,
+            status,
+            helper_started: AtomicBool::new(false),
+            stop: AtomicBool::new(false),
+            hold_epoch: AtomicU64::new(1),
+            holds_wanted: AtomicBool::new(false),
+            helper_gate: Mutex::new(()),
+        });
+        crate::fork::register(&engine);
+        engine
+    }
+
+    /// Starts the helper thread that serves peers' lease requests (once).
+    pub(crate) fn ensure_helper(self: &Arc<Self>) {
+        if self.helper_started.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let weak = Arc::downgrade(self);
+        // The helper is born with every signal blocked (a thread inherits its creator's
+        // mask): signals sent to the process are for the application's threads, whose
+        // handlers must not run on the library's. Faults of the helper itself are still
+        // delivered.
+        // SAFETY: all-zero is a valid sigset_t, which sigfillset fills; pthread_sigmask
+        // changes this thread's mask only, and the old mask is put back right after the spawn.
+        let mut old: libc::sigset_t = unsafe { core::mem::zeroed() };
+        // SAFETY: as above.
+        unsafe {
+            let mut all: libc::sigset_t = core::mem::zeroed();
+            libc::sigfillset(&mut all);
+            libc::pthread_sigmask(libc::SIG_BLOCK, &all, &mut old);
+        }
+        let spawned = std::thread::Builder::new()
+            .name("nprdma-helper".into())
+            .spawn(move || crate::remote::helper_loop(weak));
+        // SAFETY: restores the mask saved above.
+        unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, core::ptr::null_mut()) };
+        if spawned.is_err() {
+            self.helper_started.store(false, Ordering::Release);
+            self.note("could not start the helper thread: peers cannot reach unpinned memory");
+        }
+    }
+
+    /// In a child made by `fork()`, from the fork handler (crate::fork), with the child's only
+    /// thread: the parent's helper thread does not exist here, so the next registration with
+    /// remote access starts one; the status page becomes a private copy.
+    pub(crate) fn after_fork_in_child(&self) {
+        self.helper_started.store(false, Ordering::Release);
+        let reason = if self.status.privatize_after_fork() {
+            "forked child: its status page is a private copy (nprdma doctor does not list it); regions of the parent are not served here"
+        } else {
+            "forked child: its status page could not be made private and is shared with the parent"
+        };
+        // Recorded, not logged: a child that runs another program next (fork and exec) must
+        // not print a line.
+        self.status.page().add_reason(reason);
+    }
+}

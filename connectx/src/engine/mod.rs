@@ -1,0 +1,136 @@
+//! The library's state and everything that happens between an application's verbs call and the
+//! provider: virtual registrations, the window cache, QP and CQ records, work-request
+//! translation and completion rewriting. The design is docs/connectx.md.
+//!
+//! Locking order (never taken in the other direction): a QP's `send` lock → a CQ's lock → the
+//! engine's `state` lock → a queue's tracker lock (a deregistration forgets its region in the
+//! trackers under `state`) → the registry.
+//!
+//! One concern per file, each depending only on the ones listed before it (the module import
+//! graph of the crate has no cycle; `cargo xtask test` checks it):
+//!
+//! - `call`: calls into libibverbs (the re-entry guard, `errno`), the lock helper;
+//! - `region`: a virtual region and the provider side of the window cache;
+//! - this file: the [`Engine`] and the [`State`] behind its lock;
+//! - `records`: the per-object records (context, QP, CQ, SRQ) and a QP's posting state;
+//! - `poll`: polling CQs and the completion rules applied to each provider completion;
+//! - `send_queue`: posting built WRs, the library's own WRs, synthesized completions;
+//! - `windows`: windows in use: acquiring them within the budget, releasing them, holds
+//!   taken back, scratch pages;
+//! - `warm`: the warm path of a send (held windows, one-lookup translation);
+//! - `post_send`: the general send path (planning, splitting, leases);
+//! - `post_recv`: receives;
+//! - `registration`: `ibv_reg_mr`, `ibv_dereg_mr`, `ibv_rereg_mr`;
+//! - `qp`: a QP's life (creation, `ibv_modify_qp`, destruction);
+//! - `contexts`: opening and closing a device context (installs the data-path functions);
+//! - `lifecycle`: the engine's construction, its helper thread, `fork()` in the child.
+
+pub(crate) mod call;
+mod contexts;
+mod lifecycle;
+pub(crate) mod poll;
+pub(crate) mod post_recv;
+mod post_send;
+mod qp;
+pub(crate) mod records;
+pub(crate) mod region;
+mod registration;
+mod send_queue;
+mod warm;
+pub(crate) mod windows;
+
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use crate::config::Config;
+use crate::fasthash::FastMap;
+use crate::real::RealVerbs;
+use crate::status::{Counters, PageStore};
+use crate::window::{RegionId, WindowCache};
+use call::lock;
+use region::Region;
+
+/// Everything behind the engine's lock.
+pub(crate) struct State {
+    pub regions: FastMap<RegionId, Region>,
+    pub by_mr: FastMap<usize, RegionId>,
+    pub by_lkey: FastMap<(usize, u32), RegionId>,
+    pub passthrough_mrs: FastMap<usize, u64>,
+    pub cache: WindowCache,
+    pub next_region: RegionId,
+    /// Bytes of windows leased to peers.
+    pub leased_bytes: u64,
+    /// Bytes of windows QPs hold for their warm path ([`LocalHold`]); at most a quarter of
+    /// the budget.
+    pub held_bytes: u64,
+}
+
+/// The library instance: one per process in the preloaded library, one per test otherwise.
+pub struct Engine {
+    pub(crate) real: RealVerbs,
+    pub(crate) cfg: Config,
+    pub(crate) state: Mutex<State>,
+    pub(crate) status: PageStore,
+    helper_started: AtomicBool,
+    pub(crate) stop: AtomicBool,
+    /// Moves on when local holds must no longer be used ([`LocalHold`]): a region was
+    /// deregistered or re-registered, or the budget needs the held windows back.
+    pub(crate) hold_epoch: AtomicU64,
+    /// A peer's lease was refused for want of room while windows were held: the helper
+    /// thread takes the holds back.
+    pub(crate) holds_wanted: AtomicBool,
+    /// Held by the helper thread for a batch of work, by context tear-down (so that the
+    /// provider never closes a context while a batch may still use its objects) and across
+    /// `fork()` (crate::fork).
+    pub(crate) helper_gate: Mutex<()>,
+}
+
+impl std::fmt::Debug for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine").field("cfg", &self.cfg).finish()
+    }
+}
+
+impl Engine {
+    /// The configuration.
+    pub fn config(&self) -> &Config {
+        &self.cfg
+    }
+
+    /// The counters.
+    pub fn counters(&self) -> &Counters {
+        &self.status.page().counters
+    }
+
+    /// The status page (counters, reasons).
+    pub fn status(&self) -> &PageStore {
+        &self.status
+    }
+
+    /// Logs a pass-through (or other notable) reason once and records it for doctor.
+    pub(crate) fn note(&self, reason: &str) {
+        // The log line once per process; the status page of every engine that met the reason
+        // records it (one engine per process in use, several in the tests).
+        crate::log::once(reason);
+        static PAGE_WRITERS: Mutex<()> = Mutex::new(());
+        let _serial = lock(&PAGE_WRITERS);
+        self.status.page().add_reason(reason);
+    }
+
+    /// Publishes the cache's gauges to the status page.
+    pub(crate) fn publish(&self, st: &State) {
+        let page = self.status.page();
+        page.set_pinned(st.cache.pinned());
+        // The cache's own peak also covers moments between two publications.
+        page.counters
+            .pinned_peak
+            .fetch_max(st.cache.peak(), Ordering::Relaxed);
+        let c = &page.counters;
+        c.windows.store(st.cache.len() as u64, Ordering::Relaxed);
+        let s = st.cache.stats();
+        c.window_registrations
+            .store(s.registrations, Ordering::Relaxed);
+        c.evictions.store(s.evictions, Ordering::Relaxed);
+        c.regions.store(st.regions.len() as u64, Ordering::Relaxed);
+    }
+}
