@@ -16,83 +16,11 @@
 
 use core::ffi::{c_int, c_void};
 
-use crate::engine::poll::process_wc;
+use crate::engine::cq_session::{CqExFns, Current, Held, Session};
+use crate::engine::poll::{process_wc, show_stashed};
 use crate::engine::records::{CqCtl, CqInner};
 use crate::registry;
 use crate::sys::*;
-
-/// The provider's functions of an extended CQ.
-#[derive(Clone, Copy)]
-pub(crate) struct CqExFns {
-    start_poll: unsafe extern "C" fn(*mut ibv_cq_ex, *mut ibv_poll_cq_attr) -> c_int,
-    next_poll: unsafe extern "C" fn(*mut ibv_cq_ex) -> c_int,
-    end_poll: unsafe extern "C" fn(*mut ibv_cq_ex),
-    read_opcode: Option<CqExReadU32>,
-    read_vendor_err: Option<CqExReadU32>,
-    read_byte_len: Option<CqExReadU32>,
-    read_imm_data: Option<CqExReadU32>,
-    read_qp_num: Option<CqExReadU32>,
-    read_src_qp: Option<CqExReadU32>,
-    read_wc_flags: Option<CqExReadU32>,
-    read_slid: Option<CqExReadU32>,
-    read_sl: Option<unsafe extern "C" fn(*mut ibv_cq_ex) -> u8>,
-    read_dlid_path_bits: Option<unsafe extern "C" fn(*mut ibv_cq_ex) -> u8>,
-    read_completion_ts: Option<CqExReadU64>,
-    read_cvlan: Option<unsafe extern "C" fn(*mut ibv_cq_ex) -> u16>,
-    read_flow_tag: Option<CqExReadU32>,
-    read_tm_info: Option<unsafe extern "C" fn(*mut ibv_cq_ex, *mut c_void)>,
-    read_completion_wallclock_ns: Option<CqExReadU64>,
-}
-
-/// A completion held by the library rather than the provider: everything its readers return.
-#[derive(Clone, Copy, Default)]
-pub(crate) struct Held {
-    wc: ibv_wc,
-    ts: u64,
-    wallclock_ns: u64,
-    cvlan: u16,
-    flow_tag: u32,
-}
-
-/// Which completion the application is looking at.
-#[derive(Clone, Copy, Default)]
-pub(crate) enum Current {
-    /// No session, or the session ran out.
-    #[default]
-    Idle,
-    /// One the library holds: stashed earlier, or the provider's that the library had to move
-    /// past while the application was looking at it.
-    Held(Held),
-    /// The provider's current one.
-    Provider,
-}
-
-/// An extended CQ's poll session (under the CQ's lock).
-#[derive(Default)]
-pub(crate) struct Session {
-    /// Between a successful `start_poll` and `end_poll`.
-    active: bool,
-    current: Current,
-    /// Whether the provider's own session is open (its `end_poll` is owed).
-    provider_open: bool,
-    /// The thread that started the session.
-    owner: usize,
-    /// The application's `start_poll` attributes, for a provider session started later.
-    attr: ibv_poll_cq_attr,
-}
-
-impl Session {
-    /// Whether the provider's own session is open (it holds the provider's CQ lock until its
-    /// `end_poll`, so nobody else may poll the provider meanwhile while holding the stash).
-    pub(crate) fn provider_open(&self) -> bool {
-        self.provider_open
-    }
-
-    /// Whether the calling thread opened the session.
-    pub(crate) fn owned_here(&self) -> bool {
-        self.owner == crate::ops::this_thread()
-    }
-}
 
 /// `verbs_context::create_cq_ex`.
 ///
@@ -215,104 +143,6 @@ unsafe fn wrap(rec: &crate::engine::records::CtxRec, cq: *mut ibv_cq_ex) {
     );
 }
 
-/// Shows a completion the library holds as the current one.
-fn show_held(cq: *mut ibv_cq_ex, s: &mut Session, h: Held) {
-    // SAFETY: the application's live CQ; these public fields are what the inline readers of
-    // wr_id and status return.
-    unsafe {
-        (*cq).wr_id = h.wc.wr_id;
-        (*cq).status = h.wc.status;
-    }
-    s.current = Current::Held(h);
-}
-
-/// Shows stashed completion `w` as the current one (a stashed `ibv_wc` has no timestamps).
-fn show_stashed(cq: *mut ibv_cq_ex, s: &mut Session, w: ibv_wc) {
-    show_held(
-        cq,
-        s,
-        Held {
-            wc: w,
-            ..Held::default()
-        },
-    );
-}
-
-/// Everything the provider can say of its current completion.
-///
-/// # Safety
-/// A provider session is open on `cq` and has a current completion.
-unsafe fn provider_full(cq: *mut ibv_cq_ex, fns: &CqExFns) -> Held {
-    // SAFETY: per the contract: the provider's own readers on its current completion.
-    unsafe {
-        let u32_of = |f: Option<CqExReadU32>| f.map_or(0, |g| g(cq));
-        Held {
-            wc: ibv_wc {
-                wr_id: (*cq).wr_id,
-                status: (*cq).status,
-                opcode: u32_of(fns.read_opcode),
-                vendor_err: u32_of(fns.read_vendor_err),
-                byte_len: u32_of(fns.read_byte_len),
-                imm_data: u32_of(fns.read_imm_data),
-                qp_num: u32_of(fns.read_qp_num),
-                src_qp: u32_of(fns.read_src_qp),
-                wc_flags: u32_of(fns.read_wc_flags),
-                pkey_index: 0,
-                slid: u32_of(fns.read_slid) as u16,
-                sl: fns.read_sl.map_or(0, |g| g(cq)),
-                dlid_path_bits: fns.read_dlid_path_bits.map_or(0, |g| g(cq)),
-            },
-            ts: fns.read_completion_ts.map_or(0, |g| g(cq)),
-            wallclock_ns: fns.read_completion_wallclock_ns.map_or(0, |g| g(cq)),
-            cvlan: fns.read_cvlan.map_or(0, |g| g(cq)),
-            flow_tag: u32_of(fns.read_flow_tag),
-        }
-    }
-}
-
-/// The library needs completions while the calling thread itself holds the provider's
-/// session (it posts from inside its poll loop, and a first touch waits for the library's own
-/// WRs): moves the provider's session forward through the session interface, stashing the
-/// application's completions and handing over the library's. What the application was looking
-/// at is kept, field by field, and stays what its readers return. Returns how many provider
-/// completions it took.
-///
-/// # Safety
-/// `inner` is `cqc`'s, locked; the calling thread owns the open provider session.
-pub(crate) unsafe fn advance_own_session(cqc: &CqCtl, inner: &mut CqInner) -> c_int {
-    let Some(fns) = cqc.ex else {
-        return 0;
-    };
-    let cq = cqc.cq as *mut ibv_cq_ex;
-    let shown = match inner.ex.current {
-        // SAFETY: the provider's session is open on its current completion (whose wr_id
-        // was already turned into the application's).
-        Current::Provider => unsafe { provider_full(cq, &fns) },
-        Current::Held(h) => h,
-        Current::Idle => Held::default(),
-    };
-    let was_idle = matches!(inner.ex.current, Current::Idle);
-    let mut taken = 0;
-    while taken < 16 {
-        // SAFETY: the provider's session is open (owned by this thread).
-        if unsafe { (fns.next_poll)(cq) } != 0 {
-            break;
-        }
-        taken += 1;
-        // SAFETY: the session has a current completion.
-        let mut h = unsafe { provider_full(cq, &fns) };
-        if process_wc(cqc.ctx, &mut h.wc, &mut inner.last_qp) {
-            inner.stash.push_back(h.wc);
-        }
-    }
-    if !was_idle {
-        // Even a next_poll that found nothing moved the provider past what the application
-        // is looking at (and may have rewritten the CQ's public wr_id and status).
-        show_held(cq, &mut inner.ex, shown);
-    }
-    taken
-}
-
 /// The provider's current completion as an `ibv_wc` with what the completion rules need.
 ///
 /// # Safety
@@ -418,7 +248,7 @@ unsafe extern "C" fn start_poll_w(cq: *mut ibv_cq_ex, attr: *mut ibv_poll_cq_att
             active: true,
             current: Current::Idle,
             provider_open: false,
-            owner: crate::ops::this_thread(),
+            owner: crate::engine::call::this_thread(),
             attr,
         };
         if let Some(w) = inner.stash.pop_front() {

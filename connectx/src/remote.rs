@@ -11,7 +11,7 @@ use crate::directory::{
     decode_answer, decode_entry, encode_answer, encode_entry,
 };
 use crate::engine::call::lock;
-use crate::engine::records::{Batch, PostFail, QpCtl, SendSide};
+use crate::engine::records::{Batch, LibRegion, PostFail, QpCtl, RemoteRegion, SendSide};
 use crate::engine::region::{Provider, Region};
 use crate::engine::{Engine, State};
 use crate::registry;
@@ -29,33 +29,6 @@ const OFF_ENTRIES: u64 = 320;
 
 /// How long the owner waits for a drawn ticket's request to be written before skipping it.
 const STALL_LIMIT: Duration = Duration::from_secs(2);
-
-/// What a requester knows about a peer's region, by the application's rkey.
-pub(crate) enum RemoteRegion {
-    /// IOVA 0 of the rkey holds no directory: a peer without the library whose region happens
-    /// to start at IOVA 0. Addresses and keys pass through unchanged.
-    Direct,
-    /// A peer region with a directory.
-    Library(Box<LibRegion>),
-}
-
-/// A peer region with a directory.
-pub(crate) struct LibRegion {
-    pub header: DirHeader,
-    pub geom: Geometry,
-    pub mirror: LeaseBook,
-    pub epoch: u32,
-    pub rkeys: crate::fasthash::FastMap<u64, u32>,
-    pub served_hint: u64,
-}
-
-impl LibRegion {
-    fn forget(&mut self, lessee: u32) {
-        self.mirror.drop_lessee(lessee);
-        self.rkeys.clear();
-        self.epoch = self.epoch.wrapping_add(1);
-    }
-}
 
 impl QpCtl {
     fn scratch_info(&self, side: &mut SendSide) -> Result<(u64, u32), PostFail> {

@@ -27,6 +27,7 @@
 
 pub(crate) mod call;
 mod contexts;
+pub(crate) mod cq_session;
 mod lifecycle;
 pub(crate) mod poll;
 pub(crate) mod post_recv;
@@ -38,6 +39,7 @@ mod registration;
 mod send_queue;
 mod warm;
 pub(crate) mod windows;
+pub(crate) mod wr_batch;
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

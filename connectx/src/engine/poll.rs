@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use crate::completion::{NO_WAITER, Outcome};
 use crate::engine::call::lock;
+use crate::engine::cq_session::{CqExFns, Current, Held, Session};
 use crate::engine::records::{CqCtl, CqInner, QpCtl};
 use crate::registry;
 use crate::spin::SpinLock;
@@ -131,7 +132,7 @@ pub(crate) fn poll_into_stash(cqc: &CqCtl) -> c_int {
         // completions over itself (process_wc), and the waiter waits for it.
         if inner.ex.owned_here() {
             // SAFETY: locked record; this thread owns the open provider session.
-            return unsafe { crate::cq_ex::advance_own_session(cqc, &mut inner) };
+            return unsafe { advance_own_session(cqc, &mut inner) };
         }
         return 0;
     }
@@ -191,4 +192,102 @@ impl QpCtl {
             self.track.lock().recv.contains(wr_id)
         }
     }
+}
+
+/// Shows a completion the library holds as the current one.
+pub(crate) fn show_held(cq: *mut ibv_cq_ex, s: &mut Session, h: Held) {
+    // SAFETY: the application's live CQ; these public fields are what the inline readers of
+    // wr_id and status return.
+    unsafe {
+        (*cq).wr_id = h.wc.wr_id;
+        (*cq).status = h.wc.status;
+    }
+    s.current = Current::Held(h);
+}
+
+/// Shows stashed completion `w` as the current one (a stashed `ibv_wc` has no timestamps).
+pub(crate) fn show_stashed(cq: *mut ibv_cq_ex, s: &mut Session, w: ibv_wc) {
+    show_held(
+        cq,
+        s,
+        Held {
+            wc: w,
+            ..Held::default()
+        },
+    );
+}
+
+/// Everything the provider can say of its current completion.
+///
+/// # Safety
+/// A provider session is open on `cq` and has a current completion.
+pub(crate) unsafe fn provider_full(cq: *mut ibv_cq_ex, fns: &CqExFns) -> Held {
+    // SAFETY: per the contract: the provider's own readers on its current completion.
+    unsafe {
+        let u32_of = |f: Option<CqExReadU32>| f.map_or(0, |g| g(cq));
+        Held {
+            wc: ibv_wc {
+                wr_id: (*cq).wr_id,
+                status: (*cq).status,
+                opcode: u32_of(fns.read_opcode),
+                vendor_err: u32_of(fns.read_vendor_err),
+                byte_len: u32_of(fns.read_byte_len),
+                imm_data: u32_of(fns.read_imm_data),
+                qp_num: u32_of(fns.read_qp_num),
+                src_qp: u32_of(fns.read_src_qp),
+                wc_flags: u32_of(fns.read_wc_flags),
+                pkey_index: 0,
+                slid: u32_of(fns.read_slid) as u16,
+                sl: fns.read_sl.map_or(0, |g| g(cq)),
+                dlid_path_bits: fns.read_dlid_path_bits.map_or(0, |g| g(cq)),
+            },
+            ts: fns.read_completion_ts.map_or(0, |g| g(cq)),
+            wallclock_ns: fns.read_completion_wallclock_ns.map_or(0, |g| g(cq)),
+            cvlan: fns.read_cvlan.map_or(0, |g| g(cq)),
+            flow_tag: u32_of(fns.read_flow_tag),
+        }
+    }
+}
+
+/// The library needs completions while the calling thread itself holds the provider's
+/// session (it posts from inside its poll loop, and a first touch waits for the library's own
+/// WRs): moves the provider's session forward through the session interface, stashing the
+/// application's completions and handing over the library's. What the application was looking
+/// at is kept, field by field, and stays what its readers return. Returns how many provider
+/// completions it took.
+///
+/// # Safety
+/// `inner` is `cqc`'s, locked; the calling thread owns the open provider session.
+pub(crate) unsafe fn advance_own_session(cqc: &CqCtl, inner: &mut CqInner) -> c_int {
+    let Some(fns) = cqc.ex else {
+        return 0;
+    };
+    let cq = cqc.cq as *mut ibv_cq_ex;
+    let shown = match inner.ex.current {
+        // SAFETY: the provider's session is open on its current completion (whose wr_id
+        // was already turned into the application's).
+        Current::Provider => unsafe { provider_full(cq, &fns) },
+        Current::Held(h) => h,
+        Current::Idle => Held::default(),
+    };
+    let was_idle = matches!(inner.ex.current, Current::Idle);
+    let mut taken = 0;
+    while taken < 16 {
+        // SAFETY: the provider's session is open (owned by this thread).
+        if unsafe { (fns.next_poll)(cq) } != 0 {
+            break;
+        }
+        taken += 1;
+        // SAFETY: the session has a current completion.
+        let mut h = unsafe { provider_full(cq, &fns) };
+        if process_wc(cqc.ctx, &mut h.wc, &mut inner.last_qp) {
+            inner.stash.push_back(h.wc);
+        }
+    }
+    if !was_idle {
+        // Even a next_poll that found nothing moved the provider past what the application
+        // is looking at (and may have rewritten the CQ's public wr_id and status).
+        show_held(cq, &mut inner.ex, shown);
+    }
+    taken
 }

@@ -65,7 +65,7 @@ impl Engine {
             None
         } else {
             // SAFETY: the provider's ibv_qp_ex of this live QP.
-            unsafe { crate::ops::ProviderBuilder::of(qpx) }
+            unsafe { crate::engine::wr_batch::ProviderBuilder::of(qpx) }
         };
         let ctl = Arc::new(QpCtl {
             engine: self.clone(),
@@ -86,7 +86,7 @@ impl Engine {
             held_post: rec.orig.post_send.unwrap_or(no_post_send),
             dest_qpn: AtomicU32::new(0),
             send: SpinLock::new(SendSide::default()),
-            builder: crate::ops::BatchCell::new(provider),
+            builder: crate::engine::wr_batch::BatchCell::new(provider),
             track: TrackLock::new(Trackers {
                 send: SendTracker::with_tag(random_u64()),
                 recv: RecvTracker::with_tag(random_u64()),

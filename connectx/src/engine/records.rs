@@ -8,11 +8,14 @@ use std::sync::{Arc, Mutex};
 
 use crate::completion::{RecvTracker, SendTracker, SignalRun, WinList};
 use crate::directory::DmaBuf;
+use crate::directory::{DirHeader, LeaseBook};
 use crate::engine::Engine;
+use crate::engine::cq_session::{CqExFns, Session};
+use crate::engine::wr_batch::BatchCell;
 use crate::fasthash::FastMap;
-use crate::remote::RemoteRegion;
 use crate::spin::SpinLock;
 use crate::sys::*;
+use crate::translate::Geometry;
 use crate::window::WindowUse;
 
 /// What a device can do, read once when its context is opened.
@@ -264,6 +267,33 @@ impl SendSide {
     }
 }
 
+/// What a requester knows about a peer's region, by the application's rkey.
+pub(crate) enum RemoteRegion {
+    /// IOVA 0 of the rkey holds no directory: a peer without the library whose region happens
+    /// to start at IOVA 0. Addresses and keys pass through unchanged.
+    Direct,
+    /// A peer region with a directory.
+    Library(Box<LibRegion>),
+}
+
+/// A peer region with a directory.
+pub(crate) struct LibRegion {
+    pub header: DirHeader,
+    pub geom: Geometry,
+    pub mirror: LeaseBook,
+    pub epoch: u32,
+    pub rkeys: crate::fasthash::FastMap<u64, u32>,
+    pub served_hint: u64,
+}
+
+impl LibRegion {
+    pub(crate) fn forget(&mut self, lessee: u32) {
+        self.mirror.drop_lessee(lessee);
+        self.rkeys.clear();
+        self.epoch = self.epoch.wrapping_add(1);
+    }
+}
+
 /// [`QpCtl::held_post`] of a provider without `post_send` (never called: `held_off` is set).
 pub(super) unsafe extern "C" fn no_post_send(
     _qp: *mut ibv_qp,
@@ -300,7 +330,7 @@ pub(crate) struct QpCtl {
     /// `wr_complete`/`wr_abort`, as providers hold their QP lock.
     pub send: SpinLock<SendSide>,
     /// The `ibv_wr_*` batch between `ibv_wr_start` and `ibv_wr_complete`/`abort`.
-    pub builder: crate::ops::BatchCell,
+    pub builder: BatchCell,
     pub track: TrackLock,
     pub internal_done: Mutex<FastMap<u64, u32>>,
     pub next_token: AtomicU64,
@@ -350,7 +380,7 @@ pub(crate) struct CqCtl {
     pub ctx: usize,
     pub orig_poll: PollCqFn,
     /// The provider's functions of an extended CQ (`ibv_create_cq_ex`) the library wrapped.
-    pub ex: Option<crate::cq_ex::CqExFns>,
+    pub ex: Option<CqExFns>,
     pub stash: SpinLock<CqInner>,
 }
 
@@ -362,7 +392,7 @@ pub(crate) struct CqInner {
     /// The QP of the last completion (most CQs serve one QP): saves the registry lookup.
     pub last_qp: Option<(u32, Arc<QpCtl>)>,
     /// An extended CQ's poll session (`ibv_start_poll` .. `ibv_end_poll`).
-    pub ex: crate::cq_ex::Session,
+    pub ex: Session,
 }
 
 /// A shared receive queue.
