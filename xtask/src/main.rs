@@ -27,6 +27,7 @@ mod image;
 mod kernel_test;
 mod kernel_test_arm64;
 mod layers;
+mod modcycles;
 mod rxe;
 mod rxe_clients;
 mod rxe_odp;
@@ -88,8 +89,9 @@ commands:
   synth                       NPE's RTL (fpga-bitstreams/rtl): verilator --lint-only -Wall, then
                               yosys synth_xilinx -family xcup; prints LUT/FF/BRAM/DSP use against
                               the xczu9eg and fails on latches, loops, undriven nets, over budget
-  test [--skip-setup]         everything CI checks: fmt, the layering rule, clippy, host tests,
-                              a small nprdma demo, no_std cross builds, every firmware test on
+  test [--skip-setup]         everything CI checks: fmt, the layering rule (crates, and no
+                              import cycle between connectx's modules), clippy, host tests, a
+                              small nprdma demo, no_std cross builds, every firmware test on
                               QEMU, rxe-test, kernel-test
   list                        list the firmware programs and what each is expected to do
 ";

@@ -1,9 +1,10 @@
 //! `cargo xtask test`: everything CI checks, in one command.
 //!
-//! Order: set-up (Debian packages), formatting, the layering rule, clippy, host tests, NPE's RTL
-//! (lint and synthesis, `cargo xtask synth`), a small run of the main job (`nprdma demo`), cross
-//! builds of the `no_std` crates, the board image builder's checks, every firmware program on
-//! QEMU, then the server path on Soft-RoCE (`rxe-test`). Every step runs even if an
+//! Order: set-up (Debian packages), formatting, the layering rule (crates, and no import cycle
+//! between connectx's modules), clippy, host tests, NPE's RTL (lint and synthesis, `cargo
+//! xtask synth`), a small run of the main job (`nprdma demo`), cross builds of the `no_std`
+//! crates, the board image builder's checks, every firmware program on QEMU, then the server
+//! path on Soft-RoCE (`rxe-test`). Every step runs even if an
 //! earlier one failed, so one CI run reports all problems; the command fails if any step failed.
 
 use std::process::Command;
@@ -60,6 +61,23 @@ pub fn run_all(skip_setup: bool) -> Result<(), XtaskError> {
     step(
         "layering",
         crate::layers::check().and_then(|problems| {
+            if problems.is_empty() {
+                Ok(())
+            } else {
+                Err(XtaskError::Checks(problems))
+            }
+        }),
+    );
+    let modules_started = Instant::now();
+    step(
+        "module cycles",
+        crate::modcycles::check().and_then(|(problems, modules, edges)| {
+            println!(
+                "xtask: {} ({modules} modules, {edges} imports): no import cycle: {} ({:.2} s)",
+                crate::modcycles::CHECKED.join(", "),
+                problems.is_empty(),
+                modules_started.elapsed().as_secs_f64()
+            );
             if problems.is_empty() {
                 Ok(())
             } else {
