@@ -18,7 +18,6 @@
 
 use std::any::Any;
 use std::cell::RefCell;
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Once, Weak};
 
 use crate::engine::Engine;
@@ -27,25 +26,10 @@ use crate::engine::call::lock;
 /// The engines of this process (weak: an engine dropped in a test leaves a dead entry).
 static ENGINES: Mutex<Vec<Weak<Engine>>> = Mutex::new(Vec::new());
 static INSTALL: Once = Once::new();
-/// This process's id, as the fork handler last saw it (0: not read yet).
-static PID: AtomicU32 = AtomicU32::new(0);
 
 thread_local! {
     /// What the prepare handler holds until the parent or child handler, on the same thread.
     static HELD: RefCell<Vec<Box<dyn Any>>> = const { RefCell::new(Vec::new()) };
-}
-
-/// The current process's id, without a system call after the first (the child handler
-/// updates it).
-pub(crate) fn pid() -> u32 {
-    match PID.load(Ordering::Relaxed) {
-        0 => {
-            let p = std::process::id();
-            PID.store(p, Ordering::Relaxed);
-            p
-        }
-        p => p,
-    }
 }
 
 /// Adds `engine` to the engines the fork handlers visit, installing them once.
@@ -120,7 +104,7 @@ extern "C" fn parent() {
 
 extern "C" fn child() {
     let _ = std::panic::catch_unwind(|| {
-        PID.store(std::process::id(), Ordering::Relaxed);
+        crate::engine::call::renew_pid();
         for engine in release() {
             engine.after_fork_in_child();
         }

@@ -210,7 +210,7 @@ pub unsafe fn create_qp(
     if !qp.is_null() {
         // SAFETY: a QP just created on this context.
         unsafe {
-            let shown = crate::ops::report_caps(app.cap, a.cap);
+            let shown = crate::engine::qp::report_caps(app.cap, a.cap);
             eng.on_create_qp(&rec, qp, a.cap, shown, a.sq_sig_all != 0, false);
             (*attr).cap = shown;
         }

@@ -11,7 +11,6 @@ use core::ffi::{c_int, c_void};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::Ordering;
 
-use crate::engine::Engine;
 use crate::engine::call::this_thread;
 use crate::engine::poll::{cq_ctl, process_wc};
 use crate::engine::records::{QpCtl, SrqCtl};
@@ -219,66 +218,6 @@ pub(crate) unsafe extern "C" fn wrapped_poll_cq(
         }
         count as c_int
     })
-}
-
-/// `verbs_context::create_qp_ex`.
-///
-/// # Safety
-/// Called by the inline `ibv_create_qp_ex` with the application's arguments.
-pub(crate) unsafe extern "C" fn wrapped_create_qp_ex(
-    ctx: *mut ibv_context,
-    attr: *mut ibv_qp_init_attr_ex,
-) -> *mut ibv_qp {
-    guarded(core::ptr::null_mut(), || {
-        let Some(rec) = registry::ctx(ctx as usize) else {
-            crate::engine::call::set_errno(libc::EINVAL);
-            return core::ptr::null_mut();
-        };
-        let Some(orig) = rec.orig_create_qp_ex else {
-            crate::engine::call::set_errno(libc::EOPNOTSUPP);
-            return core::ptr::null_mut();
-        };
-        if attr.is_null() || rec.passthrough().is_some() {
-            // SAFETY: forwarded unchanged.
-            return unsafe { orig(ctx, attr) };
-        }
-        // SAFETY: the application's attributes.
-        let app = unsafe { *attr };
-        let mut a = app;
-        Engine::widen_caps(&rec, &mut a.cap);
-        // SAFETY: a valid attribute copy.
-        let mut qp = unsafe { orig(ctx, &mut a) };
-        if qp.is_null() {
-            // The device may refuse the wider queue: fall back to what was asked.
-            a = app;
-            // SAFETY: as above.
-            qp = unsafe { orig(ctx, &mut a) };
-        }
-        if qp.is_null() {
-            return qp;
-        }
-        let with_ex = a.comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS != 0 && a.send_ops_flags != 0;
-        // SAFETY: a QP just created on this context.
-        unsafe {
-            let shown = report_caps(app.cap, a.cap);
-            rec.engine
-                .on_create_qp(&rec, qp, a.cap, shown, a.sq_sig_all != 0, with_ex);
-            (*attr).cap = shown;
-        }
-        qp
-    })
-}
-
-/// The capabilities the application sees: what it asked for where the library widened the
-/// queue for itself, the provider's values elsewhere.
-pub(crate) fn report_caps(asked: ibv_qp_cap, real: ibv_qp_cap) -> ibv_qp_cap {
-    ibv_qp_cap {
-        max_send_wr: asked.max_send_wr.min(real.max_send_wr),
-        max_recv_wr: real.max_recv_wr,
-        max_send_sge: asked.max_send_sge.min(real.max_send_sge),
-        max_recv_sge: asked.max_recv_sge.min(real.max_recv_sge),
-        max_inline_data: real.max_inline_data,
-    }
 }
 
 /// Installs the library's builder functions in a QP's `ibv_qp_ex`.

@@ -3,6 +3,7 @@
 
 use core::ffi::c_int;
 use std::cell::Cell;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 thread_local! {
@@ -91,6 +92,27 @@ pub(crate) fn this_thread() -> usize {
         // SAFETY: pthread_self has no preconditions.
         unsafe { libc::pthread_self() as usize }
     }
+}
+
+/// This process's id, as last read; the fork handler's child side renews it (crate::fork) (0: not read yet).
+static PID: AtomicU32 = AtomicU32::new(0);
+
+/// The current process's id, without a system call after the first (the child handler
+/// updates it).
+pub(crate) fn pid() -> u32 {
+    match PID.load(Ordering::Relaxed) {
+        0 => {
+            let p = std::process::id();
+            PID.store(p, Ordering::Relaxed);
+            p
+        }
+        p => p,
+    }
+}
+
+/// Reads the process id again (in a child made by `fork()`, crate::fork).
+pub(crate) fn renew_pid() {
+    PID.store(std::process::id(), Ordering::Relaxed);
 }
 
 #[cfg(test)]

@@ -95,7 +95,7 @@ impl Engine {
             // SAFETY: checked above that the verbs_context is large enough to hold this field.
             unsafe {
                 (*(vctx as *mut verbs_context)).create_qp_ex =
-                    Some(crate::ops::wrapped_create_qp_ex);
+                    Some(crate::engine::qp::wrapped_create_qp_ex);
             }
         }
         if vctx != 0 && orig_create_cq_ex.is_some() {

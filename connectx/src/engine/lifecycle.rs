@@ -67,19 +67,4 @@ impl Engine {
             self.note("could not start the helper thread: peers cannot reach unpinned memory");
         }
     }
-
-    /// In a child made by `fork()`, from the fork handler (crate::fork), with the child's only
-    /// thread: the parent's helper thread does not exist here, so the next registration with
-    /// remote access starts one; the status page becomes a private copy.
-    pub(crate) fn after_fork_in_child(&self) {
-        self.helper_started.store(false, Ordering::Release);
-        let reason = if self.status.privatize_after_fork() {
-            "forked child: its status page is a private copy (nprdma doctor does not list it); regions of the parent are not served here"
-        } else {
-            "forked child: its status page could not be made private and is shared with the parent"
-        };
-        // Recorded, not logged: a child that runs another program next (fork and exec) must
-        // not print a line.
-        self.status.page().add_reason(reason);
-    }
 }

@@ -32,7 +32,7 @@ mod lifecycle;
 pub(crate) mod poll;
 pub(crate) mod post_recv;
 mod post_send;
-mod qp;
+pub(crate) mod qp;
 pub(crate) mod records;
 pub(crate) mod region;
 mod registration;
@@ -134,5 +134,20 @@ impl Engine {
             .store(s.registrations, Ordering::Relaxed);
         c.evictions.store(s.evictions, Ordering::Relaxed);
         c.regions.store(st.regions.len() as u64, Ordering::Relaxed);
+    }
+
+    /// In a child made by `fork()`, from the fork handler (crate::fork), with the child's only
+    /// thread: the parent's helper thread does not exist here, so the next registration with
+    /// remote access starts one; the status page becomes a private copy.
+    pub(crate) fn after_fork_in_child(&self) {
+        self.helper_started.store(false, Ordering::Release);
+        let reason = if self.status.privatize_after_fork() {
+            "forked child: its status page is a private copy (nprdma doctor does not list it); regions of the parent are not served here"
+        } else {
+            "forked child: its status page could not be made private and is shared with the parent"
+        };
+        // Recorded, not logged: a child that runs another program next (fork and exec) must
+        // not print a line.
+        self.status.page().add_reason(reason);
     }
 }

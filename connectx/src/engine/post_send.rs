@@ -9,7 +9,7 @@ use crate::completion::{Origin, WinList};
 use crate::engine::State;
 use crate::engine::call::lock;
 use crate::engine::records::{Batch, PostFail, QpCtl, SendSide};
-use crate::engine::warm::FastWr;
+use crate::engine::warm::{FastWr, is_atomic};
 use crate::sys::*;
 use crate::translate::{PlanError, PlannedRemote, PlannedSge, RemoteClass, SgeClass};
 
@@ -388,5 +388,47 @@ impl QpCtl {
             .work_requests
             .fetch_add(1, Ordering::Relaxed);
         Ok(())
+    }
+
+    /// Posts `wr`, a single WR the library itself holds (the one WR of an `ibv_wr_*` batch,
+    /// with its SGE or inline copy): a warm one is translated in place and posted as it is,
+    /// anything else takes the general path. Returns 0 or an errno.
+    ///
+    /// # Safety
+    /// `wr` is well formed with `next` null; its SGE list is the library's own and outlives
+    /// the call.
+    pub(crate) unsafe fn post_owned(&self, side: &mut SendSide, wr: &mut ibv_send_wr) -> c_int {
+        let mut bad = core::ptr::null_mut();
+        if side.batch.is_empty()
+            && let Some(keys) = self.warm_keys(side, wr)
+        {
+            if let Some(wkey) = keys.remote {
+                if is_atomic(wr.opcode) {
+                    wr.set_atomic_rkey(wkey);
+                } else {
+                    wr.set_rdma_rkey(wkey);
+                }
+            }
+            if let Some((lkey, _)) = keys.local {
+                // SAFETY: the one SGE of `wr`, the library's own (the contract).
+                unsafe { (*wr.sg_list).lkey = lkey };
+            }
+            // An unrecorded WR keeps the application's wr_id and flags.
+            let mut seq = 0;
+            if !keys.unrecorded(side) {
+                let (s, wr_id, flags) = self.record_warm(side, wr, keys.pinned_window());
+                (seq, wr.wr_id, wr.send_flags) = (s, wr_id, flags);
+            }
+            let wr: *mut ibv_send_wr = wr;
+            // SAFETY: the contract; `bad` is a local.
+            return unsafe { self.post_recorded(wr, seq, wr, &mut bad) };
+        }
+        let mut batch = std::mem::take(&mut side.batch);
+        batch.clear();
+        // SAFETY: a one-WR list (the contract); `bad` is a local.
+        let rc = unsafe { self.post_send_list_with(side, &mut batch, wr, &mut bad) };
+        batch.clear();
+        side.batch = batch;
+        rc
     }
 }

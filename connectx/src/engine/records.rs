@@ -5,6 +5,7 @@ use core::ffi::c_int;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use crate::completion::{RecvTracker, SendTracker, SignalRun, WinList};
 use crate::directory::DmaBuf;
@@ -337,6 +338,19 @@ pub(crate) struct QpCtl {
     /// What `ibv_query_qp` shows the application instead of what the library asked of the
     /// provider for itself ([`AppView`]).
     pub app_view: Mutex<AppView>,
+}
+
+impl QpCtl {
+    /// How long the library waits for one of its own WRs to complete.
+    pub(crate) fn internal_wait(&self) -> Duration {
+        Duration::from_millis(
+            self.engine
+                .cfg
+                .remote_timeout_ms
+                .max(1000)
+                .saturating_mul(6),
+        )
+    }
 }
 
 /// A QP's attributes as the application set them, where the library asked the provider for

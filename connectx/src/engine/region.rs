@@ -58,6 +58,11 @@ impl Region {
     pub(crate) fn poison_addr(&self) -> u64 {
         self.dir.len() as u64
     }
+
+    /// Whether this process's helper serves the region's request ring.
+    pub(crate) fn served_here(&self) -> bool {
+        self.header.exported && self.owner_pid == crate::engine::call::pid()
+    }
 }
 
 /// The provider side of the window cache.

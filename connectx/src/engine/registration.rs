@@ -16,13 +16,6 @@ use crate::translate::Geometry;
 /// Directory entries a region may have (its directory stays ≤ 1 MiB + 8 KiB).
 const MAX_WINDOWS_PER_REGION: u64 = 1 << 17;
 
-impl Region {
-    /// Whether this process's helper serves the region's request ring.
-    pub(crate) fn served_here(&self) -> bool {
-        self.header.exported && self.owner_pid == crate::fork::pid()
-    }
-}
-
 impl Engine {
     /// `ibv_reg_mr*` for a context we manage. Returns the MR the application sees, or NULL
     /// with errno set.
@@ -221,7 +214,7 @@ impl Engine {
                 generation: 0,
                 stall_since: None,
                 served: 0,
-                owner_pid: crate::fork::pid(),
+                owner_pid: crate::engine::call::pid(),
             },
         );
         st.by_mr.insert(mr as usize, id);

@@ -104,17 +104,6 @@ impl QpCtl {
         self.internal_until(wr, Some(sge), deadline)
     }
 
-    /// How long the library waits for one of its own WRs to complete.
-    pub(crate) fn internal_wait(&self) -> Duration {
-        Duration::from_millis(
-            self.engine
-                .cfg
-                .remote_timeout_ms
-                .max(1000)
-                .saturating_mul(6),
-        )
-    }
-
     /// [`internal`](Self::internal) with at most one SGE and a deadline.
     fn internal_until(
         &self,

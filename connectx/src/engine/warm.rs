@@ -30,8 +30,8 @@ const HELD_LOCAL_OPS: u32 = 1 << IBV_WR_SEND | 1 << IBV_WR_SEND_WITH_IMM;
 /// local window's key (and id) for its SGE.
 #[derive(Clone, Copy)]
 pub(crate) struct WarmKeys {
-    remote: Option<u32>,
-    local: Option<(u32, WindowUse)>,
+    pub(super) remote: Option<u32>,
+    pub(super) local: Option<(u32, WindowUse)>,
     /// The local key is the QP's hold's: nothing was pinned for this WR.
     held: bool,
 }
@@ -44,13 +44,13 @@ impl WarmKeys {
     /// completion. Its peer window needs no record either: leases end only at a later lease
     /// grant on this QP, which RC executes after it (docs/connectx.md §5).
     #[inline]
-    fn unrecorded(&self, side: &SendSide) -> bool {
+    pub(super) fn unrecorded(&self, side: &SendSide) -> bool {
         (self.local.is_none() || self.held) && side.signals.is_idle()
     }
 
     /// The window pinned for this WR alone (released by its record).
     #[inline]
-    fn pinned_window(&self) -> Option<WindowUse> {
+    pub(super) fn pinned_window(&self) -> Option<WindowUse> {
         if self.held {
             None
         } else {
@@ -59,7 +59,7 @@ impl WarmKeys {
     }
 }
 
-fn is_atomic(op: u32) -> bool {
+pub(super) fn is_atomic(op: u32) -> bool {
     matches!(op, IBV_WR_ATOMIC_CMP_AND_SWP | IBV_WR_ATOMIC_FETCH_AND_ADD)
 }
 
@@ -249,7 +249,7 @@ impl QpCtl {
     /// `wr` is one well-formed provider WR (`next` null) whose SGEs outlive the call; `bad` is
     /// writable.
     #[inline]
-    unsafe fn post_recorded(
+    pub(super) unsafe fn post_recorded(
         &self,
         wr: *mut ibv_send_wr,
         seq: u64,
@@ -280,48 +280,6 @@ impl QpCtl {
         }
         // SAFETY: `bad` is writable.
         unsafe { *bad = app_wr };
-        rc
-    }
-
-    /// Posts `wr`, a single WR the library itself holds (the one WR of an `ibv_wr_*` batch,
-    /// with its SGE or inline copy): a warm one is translated in place and posted as it is,
-    /// anything else takes the general path. Returns 0 or an errno.
-    ///
-    /// # Safety
-    /// `wr` is well formed with `next` null; its SGE list is the library's own and outlives
-    /// the call.
-    pub(crate) unsafe fn post_owned(&self, side: &mut SendSide, wr: &mut ibv_send_wr) -> c_int {
-        let mut bad = core::ptr::null_mut();
-        if side.batch.is_empty()
-            && let Some(keys) = self.warm_keys(side, wr)
-        {
-            if let Some(wkey) = keys.remote {
-                if is_atomic(wr.opcode) {
-                    wr.set_atomic_rkey(wkey);
-                } else {
-                    wr.set_rdma_rkey(wkey);
-                }
-            }
-            if let Some((lkey, _)) = keys.local {
-                // SAFETY: the one SGE of `wr`, the library's own (the contract).
-                unsafe { (*wr.sg_list).lkey = lkey };
-            }
-            // An unrecorded WR keeps the application's wr_id and flags.
-            let mut seq = 0;
-            if !keys.unrecorded(side) {
-                let (s, wr_id, flags) = self.record_warm(side, wr, keys.pinned_window());
-                (seq, wr.wr_id, wr.send_flags) = (s, wr_id, flags);
-            }
-            let wr: *mut ibv_send_wr = wr;
-            // SAFETY: the contract; `bad` is a local.
-            return unsafe { self.post_recorded(wr, seq, wr, &mut bad) };
-        }
-        let mut batch = std::mem::take(&mut side.batch);
-        batch.clear();
-        // SAFETY: a one-WR list (the contract); `bad` is a local.
-        let rc = unsafe { self.post_send_list_with(side, &mut batch, wr, &mut bad) };
-        batch.clear();
-        side.batch = batch;
         rc
     }
 
@@ -373,7 +331,7 @@ impl QpCtl {
     /// peer window's key and the local window's key, whose window is pinned in flight (the
     /// last step). `None`, having changed nothing, when the WR needs the general path.
     #[inline]
-    fn warm_keys(&self, side: &mut SendSide, app: &ibv_send_wr) -> Option<WarmKeys> {
+    pub(super) fn warm_keys(&self, side: &mut SendSide, app: &ibv_send_wr) -> Option<WarmKeys> {
         let op = app.opcode;
         let (has_remote, atomic) = match op {
             IBV_WR_RDMA_WRITE | IBV_WR_RDMA_WRITE_WITH_IMM | IBV_WR_RDMA_READ => (true, false),
@@ -555,7 +513,7 @@ impl QpCtl {
     /// Records a warm WR (holding `window` in flight, if any); returns its sequence number, the
     /// provider `wr_id` and the send flags to post it with.
     #[inline]
-    fn record_warm(
+    pub(super) fn record_warm(
         &self,
         side: &mut SendSide,
         app: &ibv_send_wr,
