@@ -1,5 +1,5 @@
-//! The engine's construction, the helper thread that serves peers' lease requests, and what a
-//! child made by `fork()` changes.
+//! The engine's construction (registered with the `fork()` handlers, crate::fork) and the
+//! helper thread that serves peers' lease requests (crate::remote).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};

@@ -6,24 +6,32 @@
 //! engine's `state` lock → a queue's tracker lock (a deregistration forgets its region in the
 //! trackers under `state`) → the registry.
 //!
-//! One concern per file, each depending only on the ones listed before it (the module import
-//! graph of the crate has no cycle; `cargo xtask test` checks it):
+//! One concern per file. Listed from the bottom: each file uses only the files before it and,
+//! outside this directory, modules below it (docs/connectx.md §2, "The code: one-way
+//! modules"; `cargo xtask test` checks that the crate's imports form no cycle):
 //!
-//! - `call`: calls into libibverbs (the re-entry guard, `errno`), the lock helper;
+//! - `call`: calls into libibverbs (the re-entry guard, `errno`), the lock helper, the
+//!   process id, the calling thread;
+//! - `cq_session`: an extended CQ's records (the provider's functions, the poll session);
+//! - `wr_batch`: a QP's `ibv_wr_*` batch (builder state, the provider's own builder);
 //! - `region`: a virtual region and the provider side of the window cache;
-//! - this file: the [`Engine`] and the [`State`] behind its lock;
-//! - `records`: the per-object records (context, QP, CQ, SRQ) and a QP's posting state;
+//! - this file: the [`Engine`] and the [`State`] behind its lock, its status page, what a
+//!   child made by `fork()` changes;
+//! - `records`: the per-object records (context, QP with its posting state, trackers and held
+//!   window, CQ, SRQ, what a QP knows of its peers' regions);
 //! - `poll`: polling CQs and the completion rules applied to each provider completion;
 //! - `send_queue`: posting built WRs, the library's own WRs, synthesized completions;
+//! - `warm`: the warm path of a send (held windows, one-lookup translation);
 //! - `windows`: windows in use: acquiring them within the budget, releasing them, holds
 //!   taken back, scratch pages;
-//! - `warm`: the warm path of a send (held windows, one-lookup translation);
-//! - `post_send`: the general send path (planning, splitting, leases);
+//! - `post_send`: the general send path (planning, splitting, leases through crate::remote);
 //! - `post_recv`: receives;
+//! - `lifecycle`: the engine's construction and its helper thread;
 //! - `registration`: `ibv_reg_mr`, `ibv_dereg_mr`, `ibv_rereg_mr`;
-//! - `qp`: a QP's life (creation, `ibv_modify_qp`, destruction);
-//! - `contexts`: opening and closing a device context (installs the data-path functions);
-//! - `lifecycle`: the engine's construction, its helper thread, `fork()` in the child.
+//! - `qp`: a QP's life (capabilities, creation, `ibv_modify_qp`, destruction) and the
+//!   `create_qp_ex` entry of a context;
+//! - `contexts`: opening and closing a device context (installs the data-path functions of
+//!   crate::ops and crate::cq_ex).
 
 pub(crate) mod call;
 mod contexts;

@@ -1,5 +1,7 @@
-//! A QP's life: its capabilities widened for the library, its record made at creation,
-//! `ibv_modify_qp`, and its destruction in two halves around the provider's.
+//! A QP's life: its capabilities widened for the library (and shown back as asked), its record
+//! made at creation (through `ibv_create_qp`, crate::interpose, or the context's
+//! `create_qp_ex`, here), `ibv_modify_qp`, and its destruction in two halves around the
+//! provider's.
 
 use core::ffi::c_int;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
