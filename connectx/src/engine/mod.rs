@@ -70,7 +70,7 @@ pub(crate) struct State {
     pub next_region: RegionId,
     /// Bytes of windows leased to peers.
     pub leased_bytes: u64,
-    /// Bytes of windows QPs hold for their warm path ([`LocalHold`]); at most a quarter of
+    /// Bytes of windows QPs hold for their warm path ([`LocalHold`](records::LocalHold)); at most a quarter of
     /// the budget.
     pub held_bytes: u64,
 }
@@ -83,7 +83,7 @@ pub struct Engine {
     pub(crate) status: PageStore,
     helper_started: AtomicBool,
     pub(crate) stop: AtomicBool,
-    /// Moves on when local holds must no longer be used ([`LocalHold`]): a region was
+    /// Moves on when local holds must no longer be used ([`LocalHold`](records::LocalHold)): a region was
     /// deregistered or re-registered, or the budget needs the held windows back.
     pub(crate) hold_epoch: AtomicU64,
     /// A peer's lease was refused for want of room while windows were held: the helper

@@ -168,7 +168,7 @@ impl QpCtl {
     }
 
     /// Polls this QP's CQs on behalf of a thread that does not own the QP (to bring back
-    /// windows it surrendered, [`Engine::revoke_holds`]): only while the QP is registered and
+    /// windows it surrendered, [`Engine::revoke_holds`](crate::engine::Engine::revoke_holds)): only while the QP is registered and
     /// its posting side is free, which keeps the QP, and so its CQs, alive meanwhile
     /// (`on_destroy_qp` unregisters it, then takes that lock, before the provider destroys
     /// it). Returns whether anything completed.

@@ -95,7 +95,7 @@ impl QpCtl {
     /// held window, whose remote range (if any) lies in the remembered peer window, with no
     /// recorded unsignaled WR before it. It needs no record (see [`LocalHold`] and
     /// [`WarmKeys::unrecorded`]): the application's fields with the window keys go to the
-    /// provider in the QP's template WR ([`HeldWr`]). `None`, having changed nothing, for
+    /// provider in the QP's template WR ([`HeldWr`](crate::engine::records::HeldWr)). `None`, having changed nothing, for
     /// anything else
     /// ([`fast_build`](Self::fast_build) and the general path decide those).
     ///

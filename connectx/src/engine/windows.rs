@@ -84,7 +84,7 @@ impl Engine {
         }
     }
 
-    /// Takes back the windows QPs hold for their warm path ([`LocalHold`]) when the budget
+    /// Takes back the windows QPs hold for their warm path ([`LocalHold`](crate::engine::records::LocalHold)) when the budget
     /// has no room: no hold is used from now on, and every QP whose posting side is free
     /// (`own`, whose side the caller holds, included) ends its hold and posts a barrier whose
     /// completion releases the window. Returns the QPs that posted one: polling their CQs

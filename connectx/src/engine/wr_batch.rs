@@ -65,9 +65,9 @@ pub(crate) struct ExBuilder {
     /// The last WR begun was handed to the provider (its data setter was the handover).
     pub(crate) last_forwarded: bool,
     /// The last WR begun went to the provider at its opcode call, before its data setter
-    /// ([`forward_early`]); `first.wr` still holds the application's fields.
+    /// ([`forward_early`](crate::ops)); `first.wr` still holds the application's fields.
     pub(crate) early: bool,
-    /// The QP's `wr_set_inline_data` is the provider's own (see [`forward_early`]).
+    /// The QP's `wr_set_inline_data` is the provider's own (see [`forward_early`](crate::ops)).
     pub(crate) inline_swapped: bool,
     /// The general form is in use (the vectors below hold the batch).
     pub(crate) spilled: bool,
@@ -353,7 +353,7 @@ fn append_bytes(dst: &mut Vec<u8>, src: &[u8]) {
 }
 
 /// The provider's own `ibv_wr_*` functions, saved before the library puts its own into the
-/// QP's `ibv_qp_ex`: a WR that needs nothing of the library (see [`forward_inline`]) is built
+/// QP's `ibv_qp_ex`: a WR that needs nothing of the library (see [`forward_inline`](crate::ops)) is built
 /// by the provider itself, as without the library.
 #[derive(Clone, Copy)]
 pub(crate) struct ProviderBuilder {
@@ -371,7 +371,7 @@ pub(crate) struct ProviderBuilder {
 
 impl ProviderBuilder {
     /// Calls the provider's opcode function for `w` (one of the four that
-    /// [`handover`] accepts) with the peer window's key `key`.
+    /// [`handover`](crate::ops) accepts) with the peer window's key `key`.
     ///
     /// # Safety
     /// `qpx` is the live QP whose provider batch is begun, serialized by the caller's batch.
@@ -397,7 +397,7 @@ impl ProviderBuilder {
         }
     }
 
-    /// The provider's functions in `qpx` (before [`wrap_qp_ex`]), if it has the ones
+    /// The provider's functions in `qpx` (before [`wrap_qp_ex`](crate::ops::wrap_qp_ex)), if it has the ones
     /// forwarding needs.
     ///
     /// # Safety
