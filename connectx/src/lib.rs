@@ -19,6 +19,9 @@
 //! - `sq_room`, `fallback`, `transport`: the rule "never break a program that works without
 //!   the library" (waiting for send-queue room, pinning as plain verbs would, UC pass-through).
 //! - [`sys`]: the rdma-core ABI, layout-checked against the installed headers.
+//! - `engine`: the runtime: the [`Engine`], the per-object records and every path between a
+//!   verbs call and the provider, one concern per file. The files' imports form no cycle
+//!   (docs/connectx.md §2, "The code: one-way modules", lists them by layer).
 #![cfg(all(target_os = "linux", target_arch = "x86_64"))]
 
 pub mod completion;
