@@ -4,6 +4,7 @@
 #include <stddef.h>
 #include <stdio.h>
 #include <infiniband/verbs.h>
+#include <rdma/rdma_cma.h>
 
 #define SZ(t) printf("SIZE_%s %zu\n", #t, sizeof(struct t))
 #define OFF(t, f) printf("OFF_%s_%s %zu\n", #t, #f, offsetof(struct t, f))
@@ -101,5 +102,15 @@ int main(void)
 	OFF(ibv_qp_ex, wr_atomic_write);
 	SZ(ibv_data_buf);
 	SZ(ibv_comp_channel); OFF(ibv_comp_channel, fd);
+	SZ(rdma_event_channel); OFF(rdma_event_channel, fd);
+	OFF(rdma_cm_id, verbs); OFF(rdma_cm_id, qp); OFF(rdma_cm_id, route.addr.dst_addr);
+	OFF(rdma_cm_id, port_num);
+	SZ(rdma_conn_param); OFF(rdma_conn_param, private_data);
+	OFF(rdma_conn_param, private_data_len); OFF(rdma_conn_param, responder_resources);
+	OFF(rdma_conn_param, initiator_depth); OFF(rdma_conn_param, retry_count);
+	OFF(rdma_conn_param, rnr_retry_count); OFF(rdma_conn_param, srq);
+	OFF(rdma_conn_param, qp_num);
+	OFF(rdma_cm_event, id); OFF(rdma_cm_event, listen_id); OFF(rdma_cm_event, event);
+	OFF(rdma_cm_event, status); OFF(rdma_cm_event, param.conn);
 	return 0;
 }

@@ -83,6 +83,10 @@ pub const ALL_PACKAGES: &[Package] = &[
         why: "rdma-core headers: connectx's layout test checks its ABI declarations against them",
     },
     Package {
+        name: "librdmacm-dev",
+        why: "<rdma/rdma_cma.h>: connectx's layout test checks its librdmacm declarations (the control connection) against it",
+    },
+    Package {
         name: "verilator",
         why: "lints NPE's RTL (`cargo xtask synth`, verilator --lint-only -Wall)",
     },

@@ -15,6 +15,7 @@
 #![allow(non_camel_case_types, missing_docs)]
 
 pub mod layout;
+pub mod rdmacm;
 
 use core::ffi::{c_int, c_uint, c_void};
 use core::mem::{offset_of, size_of};
