@@ -28,6 +28,7 @@ pub mod completion;
 pub mod config;
 pub(crate) mod cq_ex;
 mod cq_room;
+pub mod ctl;
 pub mod directory;
 mod engine;
 pub mod error;

@@ -1,0 +1,13 @@
+//! The library's own control connection between two processes that run it, one per
+//! application RC connection (docs/connectx.md §13).
+//!
+//! - [`pair`]: who listens, on which ports, and the private data that names a pair (pure).
+//! - [`cm`]: librdmacm and the verbs the connection calls, loaded at run time.
+//! - [`rendezvous`]: listening, connecting, and fixed-size messages over the connection.
+//!
+//! Not yet used by the remote-access protocol, which still runs on the application's QP
+//! (docs/connectx.md §5); `nprdma-verbs-stress ctl` exercises it on Soft-RoCE.
+
+pub mod cm;
+pub mod pair;
+pub mod rendezvous;
