@@ -54,13 +54,14 @@ commands:
                               lines (NPRDMA-DEFMT: ...) decoded by the program's ELF, which must
                               be the one that ran (default: the last `cargo xtask firmware` build)
   rxe-test [--iters <n>] [--cmp-iters <n>] [--stress-ops <n>] [--rounds <n>] [--bw-rounds <n>]
-           [--smp <n>] [--compare-only] [--clients-only] [--clients-full] [--client <name>] [--no-pin] [--cmp-flags <perftest flags>]
+           [--smp <n>] [--compare-only] [--clients-only] [--ctl-only] [--clients-full] [--client <name>] [--no-pin] [--cmp-flags <perftest flags>]
            [--candidate <libnprdma.so>] [--boots <n>] [--odp-anchor | --odp-only]
                               libnprdma.so on Soft-RoCE in a Debian guest (qemu-system-x86_64):
                               unmodified perftest, the stress program, with/without ratios
                               (--compare-only: just the alternating with/without comparison;
                               --clients-only: just every perftest benchmark and rdma-core
                               example without the library, with it and with NPRDMA=off;
+                              --ctl-only: just the control-connection rendezvous checks;
                               --clients-full: those with every perftest size, -a, up to 8 MiB;
                               --client <name>: only that client case (write_bw_rc), or one
                               mode of it (write_bw_rc_lib);
@@ -189,6 +190,7 @@ fn run(args: &[String]) -> Result<(), XtaskError> {
             }
             o.compare_only = opts.flag("--compare-only");
             o.clients_only = opts.flag("--clients-only");
+            o.ctl_only = opts.flag("--ctl-only");
             o.clients_full = opts.flag("--clients-full");
             o.client = opts.value_str("--client")?;
             if opts.flag("--no-pin") {

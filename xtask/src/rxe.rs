@@ -217,6 +217,48 @@ run nprdma_verbs_stress_events small "--connect 127.0.0.1" \
   $STRESS --device rxe0 --gid-index $GIDX --size 1G --ops $(( $(arg stress_ops) / 2 + 1 )) --budget 16M --events --seed 11
 grep -h '^STRESS' /tmp/srv.out /tmp/cli.out | sed 's/^/  /'
 fi
+# The library's control-connection rendezvous (docs/connectx.md §13) over rdma_cm on rxe0:
+# a pair meets and exchanges a message each way; a neighbour squatting on a pair's first port
+# refuses it and the pair meets on its next port; a connector whose peer never listens gives
+# up at its deadline with "no listener".
+ctl_case() {
+  name=$1; shift
+  if "$@" > /tmp/ctl.out 2>&1; then say "PASS $name"; else
+    say "FAIL $name"; sed 's/^/  ctl| /' /tmp/ctl.out | tail -n 12
+  fi
+  sed 's/^/  /' /tmp/ctl.out | grep '^  CTL' | head -n 4
+}
+ctl_pair() {
+  $CTL --ip 192.0.2.1 --local-qpn $1 --remote-qpn $2 --timeout-ms 15000 > /tmp/ctl.l 2>&1 &
+  lp=$!
+  $CTL --ip 192.0.2.1 --local-qpn $2 --remote-qpn $1 --timeout-ms 15000 > /tmp/ctl.c 2>&1
+  cr=$?
+  wait $lp; lr=$?
+  cat /tmp/ctl.l /tmp/ctl.c
+  [ $lr = 0 ] && [ $cr = 0 ]
+}
+ctl_squat() {
+  first=$($CTL --ip 192.0.2.1 --local-qpn 0x300 --remote-qpn 0x400 --ports | head -n 1)
+  $CTL --ip 192.0.2.1 --local-qpn 0x999 --remote-qpn 0x998 --squat $first --timeout-ms 12000 > /tmp/ctl.s 2>&1 &
+  sp=$!
+  sleep 1
+  ctl_pair 0x300 0x400; pr=$?
+  kill $sp 2>/dev/null; wait $sp
+  cat /tmp/ctl.s
+  echo "CTL first port $first"
+  [ $pr = 0 ] && ! grep -q "port=$first\$" /tmp/ctl.l /tmp/ctl.c
+}
+CTL=/opt/nprdma/nprdma-ctl-check
+if [ "$SUITE" = all ] || [ "$SUITE" = ctl ]; then
+  ctl_case ctl_rendezvous ctl_pair 0x100 0x200
+  ctl_case ctl_rendezvous_squatter ctl_squat
+  ctl_case ctl_no_listener $CTL --ip 192.0.2.1 --local-qpn 0x600 --remote-qpn 0x500 --timeout-ms 1500 --expect-no-listener
+fi
+if [ "$SUITE" = ctl ]; then
+  say DONE
+  sync
+  poweroff -f
+fi
 # Every perftest benchmark and rdma-core example, without the library, with it, NPRDMA=off.
 if [ "$SUITE" = all ] || [ "$SUITE" = clients ]; then
   . /opt/nprdma/clients.sh
@@ -296,6 +338,8 @@ pub struct Options {
     pub compare_only: bool,
     /// Only the real clients ([`crate::rxe_clients`]).
     pub clients_only: bool,
+    /// Only the control-connection rendezvous checks (`nprdma-ctl-check`).
+    pub ctl_only: bool,
     /// The clients with every perftest size (`-a`, up to 8 MiB); much longer under TCG.
     pub clients_full: bool,
     /// Only the client runs of these comma-separated names (`write_bw_rc`: all three modes)
@@ -389,6 +433,7 @@ impl Default for Options {
             stress_ops: 100,
             compare_only: false,
             clients_only: false,
+            ctl_only: false,
             clients_full: false,
             client: None,
             rounds: 31,
@@ -409,15 +454,20 @@ fn cache_dir() -> PathBuf {
 }
 
 /// Builds connectx in release mode and returns where cargo put `libnprdma.so`,
-/// `nprdma-verbs-stress` and `nprdma-odp-anchor`, as its build messages say (so
+/// `nprdma-verbs-stress`, `nprdma-odp-anchor` and `nprdma-ctl-check`, as its build messages say (so
 /// `CARGO_TARGET_DIR` or a configured target directory is honoured, and a stale copy elsewhere
 /// is never booted).
-fn build_connectx() -> Result<[PathBuf; 3], XtaskError> {
+fn build_connectx() -> Result<[PathBuf; 4], XtaskError> {
     let built = cargo_artifacts(
         &["--release", "-p", "connectx"],
-        &["libnprdma.so", "nprdma-verbs-stress", "nprdma-odp-anchor"],
+        &[
+            "libnprdma.so",
+            "nprdma-verbs-stress",
+            "nprdma-odp-anchor",
+            "nprdma-ctl-check",
+        ],
     )?;
-    <[PathBuf; 3]>::try_from(built)
+    <[PathBuf; 4]>::try_from(built)
         .map_err(|_| other("cargo reported the wrong number of artifacts"))
 }
 
@@ -464,6 +514,8 @@ fn run_vm(
             opts.stress_ops,
             if opts.compare_only {
                 "compare"
+            } else if opts.ctl_only {
+                "ctl"
             } else if opts.clients_only || opts.client.is_some() {
                 "clients"
             } else {
@@ -492,8 +544,8 @@ pub fn run(opts: &Options) -> Result<(), XtaskError> {
     require_tool("dpkg-deb", "dpkg")?;
     require_tool("ldd", "libc-bin")?;
 
-    section("rxe: build libnprdma.so, nprdma-verbs-stress and nprdma-odp-anchor (release)");
-    let [lib, stress, anchor] = build_connectx()?;
+    section("rxe: build libnprdma.so and the guest's verbs programs (release)");
+    let [lib, stress, anchor, ctl] = build_connectx()?;
 
     section("rxe: Debian packages for the guest (cached in target/rxe)");
     let cache = cache_dir();
@@ -507,7 +559,7 @@ pub fn run(opts: &Options) -> Result<(), XtaskError> {
             opts,
             &qemu,
             (&stage, &kdir),
-            (&lib, &stress),
+            (&lib, &stress, &ctl),
             accel,
             started,
         )
@@ -535,7 +587,7 @@ fn main_boots(
     opts: &Options,
     qemu: &Path,
     (stage, kdir): (&Path, &Path),
-    (lib, stress): (&Path, &Path),
+    (lib, stress, ctl): (&Path, &Path, &Path),
     accel: &str,
     started: Instant,
 ) -> Result<(), XtaskError> {
@@ -557,7 +609,7 @@ fn main_boots(
         &kver,
         lib,
         opts.candidate.as_deref(),
-        stress,
+        (stress, ctl),
         &initrd,
     )?;
     println!(
@@ -669,7 +721,7 @@ fn build_initramfs(
     kver: &str,
     lib: &Path,
     candidate: Option<&Path>,
-    stress: &Path,
+    (stress, ctl): (&Path, &Path),
     out: &Path,
 ) -> Result<(), XtaskError> {
     let mut cpio = Cpio::new();
@@ -685,12 +737,14 @@ fn build_initramfs(
         elfs.push(c.to_path_buf());
     }
     cpio.file("opt/nprdma/nprdma-verbs-stress", 0o755, &read(stress)?);
+    cpio.file("opt/nprdma/nprdma-ctl-check", 0o755, &read(ctl)?);
     if let Some(bench) = std::env::var_os("NPRDMA_RXE_BENCH") {
         cpio.file("opt/nprdma/bench", 0o755, &read(Path::new(&bench))?);
         elfs.push(PathBuf::from(bench));
     }
     elfs.push(lib.to_path_buf());
     elfs.push(stress.to_path_buf());
+    elfs.push(ctl.to_path_buf());
     add_libraries(&mut cpio, stage, &elfs)?;
     add_modules(&mut cpio, kdir, kver, GUEST_MODULES)?;
     cpio.file("init", 0o755, GUEST_INIT.as_bytes());
