@@ -3,9 +3,12 @@
 // payload) and assembles a frame: the first 64 payload bytes are the inline message (header
 // area), the rest (data VC only) goes into a receive slot. A frame with any bad packet is
 // discarded whole (crc_drop); a good one is held in p_* until the core has written its RQ entry
-// (taken). Back-pressure: TREADY (a register) is low while a frame is held, while the engine
-// is disabled and, on the data VC, while no receive slot is free at a frame's start (only
-// that last case raises `held`).
+// (taken). A packet is decided one clock after its footer is taken (the check clock, `chk`):
+// the footer's fields are registered, and so is everything the CRC compare reads, so no path
+// runs from the stream through the CRC tree into the receiver's control. Back-pressure: TREADY
+// (a register) is low in the check clock, while a frame is held, while the engine is disabled
+// and, on the data VC, while no receive slot is free at a frame's start (only that last case
+// raises `held`).
 module npe_pkt_rx #(
     parameter DATA = 1,
     parameter SLOTS_LOG2 = 3
@@ -55,6 +58,11 @@ module npe_pkt_rx #(
     reg [31:0]  crc;
     reg [15:0]  pdid;
     reg [7:0]   msg_len;
+    // The footer taken in the last clock, decided in this one (the check clock).
+    reg         chk;
+    reg         c_pre;     // every check of the packet but its CRC passed
+    reg [31:0]  c_crc;     // the footer's CRC field
+    reg         c_last;
     integer     wk;        // word of p_msg (loop index)
 
     function [SLOTS_LOG2:0] lowest_free;   // {found, index}
@@ -95,17 +103,20 @@ module npe_pkt_rx #(
     wire        frame_ok = DATA != 0
         ? (total > 13'd64 && total <= 13'd4160 && msg_len >= 8'd16 && msg_len <= 8'd64)
         : (total == {5'd0, msg_len} && msg_len >= 8'd16 && msg_len <= 8'd64);
-    wire        pkt_good = !bad && s_tlast && (~crc == s_tdata[95:64]) &&
-                           (f_first == first_pkt) && (DATA != 0 || f_last);
+    // Taking a footer (TLAST on it) starts its check clock.
+    wire        chk_n = take && st == R_FTR && s_tlast;
+    // In the check clock: the packet is good (registers only).
+    wire        pkt_good = c_pre && (~crc == c_crc);
 
     reg pend_n;
     reg in_frame_n;
     always @(*) begin
         pend_n = pend && !taken;
         in_frame_n = in_frame;
-        if (take && st == R_FTR && pkt_good && f_last && frame_ok) pend_n = 1'b1;
+        if (chk && pkt_good && c_last && frame_ok) pend_n = 1'b1;
         if (take && st == R_HDR && !in_frame) in_frame_n = 1'b1;
-        if (take && s_tlast && !(st == R_FTR && pkt_good && !f_last)) in_frame_n = 1'b0;
+        if (take && s_tlast && st != R_FTR) in_frame_n = 1'b0;
+        if (chk && !(pkt_good && !c_last)) in_frame_n = 1'b0;
     end
 
     always @(posedge clk) begin
@@ -117,6 +128,7 @@ module npe_pkt_rx #(
             slot_we <= 1'b0; slot_waddr <= {(SLOTS_LOG2+8){1'b0}}; slot_wdata <= 128'd0;
             pend <= 1'b0; p_len <= 13'd0; p_src <= 22'd0; p_pdid <= 16'd0; p_tid <= 14'd0;
             p_msg_len <= 8'd0; p_msg <= 512'd0; crc_drop <= 1'b0; held <= 1'b0;
+            chk <= 1'b0; c_pre <= 1'b0; c_crc <= 32'd0; c_last <= 1'b0;
         end else begin
             alloc <= 1'b0;
             drop <= 1'b0;
@@ -126,8 +138,22 @@ module npe_pkt_rx #(
             // Held for want of a receive slot: a frame waits at its start and none is free
             // (the RQ side of RX_HELD is the core's).
             held <= DATA != 0 && enable && s_tvalid && !in_frame && !lf[SLOTS_LOG2];
-            s_tready <= enable && !flush && !pend_n &&
+            s_tready <= enable && !flush && !pend_n && !chk_n &&
                         (DATA == 0 || in_frame_n || (lf[SLOTS_LOG2] && !alloc));
+            chk <= chk_n;
+            if (chk) begin
+                if (!pkt_good || (c_last && !frame_ok)) begin
+                    crc_drop <= 1'b1;
+                    if (DATA != 0) drop <= 1'b1;
+                end else begin
+                    fbytes <= total;
+                    if (c_last) begin
+                        p_pdid <= pdid;
+                        p_msg_len <= msg_len;
+                        p_len <= (DATA != 0) ? total - 13'd64 : 13'd0;
+                    end
+                end
+            end
             if (take) begin
                 case (st)
                     R_HDR: begin
@@ -192,21 +218,16 @@ module npe_pkt_rx #(
                             bad <= 1'b1;
                             st <= R_SKIP;
                         end else begin
+                            // decided in the check clock (s_tready is low in it)
                             st <= R_HDR;
-                            if (!pkt_good || (f_last && !frame_ok)) begin
-                                crc_drop <= 1'b1;
-                                if (DATA != 0) drop <= 1'b1;
-                            end else begin
-                                fbytes <= total;
-                                if (first_pkt) begin
-                                    p_tid <= s_tdata[13:0];
-                                    p_src <= s_tdata[35:14];
-                                end
-                                if (f_last) begin
-                                    p_pdid <= pdid;
-                                    p_msg_len <= msg_len;
-                                    p_len <= (DATA != 0) ? total - 13'd64 : 13'd0;
-                                end
+                            c_pre <= !bad && (f_first == first_pkt) && (DATA != 0 || f_last);
+                            c_crc <= s_tdata[95:64];
+                            c_last <= f_last;
+                            // Used only if the check clock accepts the frame; no frame is
+                            // pending while a flit is taken, so nothing reads them before.
+                            if (first_pkt) begin
+                                p_tid <= s_tdata[13:0];
+                                p_src <= s_tdata[35:14];
                             end
                         end
                     end
