@@ -1,10 +1,11 @@
 // Link receiver for one virtual channel (docs/npe-rtl.md "Link framing"). It checks every
-// packet (header sizes, TLAST only on the footer, FIRST/LAST order, the CRC-32C over header and
-// payload) and assembles a frame: the first 64 payload bytes are the inline message (header
-// area), the rest (data VC only) goes into a receive slot. A frame with any bad packet is
-// discarded whole (crc_drop); a good one is held in p_* until the core has written its RQ entry
-// (taken). A packet is decided one clock after its footer is taken (the check clock, `chk`):
-// the footer's fields are registered, and so is everything the CRC compare reads, so no path
+// packet (header sizes, TLAST only on the footer, FIRST/LAST order, the footer's reserved
+// word, the CRC-32C over header, payload and the footer's fields) and assembles a frame: the
+// first 64 payload bytes are the inline message (header area), the rest (data VC only) goes
+// into a receive slot. A frame with any bad packet is discarded whole (crc_drop); a good one
+// is held in p_* until the core has written its RQ entry (taken). A packet is decided one
+// clock after its footer is taken (the check clock, `chk`): taking the footer registers the
+// CRC continued over the footer's fields and everything else the decision reads, so no path
 // runs from the stream through the CRC tree into the receiver's control. Back-pressure: TREADY
 // (a register) is low in the check clock, while a frame is held, while the engine is disabled
 // and, on the data VC, while no receive slot is free at a frame's start (only that last case
@@ -81,10 +82,13 @@ module npe_pkt_rx #(
     wire [8:0]  h_bytes = s_tdata[57:49];
     wire        h_ok = h_flits != 5'd0 && h_flits <= 5'd16 &&
                        h_flits == h_bytes[8:4] + {4'd0, |h_bytes[3:0]};
-    // One CRC tree: a header starts a packet's CRC, payload flits continue it.
+    // One CRC tree: a header starts a packet's CRC, payload flits continue it, and the
+    // footer's fields (bits [63:0], as a flit with bits [127:64] zero) end it. Its output
+    // only ever goes into `crc`; the check clock compares that register.
     wire [31:0] crc_next;
     npe_crc32c u_crc (
-        .crc_in(st == R_HDR ? 32'hFFFF_FFFF : crc), .flit(s_tdata), .crc_out(crc_next)
+        .crc_in(st == R_HDR ? 32'hFFFF_FFFF : crc),
+        .flit({st == R_FTR ? 64'd0 : s_tdata[127:64], s_tdata[63:0]}), .crc_out(crc_next)
     );
     // Message bytes at or past MSG_LEN are delivered as zero (the RQ entry's message area).
     function [127:0] mask16;
@@ -220,7 +224,9 @@ module npe_pkt_rx #(
                         end else begin
                             // decided in the check clock (s_tready is low in it)
                             st <= R_HDR;
-                            c_pre <= !bad && (f_first == first_pkt) && (DATA != 0 || f_last);
+                            crc <= crc_next;
+                            c_pre <= !bad && (f_first == first_pkt) && (DATA != 0 || f_last) &&
+                                     s_tdata[127:96] == 32'd0;
                             c_crc <= s_tdata[95:64];
                             c_last <= f_last;
                             // Used only if the check clock accepts the frame; no frame is

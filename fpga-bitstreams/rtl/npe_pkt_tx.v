@@ -1,7 +1,8 @@
 // Link transmitter: cuts one frame (a block or a message) into ExaNet-style packets on an
 // AXI4-Stream (docs/npe-rtl.md "Link framing"): per packet a header flit, up to 16 payload
-// flits (256 B) and a footer flit carrying the CRC-32C of header and payload; TLAST marks the
-// footer. The payload is fetched from a synchronous RAM through rd_*, word 0 first.
+// flits (256 B) and a footer flit carrying the CRC-32C of header, payload and the footer's
+// own fields; TLAST marks the footer. The payload is fetched from a synchronous RAM through
+// rd_*, word 0 first.
 //
 // Every output is a register; TREADY only decides whether the output register is reloaded.
 module npe_pkt_tx #(
@@ -69,15 +70,18 @@ module npe_pkt_tx #(
 
     wire [127:0] hdr = {7'd0, msg_len, dst_va, 6'd0, pkt_bytes, pkt_flits, vc, ptype, pdid, dst};
     wire [127:0] masked = mask_tail(flit, pkt_left);
-    // One CRC tree: the header starts a packet's CRC, each payload flit continues it.
+    wire         last_pkt = (left == 13'd0);
+    // The footer's fields (TID, source, FIRST, LAST, packet index), bits [63:0].
+    wire [63:0]  ftr_fields = {12'd0, 10'd0, pkt_idx, last_pkt, first, src, tid};
+    // One CRC tree: the header starts a packet's CRC, each payload flit continues it, and the
+    // footer's fields (as a flit with bits [127:64] zero) end it.
     wire [31:0]  crc_upd;
     npe_crc32c u_crc (
-        .crc_in(st == T_HDR ? 32'hFFFF_FFFF : crc), .flit(st == T_HDR ? hdr : masked),
+        .crc_in(st == T_HDR ? 32'hFFFF_FFFF : crc),
+        .flit(st == T_HDR ? hdr : st == T_FTR ? {64'd0, ftr_fields} : masked),
         .crc_out(crc_upd)
     );
-    wire [31:0]  crc_out = ~crc;
-    wire         last_pkt = (left == 13'd0);
-    wire [127:0] ftr = {32'd0, crc_out, 12'd0, 10'd0, pkt_idx, last_pkt, first, src, tid};
+    wire [127:0] ftr = {32'd0, ~crc_upd, ftr_fields};
 
     always @(posedge clk) begin
         if (!rst_n) begin

@@ -277,6 +277,99 @@ fn rx_held_only_when_no_receive_slot_is_free_on_both() {
     }
 }
 
+/// One flipped bit anywhere a packet's checks cover (docs/npe-rtl.md "Link framing": the
+/// CRC covers the header, the payload and the footer's fields) loses the frame with
+/// CRC_DROP; no arrival is ever made of a corrupted frame. RTL only: the model's frames
+/// carry no bits. Each case is a 4 KiB block (17 packets); after each the same block is
+/// sent clean and arrives whole.
+#[test]
+fn any_corrupted_header_or_footer_bit_is_a_crc_drop_never_a_wrong_arrival() {
+    use std::sync::{Arc, Mutex};
+    // (packet, footer?, word, bit, what)
+    let cases: [(u32, bool, usize, u32, &str); 10] = [
+        (0, false, 0, 3, "header destination"),
+        (0, false, 0, 45, "header payload flits"),
+        (16, false, 0, 50, "header payload bytes (last packet)"),
+        (0, false, 1, 2, "header DST_VA"),
+        (0, true, 0, 37, "footer LAST (first packet)"),
+        (1, true, 0, 36, "footer FIRST (second packet)"),
+        (0, true, 0, 15, "footer source"),
+        (0, true, 0, 2, "footer TID"),
+        (3, true, 0, 38, "footer packet index"),
+        (5, true, 1, 40, "footer reserved bits"),
+    ];
+    let mut rtl = RtlRig::new(PAGES, 20, 5);
+    // The armed case, and the data packets counted since it was armed.
+    type Armed = (Option<(u32, bool, usize, u32)>, u32);
+    let armed: Arc<Mutex<Armed>> = Arc::new(Mutex::new((None, 0)));
+    let hook_armed = armed.clone();
+    let mut flit_no = 0u32;
+    rtl.system().set_link_hook(Box::new(move |_dst, vc, flit| {
+        if vc != 0 {
+            return;
+        }
+        let mut a = hook_armed.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((p, footer, word, bit)) = a.0
+            && p == a.1
+            && (if footer { flit.last } else { flit_no == 0 })
+        {
+            flit.data[word] ^= 1 << bit;
+            a.0 = None;
+        }
+        flit_no += 1;
+        if flit.last {
+            flit_no = 0;
+            a.1 += 1;
+        }
+    }));
+    let r: &mut dyn Rig = &mut rtl;
+    let mut a = Node::setup(r, 0, 3);
+    let mut b = Node::setup(r, 1, 9);
+    fill(r, 0, SRC_AT, 4096, 7);
+    for (i, (p, footer, word, bit, what)) in cases.iter().enumerate() {
+        for corrupt in [true, false] {
+            if corrupt {
+                // Packets are counted from this frame's first.
+                *armed.lock().unwrap_or_else(|e| e.into_inner()) =
+                    (Some((*p, *footer, *word, *bit)), 0);
+            }
+            a.post(r, 0, 0, &block(SRC_AT, 4096, DST_AT, i as u64));
+            a.ring_all(r, 0);
+            r.settle();
+            let mut cqs = Vec::new();
+            a.drain_cq(r, 0, &mut cqs);
+            assert_eq!(cqs.len(), 1, "{what}");
+            let arrivals = b.drain_rq(r, 1);
+            let gevent = r.read(1, 0x014, AccessWidth::U32);
+            r.write(1, 0x014, AccessWidth::U32, gevent);
+            if corrupt {
+                assert!(
+                    armed.lock().unwrap_or_else(|e| e.into_inner()).0.is_none(),
+                    "{what}: the bit was flipped"
+                );
+                assert_eq!(arrivals.len(), 0, "{what}: a corrupted frame arrived");
+                assert_eq!(gevent, 0x4, "{what}: CRC_DROP");
+            } else {
+                assert_eq!(arrivals.len(), 1, "{what}: the clean re-send");
+                assert_eq!(arrivals[0].1.block_len, Some(4096), "{what}");
+                assert_eq!(gevent, 0, "{what}");
+                b.post_wq(
+                    r,
+                    1,
+                    &WqEntry {
+                        op: WqOp::Release,
+                        slot: arrivals[0].0,
+                        cookie: i as u64,
+                    },
+                );
+                b.ring_wq(r, 1);
+                r.settle();
+                b.drain_wcq(r, 1);
+            }
+        }
+    }
+}
+
 #[test]
 fn bad_input_gives_the_documented_errors_on_both() {
     for mut rig in rigs() {
