@@ -52,6 +52,35 @@ pub fn describe(r: &Report) -> Vec<String> {
             mib(r.fallback_bytes)
         ),
     ];
+    lines.push(format!(
+        "  odp mode:   NPRDMA_MODE={}; {} MRs registered with on-demand paging ({})",
+        r.reg_mode,
+        r.odp_mrs,
+        mib(r.odp_bytes)
+    ));
+    for d in &r.devices {
+        lines.push(format!(
+            "  device:     {}: {} (ODP capabilities general {:#x}, RC {:#x}; self-test {}): {}",
+            d.name,
+            if d.odp { "odp" } else { "windows" },
+            d.odp_general_caps,
+            d.odp_rc_caps,
+            d.self_test.as_str(),
+            d.reason
+        ));
+    }
+    for m in &r.mrs {
+        lines.push(format!(
+            "  mr:         lkey {:#x} at {:#x}, {} bytes: {}",
+            m.lkey,
+            m.addr,
+            m.len,
+            m.mode.as_str()
+        ));
+    }
+    if r.mrs_unlisted > 0 {
+        lines.push(format!("  mr:         {} more not listed", r.mrs_unlisted));
+    }
     for reason in &r.reasons {
         lines.push(format!("  note:       {reason}"));
     }
@@ -200,7 +229,33 @@ mod tests {
         r.pinned_peak = 8 << 20;
         r.registered_bytes = 1 << 30;
         r.reasons = vec!["dmabuf registration passed through".into()];
+        r.reg_mode = "auto";
+        r.devices = vec![libnprdma::status::DeviceReport {
+            name: "rxe0".into(),
+            odp: false,
+            odp_general_caps: 1,
+            odp_rc_caps: 0x3f,
+            self_test: libnprdma::status::SelfTest::Failed,
+            reason: "ODP self-test FAILED: WRITE: 3 of 9 bytes wrong".into(),
+        }];
+        r.mrs = vec![libnprdma::status::MrReport {
+            addr: 0x1000,
+            len: 4096,
+            lkey: 0x17,
+            mode: libnprdma::status::MrMode::PinnedFallback,
+        }];
+        r.mrs_unlisted = 2;
         let text = describe(&r).join("\n");
+        assert!(text.contains("NPRDMA_MODE=auto"), "{text}");
+        assert!(
+            text.contains("rxe0: windows (ODP capabilities general 0x1, RC 0x3f; self-test failed): ODP self-test FAILED"),
+            "{text}"
+        );
+        assert!(
+            text.contains("lkey 0x17 at 0x1000, 4096 bytes: pinned-fallback"),
+            "{text}"
+        );
+        assert!(text.contains("2 more not listed"), "{text}");
         assert!(text.contains("mode:       unpinned"), "{text}");
         assert!(text.contains("16.0 MiB pinned at most"), "{text}");
         assert!(

@@ -3,6 +3,7 @@
 //! | variable | meaning | default |
 //! |---|---|---|
 //! | `NPRDMA` | `on`, or `off` for pass-through (the library steps aside completely) | `on` |
+//! | `NPRDMA_MODE` | how registrations are served: `auto`, `odp`, `windows` or `off` ([`RegMode`]); a bad value is logged and `auto` used | `auto` |
 //! | `NPRDMA_PIN_BUDGET` | bytes the library may keep pinned (`K`/`M`/`G` suffixes) | 64 MiB, lowered to `RLIMIT_MEMLOCK` when that is smaller and the process lacks `CAP_IPC_LOCK` |
 //! | `NPRDMA_WINDOW` | size of a registration window, a power of two ≥ 4 KiB | 1 MiB |
 //! | `NPRDMA_REMOTE_TIMEOUT_MS` | how long a requester waits for a peer's directory | 5000 |
@@ -29,11 +30,60 @@ pub enum Mode {
     Off,
 }
 
+/// How the library serves an application's registrations (`NPRDMA_MODE`; docs/connectx.md
+/// §9a).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RegMode {
+    /// On-demand paging where the device reports it for what the MR needs *and* the
+    /// library's one-time self-test on that device passed; windows otherwise.
+    Auto,
+    /// On-demand paging wherever the device reports it; the self-test still runs, and a
+    /// failure is logged loudly and falls back to windows.
+    Odp,
+    /// Always windows (directories and pinned windows under the budget).
+    Windows,
+    /// Everything passes through, as `NPRDMA=off`.
+    Off,
+}
+
+impl RegMode {
+    /// Parses `NPRDMA_MODE`'s value (surrounding blanks and case ignored).
+    pub fn parse(value: &str) -> Result<Self> {
+        match value.trim().to_ascii_lowercase().as_str() {
+            "auto" => Ok(RegMode::Auto),
+            "odp" => Ok(RegMode::Odp),
+            "windows" => Ok(RegMode::Windows),
+            "off" => Ok(RegMode::Off),
+            _ => Err(ConnectxError::Config {
+                name: "NPRDMA_MODE",
+                value: value.to_string(),
+                why: "use auto, odp, windows or off",
+            }),
+        }
+    }
+
+    /// The setting's name, as it is written.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RegMode::Auto => "auto",
+            RegMode::Odp => "odp",
+            RegMode::Windows => "windows",
+            RegMode::Off => "off",
+        }
+    }
+}
+
 /// The library's settings.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Config {
     /// Active mode.
     pub mode: Mode,
+    /// How registrations are served (`NPRDMA_MODE`); [`RegMode::Off`] comes with
+    /// [`Mode::Off`].
+    pub reg_mode: RegMode,
+    /// `NPRDMA_MODE`'s value when it did not parse (the default was used): the library logs
+    /// it and records it for doctor, and the application runs on.
+    pub reg_mode_error: Option<ConnectxError>,
     /// Pinned-memory budget in bytes.
     pub budget: u64,
     /// Where the budget came from (for the log and doctor).
@@ -56,7 +106,9 @@ impl Config {
         memlock: Option<u64>,
         uid: u32,
     ) -> Result<Self> {
+        let (reg_mode, reg_mode_error) = Self::reg_mode_from(&get);
         let mode = match get("NPRDMA").as_deref().map(str::trim) {
+            None | Some("") | Some("on") | Some("1") if reg_mode == RegMode::Off => Mode::Off,
             None | Some("") | Some("on") | Some("1") => Mode::Unpinned,
             Some("off") | Some("0") => Mode::Off,
             Some(other) => {
@@ -103,8 +155,15 @@ impl Config {
             None => 5000,
         };
         let (log, status_dir) = Self::log_and_status_dir(&get, uid);
+        let reg_mode = if mode == Mode::Off {
+            RegMode::Off
+        } else {
+            reg_mode
+        };
         Ok(Self {
             mode,
+            reg_mode,
+            reg_mode_error,
             budget,
             budget_source,
             window,
@@ -112,6 +171,19 @@ impl Config {
             log,
             status_dir,
         })
+    }
+
+    /// `NPRDMA_MODE`: never fails; a bad value gives the default, [`RegMode::Auto`], and the
+    /// error to log.
+    fn reg_mode_from(get: &impl Fn(&str) -> Option<String>) -> (RegMode, Option<ConnectxError>) {
+        match get("NPRDMA_MODE") {
+            None => (RegMode::Auto, None),
+            Some(v) if v.trim().is_empty() => (RegMode::Auto, None),
+            Some(v) => match RegMode::parse(&v) {
+                Ok(m) => (m, None),
+                Err(e) => (RegMode::Auto, Some(e)),
+            },
+        }
     }
 
     /// `NPRDMA_LOG` and `NPRDMA_STATUS_DIR`: they never fail to parse.
@@ -130,6 +202,8 @@ impl Config {
         let (log, status_dir) = Self::log_and_status_dir(&get, uid);
         Self {
             mode: Mode::Off,
+            reg_mode: RegMode::Off,
+            reg_mode_error: None,
             budget: DEFAULT_BUDGET,
             budget_source: "not used (pass-through: a setting did not parse)",
             window: DEFAULT_WINDOW,
@@ -157,10 +231,14 @@ impl Config {
         Self::pass_through_from_lookup(|k| std::env::var(k).ok(), current_uid())
     }
 
-    /// A configuration for tests: unpinned, the given budget and window, log off.
+    /// A configuration for tests: unpinned, windows always (`NPRDMA_MODE=windows`: the
+    /// tests of the window machinery must not be served by on-demand paging), the given
+    /// budget and window, log off.
     pub fn for_tests(budget: u64, window: u64) -> Self {
         Self {
             mode: Mode::Unpinned,
+            reg_mode: RegMode::Windows,
+            reg_mode_error: None,
             budget,
             budget_source: "test",
             window,
@@ -324,6 +402,38 @@ mod tests {
         assert!(cfg(&[("NPRDMA_PIN_BUDGET", "1K")], None).is_err());
         assert!(cfg(&[("NPRDMA_PIN_BUDGET", "x")], None).is_err());
         assert!(cfg(&[("NPRDMA_PIN_BUDGET", "99999999999G")], None).is_err());
+    }
+
+    #[test]
+    fn the_registration_mode_defaults_to_auto_and_a_bad_value_never_fails() {
+        let c = cfg(&[], None).unwrap();
+        assert_eq!(
+            (c.reg_mode, c.reg_mode_error.clone()),
+            (RegMode::Auto, None)
+        );
+        for (v, m) in [
+            ("auto", RegMode::Auto),
+            (" ODP ", RegMode::Odp),
+            ("windows", RegMode::Windows),
+            ("", RegMode::Auto),
+        ] {
+            let c = cfg(&[("NPRDMA_MODE", v)], None).unwrap();
+            assert_eq!(c.reg_mode, m, "{v:?}");
+            assert_eq!(c.mode, Mode::Unpinned);
+        }
+        // `off` is NPRDMA=off.
+        let c = cfg(&[("NPRDMA_MODE", "off")], None).unwrap();
+        assert_eq!((c.mode, c.reg_mode), (Mode::Off, RegMode::Off));
+        let c = cfg(&[("NPRDMA", "off"), ("NPRDMA_MODE", "odp")], None).unwrap();
+        assert_eq!((c.mode, c.reg_mode), (Mode::Off, RegMode::Off));
+        // A bad value: the default, and a typed error to log; the configuration still loads.
+        let c = cfg(&[("NPRDMA_MODE", "fast")], None).unwrap();
+        assert_eq!((c.mode, c.reg_mode), (Mode::Unpinned, RegMode::Auto));
+        let e = c.reg_mode_error.unwrap();
+        assert_eq!(e.code(), 1);
+        assert!(e.to_string().contains("NPRDMA_MODE"), "{e}");
+        assert!(RegMode::parse("pinned").is_err());
+        assert_eq!(RegMode::parse("Windows").unwrap().as_str(), "windows");
     }
 
     #[test]

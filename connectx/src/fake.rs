@@ -37,6 +37,9 @@ struct Mr {
     len: u64,
     iova: u64,
     access: u32,
+    /// An ODP MR (`IBV_ACCESS_ON_DEMAND`, nothing pinned): whether its device's ODP data
+    /// path is the wrong one (crate::fake_odp).
+    odp: Option<bool>,
 }
 
 struct Qp {
@@ -151,6 +154,12 @@ pub fn real_verbs() -> RealVerbs {
         create_srq: fake_create_srq,
         query_srq: fake_query_srq,
         qp_to_qp_ex: fake_qp_to_qp_ex,
+        alloc_pd: fake_alloc_pd,
+        dealloc_pd: fake_dealloc_pd,
+        create_cq: fake_create_cq,
+        query_port: crate::fake_odp::fake_query_port,
+        query_gid: crate::fake_odp::fake_query_gid,
+        get_device_name: crate::fake_odp::fake_get_device_name,
     }
 }
 
@@ -288,6 +297,7 @@ unsafe extern "C" fn fake_open_device(dev: *mut ibv_device) -> *mut ibv_context 
     vc.sz = core::mem::size_of::<verbs_context>();
     vc.create_qp_ex = Some(fake_create_qp_ex);
     vc.create_cq_ex = Some(fake_create_cq_ex);
+    vc.query_device_ex = Some(fake_query_device_ex);
     vc.context.device = dev;
     vc.context.abi_compat = VERBS_ABI_IS_EXTENDED;
     vc.context.ops.post_send = Some(fake_post_send);
@@ -340,6 +350,55 @@ unsafe extern "C" fn fake_query_device(ctx: *mut ibv_context, attr: *mut ibv_dev
     a.atomic_cap = if no_atomics { 0 } else { 1 };
     a.phys_port_cnt = 1;
     0
+}
+
+/// `verbs_context::query_device_ex`.
+unsafe extern "C" fn fake_query_device_ex(
+    ctx: *mut ibv_context,
+    _input: *const c_void,
+    attr: *mut ibv_device_attr_ex,
+    size: usize,
+) -> c_int {
+    if attr.is_null() || size < core::mem::size_of::<ibv_device_attr_ex>() {
+        return libc::EINVAL;
+    }
+    let mut a = ibv_device_attr_ex::zeroed();
+    // SAFETY: forwarded: a live context of the fake and a writable struct.
+    let rc = unsafe { (fake_query_device)(ctx, &mut a.orig_attr) };
+    if rc != 0 {
+        return rc;
+    }
+    // SAFETY: a live context.
+    a.odp_caps = crate::fake_odp::caps(crate::fake_odp::kind(unsafe { (*ctx).device }));
+    // SAFETY: the caller's struct, checked to be large enough.
+    unsafe { attr.write(a) };
+    0
+}
+
+/// `ibv_alloc_pd`.
+unsafe extern "C" fn fake_alloc_pd(ctx: *mut ibv_context) -> *mut ibv_pd {
+    alloc_pd(ctx)
+}
+
+/// `ibv_dealloc_pd`.
+unsafe extern "C" fn fake_dealloc_pd(pd: *mut ibv_pd) -> c_int {
+    dealloc_pd(pd);
+    0
+}
+
+/// `ibv_create_cq`.
+unsafe extern "C" fn fake_create_cq(
+    ctx: *mut ibv_context,
+    cqe: c_int,
+    _cq_context: *mut c_void,
+    _channel: *mut c_void,
+    _vector: c_int,
+) -> *mut ibv_cq {
+    if cqe < 1 {
+        set_errno(libc::EINVAL);
+        return core::ptr::null_mut();
+    }
+    create_cq_with(ctx, cqe as u32)
 }
 
 /// Allocates a protection domain on `ctx`.
@@ -696,6 +755,19 @@ unsafe extern "C" fn fake_reg_mr_iova2(
         set_errno(libc::EINVAL);
         return core::ptr::null_mut();
     }
+    let odp = if access & IBV_ACCESS_ON_DEMAND != 0 {
+        // SAFETY: a live context of the fake.
+        match crate::fake_odp::kind(unsafe { (*(ctx as *mut ibv_context)).device }) {
+            // A device without ODP refuses it (ib_check_mr_access, include/rdma/ib_verbs.h).
+            None => {
+                set_errno(libc::EOPNOTSUPP);
+                return core::ptr::null_mut();
+            }
+            Some(k) => Some(k == crate::fake_odp::OdpKind::Broken),
+        }
+    } else {
+        None
+    };
     let key = f.next_key;
     f.next_key = f.next_key.wrapping_add(0x100 + 7);
     let mr: *mut ibv_mr = alloc_zeroed();
@@ -718,11 +790,14 @@ unsafe extern "C" fn fake_reg_mr_iova2(
             len: len as u64,
             iova,
             access,
+            odp,
         },
     );
     f.mr_keys.insert(mr as usize, key);
     let p = f.pinned.entry(ctx).or_default();
-    *p += pinned_bytes(addr as u64, len as u64);
+    if odp.is_none() {
+        *p += pinned_bytes(addr as u64, len as u64);
+    }
     let now = *p;
     let peak = f.peak.entry(ctx).or_default();
     *peak = (*peak).max(now);
@@ -763,8 +838,10 @@ unsafe extern "C" fn fake_rereg_mr(
     if flags & IBV_REREG_MR_CHANGE_TRANSLATION != 0 {
         // The old pages are unpinned, the new ones pinned; the IOVA becomes the address.
         let p = f.pinned.entry(m.ctx).or_default();
-        *p -= pinned_bytes(m.va, m.len);
-        *p += pinned_bytes(addr as u64, len as u64);
+        if m.odp.is_none() {
+            *p -= pinned_bytes(m.va, m.len);
+            *p += pinned_bytes(addr as u64, len as u64);
+        }
         m.va = addr as u64;
         m.len = len as u64;
         m.iova = addr as u64;
@@ -795,7 +872,9 @@ unsafe extern "C" fn fake_dereg_mr(mr: *mut ibv_mr) -> c_int {
         return libc::EINVAL;
     };
     f.mr_keys.remove(&(mr as usize));
-    if let Some(m) = f.mrs.remove(&key) {
+    if let Some(m) = f.mrs.remove(&key)
+        && m.odp.is_none()
+    {
         let p = f.pinned.entry(m.ctx).or_default();
         *p -= pinned_bytes(m.va, m.len);
     }
@@ -1115,31 +1194,50 @@ fn gather(f: &Fake, pd: usize, sges: &[ibv_sge], inline: bool) -> Result<Vec<u8>
     Ok(out)
 }
 
-fn scatter_targets(f: &Fake, pd: usize, sges: &[ibv_sge]) -> Result<Vec<(u64, usize)>, u32> {
+/// The first byte of the ODP MR `key` if its device's ODP data path is the wrong one
+/// (crate::fake_odp).
+fn broken_odp(f: &Fake, key: u32) -> Option<u64> {
+    f.mrs
+        .get(&key)
+        .filter(|m| m.odp == Some(true))
+        .map(|m| m.va)
+}
+
+/// A checked local target: address, length, and the first byte of its MR when the wrong
+/// ODP data path places its bytes.
+type Target = (u64, usize, Option<u64>);
+
+fn scatter_targets(f: &Fake, pd: usize, sges: &[ibv_sge]) -> Result<Vec<Target>, u32> {
     let mut v = Vec::new();
     for s in sges {
         if s.length == 0 {
             continue;
         }
         let va = local_va(f, pd, s, true).ok_or(IBV_WC_LOC_PROT_ERR)?;
-        v.push((va, s.length as usize));
+        v.push((va, s.length as usize, broken_odp(f, s.lkey)));
     }
     Ok(v)
 }
 
-fn scatter(targets: &[(u64, usize)], data: &[u8]) -> bool {
+fn scatter(targets: &[Target], data: &[u8]) -> bool {
     let cap: usize = targets.iter().map(|t| t.1).sum();
     if data.len() > cap {
         return false;
     }
     let mut off = 0;
-    for (va, len) in targets {
+    for (va, len, broken) in targets {
         if off >= data.len() {
             break;
         }
         let n = (*len).min(data.len() - off);
-        // SAFETY: a checked range of a registered, writable region of this process.
-        unsafe { core::ptr::copy(data.as_ptr().add(off), *va as *mut u8, n) };
+        match broken {
+            // SAFETY: a checked range of a registered, writable ODP region of this process.
+            Some(floor) => unsafe {
+                crate::fake_odp::write_misplaced(*va, *floor, &data[off..off + n])
+            },
+            // SAFETY: a checked range of a registered, writable region of this process.
+            None => unsafe { core::ptr::copy(data.as_ptr().add(off), *va as *mut u8, n) },
+        }
         off += n;
     }
     true
@@ -1181,8 +1279,12 @@ fn execute(f: &mut Fake, qpn: u32, wr: &ibv_send_wr, sges: &[ibv_sge]) -> u32 {
                 ) else {
                     return IBV_WC_REM_ACCESS_ERR;
                 };
-                // SAFETY: a checked range of a registered, remotely writable region.
-                unsafe { core::ptr::copy(data.as_ptr(), va as *mut u8, data.len()) };
+                match broken_odp(f, wr.rdma_rkey()) {
+                    // SAFETY: a checked range of a registered, remotely writable ODP region.
+                    Some(floor) => unsafe { crate::fake_odp::write_misplaced(va, floor, &data) },
+                    // SAFETY: a checked range of a registered, remotely writable region.
+                    None => unsafe { core::ptr::copy(data.as_ptr(), va as *mut u8, data.len()) },
+                }
             }
             if op == IBV_WR_RDMA_WRITE_WITH_IMM {
                 return deliver_recv(f, dest_qpn, qpn, &[], total, Some(wr.imm_data), true);
@@ -1218,9 +1320,16 @@ fn execute(f: &mut Fake, qpn: u32, wr: &ibv_send_wr, sges: &[ibv_sge]) -> u32 {
             ) else {
                 return IBV_WC_REM_ACCESS_ERR;
             };
-            // SAFETY: a checked range of a registered, remotely readable region.
-            let data =
-                unsafe { core::slice::from_raw_parts(va as *const u8, total as usize) }.to_vec();
+            let data = match broken_odp(f, wr.rdma_rkey()) {
+                // SAFETY: a checked range of a registered, remotely readable ODP region.
+                Some(floor) => unsafe {
+                    crate::fake_odp::read_misplaced(va, floor, total as usize)
+                },
+                None => {
+                    // SAFETY: a checked range of a registered, remotely readable region.
+                    unsafe { core::slice::from_raw_parts(va as *const u8, total as usize) }.to_vec()
+                }
+            };
             scatter(&targets, &data);
             IBV_WC_SUCCESS
         }

@@ -61,17 +61,22 @@ pub fn global() -> Option<&'static Arc<Engine>> {
                 }
             }
             crate::log::line(&format!(
-                "mode {}, pinned-memory budget {} bytes ({}), window {} bytes",
+                "mode {}, NPRDMA_MODE={}, pinned-memory budget {} bytes ({}), window {} bytes",
                 match cfg.mode {
                     Mode::Unpinned => "unpinned",
                     Mode::Off => "off (pass-through)",
                 },
+                cfg.reg_mode.as_str(),
                 cfg.budget,
                 cfg.budget_source,
                 cfg.window
             ));
             let off = cfg.mode == Mode::Off;
+            let mode_error = cfg.reg_mode_error.clone();
             let eng = Engine::new(real, cfg, status);
+            if let Some(e) = mode_error {
+                eng.note(&format!("{e}; using the default, auto"));
+            }
             if off {
                 eng.note("NPRDMA=off: every call passes through to libibverbs");
             }

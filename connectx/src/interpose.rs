@@ -109,6 +109,15 @@ pub unsafe fn reg_dmabuf_mr(
         crate::engine::call::lock(&eng.state)
             .passthrough_mrs
             .insert(mr as usize, len as u64);
+        // SAFETY: the provider's fresh MR.
+        let lkey = unsafe { (*mr).lkey };
+        eng.status().page().modes.add_mr(
+            mr as usize,
+            offset,
+            len as u64,
+            lkey,
+            crate::status::MrMode::PassThrough,
+        );
     }
     mr
 }
@@ -130,6 +139,12 @@ pub unsafe fn rereg_mr(
         // SAFETY: a virtual region of this engine.
         return unsafe { eng.rereg_mr(mr, flags, pd, addr, len, access) };
     }
+    // An MR the ODP mode registered stays on demand (crate::odp).
+    let access = if !mr.is_null() && eng.is_odp_mr(mr) {
+        access | IBV_ACCESS_ON_DEMAND as c_int
+    } else {
+        access
+    };
     let rc = {
         let _g = RealCall::enter();
         // SAFETY: forwarded.

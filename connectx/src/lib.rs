@@ -16,6 +16,9 @@
 //!   them (feature `fake`, which connectx's dev-dependency on itself turns on).
 //! - [`window`], [`translate`], [`completion`], [`directory`]: the pure logic (window cache and
 //!   budget, WR planning, completion rules, directory layout and leases).
+//! - `odp`, `odp_selftest`: the ODP mode (registrations with on-demand paging where the
+//!   device does it correctly, checked by a one-time self-test per device); `fake_odp`: its
+//!   part of the fake provider.
 //! - `sq_room`, `fallback`, `transport`: the rule "never break a program that works without
 //!   the library" (waiting for send-queue room, pinning as plain verbs would, UC pass-through).
 //! - [`sys`]: the rdma-core ABI, layout-checked against the installed headers.
@@ -34,12 +37,17 @@ mod engine;
 pub mod error;
 #[cfg(any(test, feature = "fake"))]
 pub mod fake;
+#[cfg(any(test, feature = "fake"))]
+pub mod fake_odp;
 mod fallback;
 pub mod fasthash;
 mod fork;
 pub mod hooks;
 pub mod interpose;
 pub mod log;
+mod odp;
+mod odp_choice;
+mod odp_selftest;
 mod ops;
 pub mod real;
 mod registry;
@@ -48,12 +56,13 @@ mod spin;
 mod sq_room;
 pub mod status;
 pub mod status_file;
+pub mod status_modes;
 pub mod sys;
 pub mod translate;
 mod transport;
 pub mod window;
 
-pub use config::{Config, Mode};
+pub use config::{Config, Mode, RegMode};
 pub use engine::Engine;
 pub use error::{ConnectxError, Result};
 
@@ -84,6 +93,10 @@ pub mod doctor {
                 why.as_deref()
                     .unwrap_or("NPRDMA=off: every call passes through to libibverbs"),
             );
+        }
+        if let Some(e) = &cfg.reg_mode_error {
+            page.page()
+                .add_reason(&format!("{e}; the library would use the default, auto"));
         }
         page.page().add_reason(
             "libnprdma.so is not active in this process (not preloaded, or no verbs call yet)",

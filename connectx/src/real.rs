@@ -52,6 +52,20 @@ pub type DestroySrqFn = unsafe extern "C" fn(*mut ibv_srq) -> c_int;
 pub type CreateSrqFn = unsafe extern "C" fn(*mut ibv_pd, *mut ibv_srq_init_attr) -> *mut ibv_srq;
 /// `ibv_query_srq`.
 pub type QuerySrqFn = unsafe extern "C" fn(*mut ibv_srq, *mut ibv_srq_attr) -> c_int;
+/// `ibv_alloc_pd`.
+pub type AllocPdFn = unsafe extern "C" fn(*mut ibv_context) -> *mut ibv_pd;
+/// `ibv_dealloc_pd`.
+pub type DeallocPdFn = unsafe extern "C" fn(*mut ibv_pd) -> c_int;
+/// `ibv_create_cq` (context, cqe, cq_context, channel, comp_vector).
+pub type CreateCqFn =
+    unsafe extern "C" fn(*mut ibv_context, c_int, *mut c_void, *mut c_void, c_int) -> *mut ibv_cq;
+/// `ibv_query_port` (the exported function, which verbs.h's inline `ibv_query_port` calls
+/// with a zeroed `struct ibv_port_attr` when the context has no `query_port` of its own).
+pub type QueryPortFn = unsafe extern "C" fn(*mut ibv_context, u8, *mut ibv_port_attr) -> c_int;
+/// `ibv_query_gid`.
+pub type QueryGidFn = unsafe extern "C" fn(*mut ibv_context, u8, c_int, *mut [u8; 16]) -> c_int;
+/// `ibv_get_device_name`.
+pub type GetDeviceNameFn = unsafe extern "C" fn(*mut ibv_device) -> *const core::ffi::c_char;
 /// `ibv_qp_to_qp_ex`.
 pub type QpToQpExFn = unsafe extern "C" fn(*mut ibv_qp) -> *mut ibv_qp_ex;
 
@@ -96,6 +110,18 @@ pub struct RealVerbs {
     pub query_srq: QuerySrqFn,
     /// `ibv_qp_to_qp_ex`.
     pub qp_to_qp_ex: QpToQpExFn,
+    /// `ibv_alloc_pd` (the ODP self-test's own objects, crate::odp).
+    pub alloc_pd: AllocPdFn,
+    /// `ibv_dealloc_pd`.
+    pub dealloc_pd: DeallocPdFn,
+    /// `ibv_create_cq`.
+    pub create_cq: CreateCqFn,
+    /// `ibv_query_port`.
+    pub query_port: QueryPortFn,
+    /// `ibv_query_gid`.
+    pub query_gid: QueryGidFn,
+    /// `ibv_get_device_name` (the device's name in the log and doctor).
+    pub get_device_name: GetDeviceNameFn,
 }
 
 fn lookup(name: &'static str, version: &'static str) -> Option<*mut c_void> {
@@ -144,6 +170,12 @@ impl RealVerbs {
             create_srq: resolve!("ibv_create_srq", "IBVERBS_1.1", CreateSrqFn),
             query_srq: resolve!("ibv_query_srq", "IBVERBS_1.1", QuerySrqFn),
             qp_to_qp_ex: resolve!("ibv_qp_to_qp_ex", "IBVERBS_1.6", QpToQpExFn),
+            alloc_pd: resolve!("ibv_alloc_pd", "IBVERBS_1.1", AllocPdFn),
+            dealloc_pd: resolve!("ibv_dealloc_pd", "IBVERBS_1.1", DeallocPdFn),
+            create_cq: resolve!("ibv_create_cq", "IBVERBS_1.1", CreateCqFn),
+            query_port: resolve!("ibv_query_port", "IBVERBS_1.1", QueryPortFn),
+            query_gid: resolve!("ibv_query_gid", "IBVERBS_1.1", QueryGidFn),
+            get_device_name: resolve!("ibv_get_device_name", "IBVERBS_1.1", GetDeviceNameFn),
         })
     }
 }

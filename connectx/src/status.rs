@@ -18,11 +18,12 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use crate::config::{Config, Mode};
 use crate::error::{ConnectxError, Result};
+pub use crate::status_modes::{DeviceReport, MrMode, MrReport, SelfTest};
 
 /// `NPRDMAST` as a little-endian u64.
 pub const STATUS_MAGIC: u64 = u64::from_le_bytes(*b"NPRDMAST");
 /// Layout version of the status page.
-pub const STATUS_VERSION: u32 = 2;
+pub const STATUS_VERSION: u32 = 3;
 /// Number of pass-through reasons kept.
 pub const MAX_REASONS: usize = 12;
 /// Bytes per reason (NUL-padded UTF-8).
@@ -65,6 +66,10 @@ pub struct Counters {
     pub fallback_pins: AtomicU64,
     /// Bytes those fallback pins hold now.
     pub fallback_bytes: AtomicU64,
+    /// MRs the library registered with on-demand paging (ODP mode), now.
+    pub odp_mrs: AtomicU64,
+    /// Their bytes (also counted in `passthrough_bytes`: they are the provider's own MRs).
+    pub odp_bytes: AtomicU64,
 }
 
 /// The page.
@@ -82,6 +87,12 @@ pub struct StatusPage {
     /// The counters.
     pub counters: Counters,
     reasons: [[AtomicU64; REASON_LEN / 8]; MAX_REASONS],
+    /// `NPRDMA_MODE` (codes of [`RegMode`](crate::config::RegMode): 1 auto, 2 odp,
+    /// 3 windows, 4 off).
+    reg_mode: AtomicU32,
+    _pad: AtomicU32,
+    /// The mode per device and per MR.
+    pub modes: crate::status_modes::Modes,
 }
 
 const _: () = assert!(core::mem::size_of::<StatusPage>() <= 4096);
@@ -103,6 +114,15 @@ impl StatusPage {
         );
         self.budget.store(cfg.budget, Ordering::Relaxed);
         self.window.store(cfg.window, Ordering::Relaxed);
+        self.reg_mode.store(
+            match cfg.reg_mode {
+                crate::config::RegMode::Auto => 1,
+                crate::config::RegMode::Odp => 2,
+                crate::config::RegMode::Windows => 3,
+                crate::config::RegMode::Off => 4,
+            },
+            Ordering::Relaxed,
+        );
         self.magic.store(STATUS_MAGIC, Ordering::Release);
     }
 
@@ -181,6 +201,18 @@ impl StatusPage {
             work_requests: get(&c.work_requests),
             fallback_pins: get(&c.fallback_pins),
             fallback_bytes: get(&c.fallback_bytes),
+            odp_mrs: get(&c.odp_mrs),
+            odp_bytes: get(&c.odp_bytes),
+            reg_mode: match self.reg_mode.load(Ordering::Relaxed) {
+                1 => "auto",
+                2 => "odp",
+                3 => "windows",
+                4 => "off",
+                _ => "unknown",
+            },
+            devices: self.modes.devices(),
+            mrs: self.modes.mrs().0,
+            mrs_unlisted: self.modes.mrs().1,
             alive: true,
         }
     }
@@ -222,6 +254,9 @@ impl PageStore {
             window: AtomicU64::new(0),
             counters: Counters::default(),
             reasons: Default::default(),
+            reg_mode: AtomicU32::new(0),
+            _pad: AtomicU32::new(0),
+            modes: Default::default(),
         });
         page.init(cfg);
         PageStore::Heap(page)
@@ -436,6 +471,18 @@ pub struct Report {
     pub fallback_pins: u64,
     /// Bytes the fallback pins hold now.
     pub fallback_bytes: u64,
+    /// MRs registered with on-demand paging by the library, now.
+    pub odp_mrs: u64,
+    /// Their bytes.
+    pub odp_bytes: u64,
+    /// `NPRDMA_MODE` (`auto`, `odp`, `windows`, `off`).
+    pub reg_mode: &'static str,
+    /// The mode chosen per device, with the ODP self-test's result.
+    pub devices: Vec<DeviceReport>,
+    /// The live MRs and how each is served (the first [`MAX_MRS`](crate::status_modes::MAX_MRS)).
+    pub mrs: Vec<MrReport>,
+    /// Live MRs beyond those listed.
+    pub mrs_unlisted: u64,
     /// Whether the process still runs.
     pub alive: bool,
 }

@@ -95,6 +95,8 @@ impl Engine {
             self.counters()
                 .passthrough_bytes
                 .fetch_add(len, Ordering::Relaxed);
+            let modes = &self.status().page().modes;
+            modes.set_mr_mode(dir_mr, crate::status::MrMode::PinnedFallback);
             table().get_or_insert_with(Table::default).whole.insert(
                 dir_mr,
                 Whole {

@@ -21,6 +21,7 @@ int main(void)
 	OFF(ibv_context, mutex); OFF(ibv_context, abi_compat);
 	SZ(verbs_context);
 	OFF(verbs_context, create_cq_ex); OFF(verbs_context, create_qp_ex);
+	OFF(verbs_context, query_device_ex);
 	OFF(verbs_context, sz); OFF(verbs_context, context);
 	SZ(ibv_cq_ex);
 	OFF(ibv_cq_ex, context); OFF(ibv_cq_ex, cqe); OFF(ibv_cq_ex, comp_mask);
@@ -112,5 +113,15 @@ int main(void)
 	OFF(rdma_conn_param, qp_num);
 	OFF(rdma_cm_event, id); OFF(rdma_cm_event, listen_id); OFF(rdma_cm_event, event);
 	OFF(rdma_cm_event, status); OFF(rdma_cm_event, param.conn);
+	SZ(ibv_odp_caps); OFF(ibv_odp_caps, general_caps);
+	OFF(ibv_odp_caps, per_transport_caps.rc_odp_caps);
+	OFF(ibv_odp_caps, per_transport_caps.uc_odp_caps);
+	OFF(ibv_odp_caps, per_transport_caps.ud_odp_caps);
+	SZ(ibv_device_attr_ex); OFF(ibv_device_attr_ex, orig_attr);
+	OFF(ibv_device_attr_ex, comp_mask); OFF(ibv_device_attr_ex, odp_caps);
+	OFF(ibv_device_attr_ex, completion_timestamp_mask);
+	SZ(ibv_port_attr); OFF(ibv_port_attr, state); OFF(ibv_port_attr, active_mtu);
+	OFF(ibv_port_attr, gid_tbl_len); OFF(ibv_port_attr, lid); OFF(ibv_port_attr, link_layer);
+	OFF(ibv_port_attr, port_cap_flags2);
 	return 0;
 }

@@ -149,10 +149,13 @@ impl Engine {
         }
         for mr in passthrough {
             // SAFETY: pass-through MRs in the map are live (removed at their deregistration).
-            if unsafe { (*(mr as *mut ibv_mr)).context } as usize == c
-                && let Some(len) = lock(&self.state).passthrough_mrs.remove(&mr)
-            {
+            if unsafe { (*(mr as *mut ibv_mr)).context } as usize != c {
+                continue;
+            }
+            let removed = lock(&self.state).passthrough_mrs.remove(&mr);
+            if let Some(len) = removed {
                 // Left to the kernel's cleanup at close, like the application's other objects.
+                self.forget_mr(mr as *mut ibv_mr);
                 self.counters()
                     .passthrough_bytes
                     .fetch_sub(len, Ordering::Relaxed);

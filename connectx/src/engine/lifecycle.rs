@@ -25,6 +25,7 @@ impl Engine {
                 next_region: 1,
                 leased_bytes: 0,
                 held_bytes: 0,
+                odp: Default::default(),
             }),
             cfg,
             status,

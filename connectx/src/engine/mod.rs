@@ -73,6 +73,8 @@ pub(crate) struct State {
     /// Bytes of windows QPs hold for their warm path ([`LocalHold`](records::LocalHold)); at most a quarter of
     /// the budget.
     pub held_bytes: u64,
+    /// The ODP mode's choice per device and its MRs (crate::odp).
+    pub odp: crate::odp_choice::Devices,
 }
 
 /// The library instance: one per process in the preloaded library, one per test otherwise.

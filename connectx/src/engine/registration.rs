@@ -10,6 +10,7 @@ use crate::engine::call::{RealCall, errno, lock, random_u64, set_errno};
 use crate::engine::records::CtxRec;
 use crate::engine::region::{Provider, Region};
 use crate::engine::{Engine, State};
+use crate::status::MrMode;
 use crate::sys::*;
 use crate::translate::Geometry;
 
@@ -31,31 +32,44 @@ impl Engine {
         iova: u64,
         access: u32,
     ) -> *mut ibv_mr {
-        let passthrough = |why: &str| -> *mut ibv_mr {
+        let passthrough = |why: &str, mode: MrMode| -> *mut ibv_mr {
             self.note(why);
             // SAFETY: forwarded unchanged.
-            unsafe { self.real_reg(pd, addr, len, iova, access) }
+            let mr = unsafe { self.real_reg(pd, addr, len, iova, access) };
+            self.status.page().modes.set_mr_mode(mr as usize, mode);
+            mr
         };
+        let (through, fallback) = (MrMode::PassThrough, MrMode::PinnedFallback);
         if let Some(why) = rec.passthrough() {
-            return passthrough(why);
+            return passthrough(why, through);
         }
         if access & IBV_ACCESS_ON_DEMAND != 0 {
             return passthrough(
                 "ODP region (IBV_ACCESS_ON_DEMAND) is already unpinned: pass-through",
+                through,
             );
         }
         if access & IBV_ACCESS_MW_BIND != 0 {
             return passthrough(
                 "region with IBV_ACCESS_MW_BIND: memory windows need the real MR: pass-through",
+                through,
             );
         }
         if access & IBV_ACCESS_ZERO_BASED != 0 {
-            return passthrough("zero-based region (IBV_ACCESS_ZERO_BASED): pass-through");
+            return passthrough(
+                "zero-based region (IBV_ACCESS_ZERO_BASED): pass-through",
+                through,
+            );
         }
         if crate::transport::pd_passes_through(pd as usize, access) {
             return passthrough(
                 "region with remote access in a PD with a UC QP: pass-through (transport.rs)",
+                fallback,
             );
+        }
+        // SAFETY: the caller's contract (crate::odp: the ODP mode, where it applies).
+        if let Some(mr) = unsafe { self.register_odp(rec, pd, addr, len, iova, access) } {
+            return mr;
         }
         let exported = access
             & (IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)
@@ -63,6 +77,7 @@ impl Engine {
         if exported && !rec.caps.atomics {
             return passthrough(
                 "device has no atomics: regions with remote access are registered in pass-through (pinned)",
+                fallback,
             );
         }
         // The checks plain verbs makes (ibv_reg_mr(3)): remote write/atomic need local write.
@@ -104,6 +119,7 @@ impl Engine {
         if iova < header.dir_len.next_multiple_of(4096) {
             return passthrough(
                 "region whose IOVA range overlaps the directory at IOVA 0: pass-through",
+                fallback,
             );
         }
         let Some(dir) = DmaBuf::new(header.dir_len as usize) else {
@@ -224,6 +240,9 @@ impl Engine {
             .fetch_add(len64, Ordering::Relaxed);
         self.publish(&st);
         drop(st);
+        let page = self.status.page();
+        page.modes
+            .add_mr(mr as usize, va, len64, lkey, MrMode::Windows);
         if exported {
             self.ensure_helper();
         }
@@ -254,6 +273,16 @@ impl Engine {
             lock(&self.state)
                 .passthrough_mrs
                 .insert(mr as usize, len as u64);
+            // SAFETY: the provider's fresh MR.
+            let lkey = unsafe { (*mr).lkey };
+            let page = self.status.page();
+            page.modes.add_mr(
+                mr as usize,
+                addr as u64,
+                len as u64,
+                lkey,
+                MrMode::PassThrough,
+            );
         }
         mr
     }
@@ -276,6 +305,9 @@ impl Engine {
             let _g = RealCall::enter();
             // SAFETY: a pass-through MR, forwarded.
             let rc = unsafe { (self.real.dereg_mr)(mr) };
+            if rc == 0 {
+                self.forget_mr(mr);
+            }
             if rc == 0
                 && let Some(len) = len
             {
@@ -334,6 +366,8 @@ impl Engine {
             .registered_bytes
             .fetch_sub(len, Ordering::Relaxed);
         self.publish(&st);
+        drop(st);
+        self.forget_mr(mr);
         0
     }
 
@@ -353,6 +387,8 @@ impl Engine {
                 .fetch_sub(r.len, Ordering::Relaxed);
         }
         self.publish(&st);
+        drop(st);
+        self.forget_mr(mr as *mut ibv_mr);
     }
 
     /// `ibv_rereg_mr` on a virtual region.

@@ -190,7 +190,7 @@ pub struct verbs_context {
     pub _newer_ops: [*mut c_void; 25],
     pub create_cq_ex: Option<CreateCqExFn>,
     pub priv_: *mut c_void,
-    pub query_device_ex: *mut c_void,
+    pub query_device_ex: Option<QueryDeviceExFn>,
     pub ibv_destroy_flow: *mut c_void,
     pub abi_placeholder2: *mut c_void,
     pub ibv_create_flow: *mut c_void,
@@ -847,6 +847,7 @@ check_layout!(
     verbs_context = l::SIZE_VERBS_CONTEXT {
         create_cq_ex: l::OFF_VERBS_CONTEXT_CREATE_CQ_EX,
         create_qp_ex: l::OFF_VERBS_CONTEXT_CREATE_QP_EX,
+        query_device_ex: l::OFF_VERBS_CONTEXT_QUERY_DEVICE_EX,
         sz: l::OFF_VERBS_CONTEXT_SZ,
         context: l::OFF_VERBS_CONTEXT_CONTEXT,
     }
@@ -1081,5 +1082,154 @@ check_layout!(ibv_data_buf = l::SIZE_IBV_DATA_BUF {});
 check_layout!(
     ibv_comp_channel = l::SIZE_IBV_COMP_CHANNEL {
         fd: l::OFF_IBV_COMP_CHANNEL_FD,
+    }
+);
+
+// ---- the device and port queries of the ODP mode (crate::odp) ----
+
+/// `struct ibv_odp_caps`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ibv_odp_caps {
+    /// `IBV_ODP_SUPPORT`, `IBV_ODP_SUPPORT_IMPLICIT`.
+    pub general_caps: u64,
+    /// `per_transport_caps.rc_odp_caps` (`IBV_ODP_SUPPORT_SEND` ...).
+    pub rc_odp_caps: u32,
+    /// `per_transport_caps.uc_odp_caps`.
+    pub uc_odp_caps: u32,
+    /// `per_transport_caps.ud_odp_caps`.
+    pub ud_odp_caps: u32,
+}
+
+/// `struct ibv_device_attr_ex`: the fields the library reads, the rest kept as bytes so
+/// that the provider may fill the whole struct.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ibv_device_attr_ex {
+    pub orig_attr: ibv_device_attr,
+    pub comp_mask: u32,
+    pub odp_caps: ibv_odp_caps,
+    pub _rest:
+        [u8; l::SIZE_IBV_DEVICE_ATTR_EX - l::OFF_IBV_DEVICE_ATTR_EX_COMPLETION_TIMESTAMP_MASK],
+}
+
+impl ibv_device_attr_ex {
+    /// An all-zero value for the provider to fill.
+    pub const fn zeroed() -> Self {
+        Self {
+            orig_attr: ibv_device_attr::zeroed(),
+            comp_mask: 0,
+            odp_caps: ibv_odp_caps {
+                general_caps: 0,
+                rc_odp_caps: 0,
+                uc_odp_caps: 0,
+                ud_odp_caps: 0,
+            },
+            _rest: [0; l::SIZE_IBV_DEVICE_ATTR_EX
+                - l::OFF_IBV_DEVICE_ATTR_EX_COMPLETION_TIMESTAMP_MASK],
+        }
+    }
+}
+
+/// `verbs_context::query_device_ex` (the inline `ibv_query_device_ex` calls it with the
+/// size of the caller's struct).
+pub type QueryDeviceExFn =
+    unsafe extern "C" fn(*mut ibv_context, *const c_void, *mut ibv_device_attr_ex, usize) -> c_int;
+
+/// `IBV_ODP_SUPPORT` (`enum ibv_odp_general_caps`).
+pub const IBV_ODP_SUPPORT: u64 = 1 << 0;
+/// `IBV_ODP_SUPPORT_SEND` (`enum ibv_odp_transport_cap_bits`).
+pub const IBV_ODP_SUPPORT_SEND: u32 = 1 << 0;
+/// `IBV_ODP_SUPPORT_RECV`.
+pub const IBV_ODP_SUPPORT_RECV: u32 = 1 << 1;
+/// `IBV_ODP_SUPPORT_WRITE`.
+pub const IBV_ODP_SUPPORT_WRITE: u32 = 1 << 2;
+/// `IBV_ODP_SUPPORT_READ`.
+pub const IBV_ODP_SUPPORT_READ: u32 = 1 << 3;
+/// `IBV_ODP_SUPPORT_ATOMIC`.
+pub const IBV_ODP_SUPPORT_ATOMIC: u32 = 1 << 4;
+/// `IBV_ODP_SUPPORT_SRQ_RECV`.
+pub const IBV_ODP_SUPPORT_SRQ_RECV: u32 = 1 << 5;
+
+/// `struct ibv_port_attr`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ibv_port_attr {
+    pub state: u32,
+    pub max_mtu: u32,
+    pub active_mtu: u32,
+    pub gid_tbl_len: c_int,
+    pub port_cap_flags: u32,
+    pub max_msg_sz: u32,
+    pub bad_pkey_cntr: u32,
+    pub qkey_viol_cntr: u32,
+    pub pkey_tbl_len: u16,
+    pub lid: u16,
+    pub sm_lid: u16,
+    pub lmc: u8,
+    pub max_vl_num: u8,
+    pub sm_sl: u8,
+    pub subnet_timeout: u8,
+    pub init_type_reply: u8,
+    pub active_width: u8,
+    pub active_speed: u8,
+    pub phys_state: u8,
+    pub link_layer: u8,
+    pub flags: u8,
+    pub port_cap_flags2: u16,
+}
+
+/// `IBV_PORT_ACTIVE` (`enum ibv_port_state`).
+pub const IBV_PORT_ACTIVE: u32 = 4;
+/// `IBV_LINK_LAYER_ETHERNET`.
+pub const IBV_LINK_LAYER_ETHERNET: u8 = 2;
+/// `IBV_MTU_256` (`enum ibv_mtu`), the smallest path MTU.
+pub const IBV_MTU_256: u32 = 1;
+
+/// `IBV_QP_PKEY_INDEX` (`enum ibv_qp_attr_mask`).
+pub const IBV_QP_PKEY_INDEX: c_int = 1 << 4;
+/// `IBV_QP_PORT`.
+pub const IBV_QP_PORT: c_int = 1 << 5;
+/// `IBV_QP_AV`.
+pub const IBV_QP_AV: c_int = 1 << 7;
+/// `IBV_QP_PATH_MTU`.
+pub const IBV_QP_PATH_MTU: c_int = 1 << 8;
+/// `IBV_QP_TIMEOUT`.
+pub const IBV_QP_TIMEOUT: c_int = 1 << 9;
+/// `IBV_QP_RETRY_CNT`.
+pub const IBV_QP_RETRY_CNT: c_int = 1 << 10;
+/// `IBV_QP_RNR_RETRY`.
+pub const IBV_QP_RNR_RETRY: c_int = 1 << 11;
+/// `IBV_QP_RQ_PSN`.
+pub const IBV_QP_RQ_PSN: c_int = 1 << 12;
+/// `IBV_QP_MIN_RNR_TIMER`.
+pub const IBV_QP_MIN_RNR_TIMER: c_int = 1 << 15;
+/// `IBV_QP_SQ_PSN`.
+pub const IBV_QP_SQ_PSN: c_int = 1 << 16;
+
+check_layout!(
+    ibv_odp_caps = l::SIZE_IBV_ODP_CAPS {
+        general_caps: l::OFF_IBV_ODP_CAPS_GENERAL_CAPS,
+        rc_odp_caps: l::OFF_IBV_ODP_CAPS_PER_TRANSPORT_CAPS_RC_ODP_CAPS,
+        uc_odp_caps: l::OFF_IBV_ODP_CAPS_PER_TRANSPORT_CAPS_UC_ODP_CAPS,
+        ud_odp_caps: l::OFF_IBV_ODP_CAPS_PER_TRANSPORT_CAPS_UD_ODP_CAPS,
+    }
+);
+check_layout!(
+    ibv_device_attr_ex = l::SIZE_IBV_DEVICE_ATTR_EX {
+        orig_attr: l::OFF_IBV_DEVICE_ATTR_EX_ORIG_ATTR,
+        comp_mask: l::OFF_IBV_DEVICE_ATTR_EX_COMP_MASK,
+        odp_caps: l::OFF_IBV_DEVICE_ATTR_EX_ODP_CAPS,
+        _rest: l::OFF_IBV_DEVICE_ATTR_EX_COMPLETION_TIMESTAMP_MASK,
+    }
+);
+check_layout!(
+    ibv_port_attr = l::SIZE_IBV_PORT_ATTR {
+        state: l::OFF_IBV_PORT_ATTR_STATE,
+        active_mtu: l::OFF_IBV_PORT_ATTR_ACTIVE_MTU,
+        gid_tbl_len: l::OFF_IBV_PORT_ATTR_GID_TBL_LEN,
+        lid: l::OFF_IBV_PORT_ATTR_LID,
+        link_layer: l::OFF_IBV_PORT_ATTR_LINK_LAYER,
+        port_cap_flags2: l::OFF_IBV_PORT_ATTR_PORT_CAP_FLAGS2,
     }
 );

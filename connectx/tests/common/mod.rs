@@ -31,9 +31,14 @@ impl Host {
 
     /// A host running the library, counting into `store`.
     pub fn with_store(cfg: Config, store: PageStore) -> Self {
+        Self::on_device(cfg, store, fake::device())
+    }
+
+    /// A host running the library on the fake device `dev`, counting into `store`.
+    pub fn on_device(cfg: Config, store: PageStore, dev: *mut ibv_device) -> Self {
         let eng = Engine::new(fake::real_verbs(), cfg, store);
-        // SAFETY: the fake device handle.
-        let ctx = unsafe { ip::open_device(&eng, fake::device()) };
+        // SAFETY: a fake device handle.
+        let ctx = unsafe { ip::open_device(&eng, dev) };
         assert!(!ctx.is_null());
         Self {
             pd: fake::alloc_pd(ctx),
