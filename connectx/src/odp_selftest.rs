@@ -120,16 +120,28 @@ unsafe fn find_path(real: &RealVerbs, ctx: *mut ibv_context, ports: u8) -> Resul
                 lid,
             });
         }
+        // An IPv4-mapped GID (RoCE v2 over IPv4) if there is one, else the first non-zero.
+        let mut found: Option<(u8, [u8; 16])> = None;
         for index in 0..attr.gid_tbl_len.clamp(0, 16) {
             let mut gid = [0u8; 16];
             // SAFETY: a live context and 16 writable bytes.
-            if unsafe { (real.query_gid)(ctx, port, index, &mut gid) } == 0 && gid != [0u8; 16] {
-                return Ok(Path {
-                    port,
-                    gid: Some((index as u8, gid)),
-                    lid,
-                });
+            if unsafe { (real.query_gid)(ctx, port, index, &mut gid) } != 0 || gid == [0u8; 16] {
+                continue;
             }
+            let v4 = gid[..10] == [0u8; 10] && gid[10..12] == [0xff, 0xff];
+            if v4 || found.is_none() {
+                found = Some((index as u8, gid));
+            }
+            if v4 {
+                break;
+            }
+        }
+        if let Some(gid) = found {
+            return Ok(Path {
+                port,
+                gid: Some(gid),
+                lid,
+            });
         }
     }
     Err("no active port with an address".into())

@@ -113,6 +113,9 @@ anchor() {
 anchor pinned "" 1G,$MAXREG 64M 1024 pinned
 anchor odp "" 1G,$MAXREG,$OVER 64M 1024 odp
 anchor lib "LD_PRELOAD=$LIB" 1G,$MAXREG,$OVER 64M 1024 lib
+# The library with NPRDMA_MODE=odp: its self-test must still catch rxe's ODP (item 5 of
+# issue 27), so it falls back to windows and the data stays exact (small: 4 MiB).
+anchor lib "LD_PRELOAD=$LIB NPRDMA_MODE=odp" "" 4M 1024 lib_forced
 # ODP once more with packets of a whole page each (path MTU 4096, page-aligned buffers).
 anchor odp "" "" 4M 4096 odp_mtu4096
 wait_listen() {
@@ -642,6 +645,7 @@ fn evaluate(lines: &[String], kver: &str) -> Result<(), XtaskError> {
             }
         );
     }
+    failed.extend(odp_mode_verdicts(&m));
     for (step, detail) in &m.failed {
         if step.contains("odp") {
             println!("  ODP step {step} failed ({detail}): reported, not a failure of the test");
@@ -661,6 +665,63 @@ fn evaluate(lines: &[String], kver: &str) -> Result<(), XtaskError> {
     } else {
         Err(XtaskError::Checks(failed))
     }
+}
+
+/// The library's runs with `NPRDMA_MODE=odp`: its tag.
+const LIB_FORCED: &str = "lib_forced";
+
+/// The library's ODP mode in its two runs (`auto`, the default, in the library column;
+/// `odp` in [`LIB_FORCED`]): prints what doctor said of the device and the MRs, and returns
+/// the failures: data errors of the forced run, or ODP chosen on a device whose ODP column
+/// delivered wrong bytes (the self-test missed what the anchor found).
+fn odp_mode_verdicts(m: &Measured) -> Vec<String> {
+    let mut failed = Vec::new();
+    let odp_wrong = !m.data_errors("odp").is_empty();
+    for tag in ["lib", LIB_FORCED] {
+        let rec = |what: &str| m.records.get(&(tag.to_string(), what.to_string()));
+        let field = |f: &BTreeMap<String, String>, k: &str| f.get(k).cloned().unwrap_or_default();
+        match rec("doctor_device") {
+            Some(d) => {
+                println!(
+                    "  doctor, library with NPRDMA_MODE={}: device {}: {} (self-test {}): {}",
+                    field(d, "reg_mode"),
+                    field(d, "name"),
+                    field(d, "choice"),
+                    field(d, "selftest").replace('_', " "),
+                    field(d, "reason")
+                );
+                if field(d, "choice") == "odp" && odp_wrong {
+                    failed.push(format!(
+                        "{tag}: the library chose ODP on a device whose ODP delivered wrong bytes"
+                    ));
+                }
+            }
+            None if m.records.keys().any(|(k, _)| k == tag) => {
+                failed.push(format!("{tag}: doctor recorded no device"));
+            }
+            None => {}
+        }
+        if let Some(r) = rec("doctor_mrs") {
+            println!(
+                "    MRs while the buffers were registered: {} odp, {} windows, {} pinned-fallback, {} pass-through",
+                field(r, "odp"),
+                field(r, "windows"),
+                field(r, "pinned_fallback"),
+                field(r, "pass_through")
+            );
+        }
+    }
+    let forced = m.data_errors(LIB_FORCED);
+    if m.records.keys().any(|(k, _)| k == LIB_FORCED) {
+        if forced.is_empty() {
+            println!(
+                "  data, library with NPRDMA_MODE=odp (4 MiB): every byte of every transfer as sent"
+            );
+        } else {
+            failed.extend(forced.into_iter().map(|e| format!("{LIB_FORCED}: {e}")));
+        }
+    }
+    failed
 }
 
 #[cfg(test)]
@@ -722,6 +783,12 @@ mod tests {
         NPRDMA-ANCHOR: mode=lib what=write_first bytes=67108864 secs=2.5 wrong_bytes=0 first_wrong=none vmpin=1
         NPRDMA-ANCHOR: mode=lib what=read_first bytes=67108864 secs=2.5 wrong_bytes=0 first_wrong=none vmpin=1
         NPRDMA-ANCHOR: mode=lib what=write_warm bytes=67108864 secs=2.1 wrong_bytes=0 first_wrong=none vmpin=1
+        NPRDMA-ANCHOR: mode=lib what=doctor_device reg_mode=auto name=rxe0 choice=windows selftest=failed odp_general=0x1 odp_rc=0x3f reason="ODP self-test FAILED: WRITE into untouched ODP pages: 2 of 9 bytes wrong"
+        NPRDMA-ANCHOR: mode=lib what=doctor_mrs reg_mode=auto odp=0 windows=3 pinned_fallback=0 pass_through=0 unlisted=0
+        NPRDMA-ANCHOR: mode=lib_forced what=doctor_device reg_mode=odp name=rxe0 choice=windows selftest=failed odp_general=0x1 odp_rc=0x3f reason="NPRDMA_MODE=odp: ODP self-test FAILED"
+        NPRDMA-ANCHOR: mode=lib_forced what=write_first bytes=4194304 secs=0.5 wrong_bytes=0 first_wrong=none vmpin=1
+        NPRDMA-ANCHOR: mode=lib_forced what=read_first bytes=4194304 secs=0.5 wrong_bytes=0 first_wrong=none vmpin=1
+        NPRDMA-ANCHOR: mode=lib_forced what=write_warm bytes=4194304 secs=0.5 wrong_bytes=0 first_wrong=none vmpin=1
         NPRDMA-ANCHOR: mode=odp what=write_first bytes=67108864 secs=3.0 wrong_bytes=50331648 first_wrong=1024 vmpin=0
         NPRDMA-ANCHOR: mode=odp what=read_first bytes=67108864 secs=3.0 wrong_bytes=0 first_wrong=none vmpin=0
         NPRDMA-ANCHOR: mode=odp what=write_warm bytes=67108864 error="completion status 10" wrong_bytes=7 first_wrong=0 vmpin=0
@@ -759,6 +826,20 @@ mod tests {
         assert!(evaluate(&lines(&failed), "7.3.4").is_err());
         let unfinished = GOOD.replace("NPRDMA-RXE: DONE", "");
         assert!(evaluate(&lines(&unfinished), "7.3.4").is_err());
+        // The ODP mode: choosing ODP where the ODP column delivered wrong bytes, a forced
+        // run's data error, or a library run without doctor's device record fails.
+        let chose_odp = GOOD.replace(
+            "mode=lib what=doctor_device reg_mode=auto name=rxe0 choice=windows",
+            "mode=lib what=doctor_device reg_mode=auto name=rxe0 choice=odp",
+        );
+        assert!(evaluate(&lines(&chose_odp), "7.3.4").is_err());
+        let forced_wrong = GOOD.replace(
+            "mode=lib_forced what=read_first bytes=4194304 secs=0.5 wrong_bytes=0",
+            "mode=lib_forced what=read_first bytes=4194304 secs=0.5 wrong_bytes=8",
+        );
+        assert!(evaluate(&lines(&forced_wrong), "7.3.4").is_err());
+        let no_doctor = GOOD.replace("what=doctor_device reg_mode=auto", "what=other");
+        assert!(evaluate(&lines(&no_doctor), "7.3.4").is_err());
         assert_eq!(ratio(Some(2.0), Some(1.0)), "0.500x");
         assert_eq!(ratio(None, Some(1.0)), "-");
     }

@@ -567,6 +567,7 @@ fn first_touch(dev: &Dev, a: &Args, vmpin_peak: &mut u64) -> Result<bool, String
         "reg_buffers",
         &format!("bytes={} secs={secs:.6} vmpin={pinned}", 3 * a.touch_size),
     );
+    doctor(&a.tag);
     // SAFETY: live MRs.
     let [(_, src_rkey), (_, dst_rkey), (sink_lkey, _)] =
         mrs.map(|mr| unsafe { ((*mr).lkey, (*mr).rkey) });
@@ -615,13 +616,59 @@ fn first_touch(dev: &Dev, a: &Args, vmpin_peak: &mut u64) -> Result<bool, String
     Ok(exact)
 }
 
-/// The library's own peak of pinned bytes (its status page), if it is active.
-fn library_peak() -> Option<u64> {
+/// The library's status page of this process (what `nprdma doctor` reads), if it is active.
+fn own_report() -> Option<nprdma::status::Report> {
     let dir = std::env::var_os("NPRDMA_STATUS_DIR")
         .map(std::path::PathBuf::from)
         .unwrap_or_else(|| nprdma::config::default_status_dir(nprdma::config::current_uid()));
     let page = dir.join(format!("{}.status", std::process::id()));
-    nprdma::status::read_file(&page).ok().map(|r| r.pinned_peak)
+    nprdma::status::read_file(&page).ok()
+}
+
+/// The library's own peak of pinned bytes (its status page), if it is active.
+fn library_peak() -> Option<u64> {
+    own_report().map(|r| r.pinned_peak)
+}
+
+/// What doctor says of this process while the buffers are registered (library runs only):
+/// the mode chosen per device with the ODP self-test's result, and how many of the live MRs
+/// each mode serves.
+fn doctor(tag: &str) {
+    let Some(r) = own_report() else {
+        return;
+    };
+    let quote = |s: &str| s.replace('\\', "\\\\").replace('"', "\\\"");
+    for d in &r.devices {
+        say(
+            tag,
+            "doctor_device",
+            &format!(
+                "reg_mode={} name={} choice={} selftest={} odp_general={:#x} odp_rc={:#x} reason=\"{}\"",
+                r.reg_mode,
+                d.name,
+                if d.odp { "odp" } else { "windows" },
+                d.self_test.as_str().replace(' ', "_"),
+                d.odp_general_caps,
+                d.odp_rc_caps,
+                quote(&d.reason)
+            ),
+        );
+    }
+    let count = |m: nprdma::status::MrMode| r.mrs.iter().filter(|x| x.mode == m).count();
+    use nprdma::status::MrMode as M;
+    say(
+        tag,
+        "doctor_mrs",
+        &format!(
+            "reg_mode={} odp={} windows={} pinned_fallback={} pass_through={} unlisted={}",
+            r.reg_mode,
+            count(M::Odp),
+            count(M::Windows),
+            count(M::PinnedFallback),
+            count(M::PassThrough),
+            r.mrs_unlisted
+        ),
+    );
 }
 
 fn run() -> Result<bool, String> {
