@@ -1100,8 +1100,44 @@ const LATENCY_KINDS: [&str; 4] = [
 
 /// Passes iff the guest finished and every test passed; prints the with/without ratios
 /// (reported, not asserted: timing under emulation is noise-prone).
-fn evaluate(lines: &[String]) -> Result<(), XtaskError> {
+/// The library's ODP mode (docs/connectx.md §9a) on this guest's kernel, Debian 12's 6.1,
+/// whose rxe has no on-demand paging: `auto` must choose windows for the device because of
+/// its capabilities, without a self-test. Prints the first such line of the library's log and
+/// returns what is wrong: a choice of ODP, a self-test, or library runs that logged no
+/// choice at all. Reads only what the runs printed (no guest time).
+fn odp_mode_on_stock_kernel(lines: &[String]) -> Vec<String> {
+    let lib_lines: Vec<&String> = lines
+        .iter()
+        .filter(|l| l.contains("lib| nprdma["))
+        .collect();
+    let choices: Vec<&&String> = lib_lines
+        .iter()
+        .filter(|l| l.contains(": device rxe0: "))
+        .collect();
     let mut failed = Vec::new();
+    if let Some(first) = choices.first() {
+        println!(
+            "  ODP mode on this kernel: {}",
+            first
+                .split_once(": device ")
+                .map_or(first.as_str(), |(_, r)| r)
+        );
+    } else if !lib_lines.is_empty() {
+        failed.push("ODP mode: the library's runs logged no choice for rxe0".to_string());
+    }
+    for l in choices {
+        if !l.contains(": windows (NPRDMA_MODE=auto)") || l.contains("self-test") {
+            failed.push(format!(
+                "ODP mode: rxe0 of Linux 6.1 has no ODP, but the library said: {}",
+                l.trim()
+            ));
+        }
+    }
+    failed
+}
+
+fn evaluate(lines: &[String]) -> Result<(), XtaskError> {
+    let mut failed = odp_mode_on_stock_kernel(lines);
     let mut passed = 0;
     let mut done = false;
     let metrics = parse_metrics(lines);
@@ -1550,5 +1586,25 @@ mod tests {
             .collect();
         assert!(evaluate(&fail).is_err());
         assert!(evaluate(&["NPRDMA-RXE: PASS a".to_string()]).is_err());
+    }
+
+    #[test]
+    fn on_the_stock_kernel_the_odp_mode_must_choose_windows_without_a_self_test() {
+        let windows = "  lib| nprdma[88]: device rxe0: no on-demand paging reported (odp_caps.general_caps lacks IBV_ODP_SUPPORT): windows (NPRDMA_MODE=auto)";
+        let start = "  lib| nprdma[88]: mode unpinned, NPRDMA_MODE=auto, pinned-memory budget 67108864 bytes (default), window 1048576 bytes";
+        let l = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert!(odp_mode_on_stock_kernel(&l(&[start, windows])).is_empty());
+        // No library runs (a comparison-only boot): nothing to check.
+        assert!(odp_mode_on_stock_kernel(&l(&["NPRDMA-RXE: PASS a"])).is_empty());
+        // Library runs without a choice, a choice of ODP, or a self-test: failures.
+        assert_eq!(odp_mode_on_stock_kernel(&l(&[start])).len(), 1);
+        let odp = "  lib| nprdma[9]: device rxe0: ODP self-test passed (RC ODP capabilities SEND): on-demand paging (NPRDMA_MODE=auto, self-test took 5 ms)";
+        assert_eq!(
+            odp_mode_on_stock_kernel(&l(&[start, windows, odp])).len(),
+            1
+        );
+        let tested =
+            "  lib| nprdma[9]: device rxe0: ODP self-test FAILED: x: windows (NPRDMA_MODE=auto)";
+        assert_eq!(odp_mode_on_stock_kernel(&l(&[start, tested])).len(), 1);
     }
 }
