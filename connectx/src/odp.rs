@@ -179,9 +179,27 @@ impl Engine {
         {
             return None;
         }
+        // A peer that runs the library tells a directory from a plain key by reading IOVA 0
+        // of the key (docs/connectx.md §5); an ODP MR at the application's addresses has no
+        // IOVA 0, so that READ would put the peer's QP in error. Until the lookup goes over
+        // the control connection (§13), `auto` keeps windows for regions peers may reach;
+        // `odp` gives them ODP for peers without the library, as the user asked.
+        let remote =
+            access & (IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC);
+        if remote != 0 && self.cfg.reg_mode == RegMode::Auto {
+            self.note(
+                "NPRDMA_MODE=auto: regions with remote rights keep windows (peers running libnprdma cannot look up ODP keys yet); NPRDMA_MODE=odp gives them ODP",
+            );
+            return None;
+        }
         let choice = self.device_choice(rec);
         if !choice.odp {
             return None;
+        }
+        if remote != 0 {
+            self.note(
+                "NPRDMA_MODE=odp: regions with remote rights are ODP MRs: peers without libnprdma reach them, peers running libnprdma cannot yet",
+            );
         }
         let need = needed_rc_caps(access, rec.caps.atomics);
         if choice.caps.rc_odp_caps & need != need {

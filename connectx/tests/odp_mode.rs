@@ -76,8 +76,36 @@ fn send_recv(
 }
 
 #[test]
-fn auto_with_a_good_odp_device_registers_on_demand_without_directory_or_windows() {
+fn auto_keeps_windows_for_regions_peers_may_reach_and_odp_forced_gives_them_odp() {
+    // A peer running the library looks up a key at its IOVA 0 (docs/connectx.md §5), which an
+    // ODP MR lacks: auto keeps windows for every region with a remote right.
     let a = host(fake_odp::device_with_odp(), RegMode::Auto);
+    for right in [
+        IBV_ACCESS_REMOTE_READ,
+        IBV_ACCESS_REMOTE_WRITE,
+        IBV_ACCESS_REMOTE_ATOMIC,
+    ] {
+        let mut buf = Buf::new(MIB);
+        let mr = a.reg(&mut buf, IBV_ACCESS_LOCAL_WRITE | right);
+        assert_eq!(mode_of(&a, mr), MrMode::Windows, "right {right:#x}");
+        assert_eq!(a.dereg(mr), 0);
+    }
+    let mut local = Buf::new(MIB);
+    let mr = a.reg(&mut local, IBV_ACCESS_LOCAL_WRITE);
+    assert_eq!(mode_of(&a, mr), MrMode::Odp);
+    assert!(
+        report(&a)
+            .reasons
+            .iter()
+            .any(|r| r.contains("regions with remote rights keep windows"))
+    );
+}
+
+#[test]
+fn a_good_odp_device_registers_on_demand_without_directory_or_windows() {
+    // `odp`, so that the region with every right is an ODP MR too (auto keeps windows for it,
+    // test above); the device test, the MR and the data path are those of auto.
+    let a = host(fake_odp::device_with_odp(), RegMode::Odp);
     let b = Host::plain();
     let mut buf = Buf::new(4 * MIB);
     let mr = a.reg(&mut buf, ALL_ACCESS);
@@ -90,7 +118,7 @@ fn auto_with_a_good_odp_device_registers_on_demand_without_directory_or_windows(
     assert_eq!(fake::pinned(a.ctx), 0);
     assert_eq!(fake::mr_count(a.ctx), 1);
     let r = report(&a);
-    assert_eq!(r.reg_mode, "auto");
+    assert_eq!(r.reg_mode, "odp");
     assert_eq!((r.regions, r.registered_bytes), (0, 0));
     assert_eq!((r.odp_mrs, r.odp_bytes), (1, 4 * MIB as u64));
     assert_eq!(r.devices.len(), 1);
@@ -156,7 +184,7 @@ fn auto_with_odp_bits_but_a_failing_self_test_uses_windows() {
     let a = host(fake_odp::device_with_broken_odp(), RegMode::Auto);
     let b = Host::plain();
     let mut buf = Buf::new(4 * MIB);
-    let mr = a.reg(&mut buf, ALL_ACCESS);
+    let mr = a.reg(&mut buf, IBV_ACCESS_LOCAL_WRITE);
     assert!(!mr.is_null());
     let r = report(&a);
     assert_eq!((r.regions, r.registered_bytes), (1, 4 * MIB as u64));
@@ -191,7 +219,7 @@ fn auto_with_odp_bits_but_a_failing_self_test_uses_windows() {
 fn without_odp_capabilities_auto_uses_windows_without_a_self_test() {
     let a = host(fake::device(), RegMode::Auto);
     let mut buf = Buf::new(MIB);
-    let mr = a.reg(&mut buf, ALL_ACCESS);
+    let mr = a.reg(&mut buf, IBV_ACCESS_LOCAL_WRITE);
     let r = report(&a);
     assert_eq!(r.regions, 1);
     let d = &r.devices[0];
