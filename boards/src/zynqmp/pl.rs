@@ -20,14 +20,28 @@ pub struct Part {
     pub package: &'static str,
     /// Speed grade and temperature range as Vivado appends them, e.g. `2-e`.
     pub grade: &'static str,
+    /// The device's JTAG IDCODE with its version (revision) field, bits \[31:28\], zero.
+    /// UG570, "Device ID Check (Step 5)": version, 16-bit device code, company code, 1; the
+    /// configuration data of a bitstream writes it to the configuration IDCODE register
+    /// before any frame data, and the device refuses a bitstream built for another device
+    /// (UG570, "IDCODE Register (01100)") **\[C\]**. Xilinx's IDCODE tables give the version
+    /// as "X", a field that varies between silicon revisions of one device, so a comparison
+    /// ignores it **\[I\]**.
+    pub idcode: u32,
 }
 
 /// The ZCU102's device: XCZU9EG-2FFVB1156E (UG1182, ZCU102 Evaluation Board User Guide,
 /// "Feature Descriptions") **\[C\]**, which Vivado spells `xczu9eg-ffvb1156-2-e`.
+///
+/// Its IDCODE, 0xX4738093 (X the revision field), is listed in UG1085 (Zynq UltraScale+
+/// Device TRM), chapter 1, "Device ID Codes"; that table was not at hand when this was
+/// written, and the value was cross-checked against Xilinx's own simulation model of the
+/// device's JTAG port (unisims `JTAG_SIME2`, `PART_NAME = "XCZU9EG"`: 0x04738093) **\[C\]**.
 pub const XCZU9EG_ZCU102: Part = Part {
     device: "xczu9eg",
     package: "ffvb1156",
     grade: "2-e",
+    idcode: 0x0473_8093,
 };
 
 /// A PS master port into the PL (the CPU reaches PL registers through it).
@@ -314,5 +328,14 @@ mod tests {
         let n = XCZU9EG_ZCU102.write_name(&mut buf).unwrap();
         assert_eq!(&buf[..n], b"xczu9eg-ffvb1156-2-e");
         assert_eq!(XCZU9EG_ZCU102.write_name(&mut [0u8; 8]), None);
+    }
+
+    #[test]
+    fn the_idcode_is_an_ieee_1149_1_xilinx_one_without_revision() {
+        let id = XCZU9EG_ZCU102.idcode;
+        assert_eq!(id >> 28, 0, "revision field left zero");
+        assert_eq!(id & 1, 1, "IEEE 1149.1: bit 0 reads 1");
+        // Xilinx's manufacturer code 00001001001b (Xilinx AR 8265).
+        assert_eq!((id >> 1) & 0x7ff, 0x049);
     }
 }
