@@ -51,10 +51,11 @@ mod tests {
     use super::*;
     use crate::bit::parse;
     use crate::testbit::TestBitstream;
+    use boards::zynqmp::pl::XCZU9EG_ZCU102;
 
     #[test]
     fn words_are_byte_reversed_and_the_header_is_gone() {
-        let bytes = TestBitstream::for_part("xczu9eg-ffvb1156-2-e", 8).bytes();
+        let bytes = TestBitstream::for_part(&XCZU9EG_ZCU102, 8).bytes();
         let bit = parse(&bytes).unwrap();
         let bin = to_bin(&bit).unwrap();
         assert_eq!(bin.len(), bit.data.len());
@@ -69,7 +70,7 @@ mod tests {
 
     #[test]
     fn a_wrong_buffer_is_an_error() {
-        let bytes = TestBitstream::for_part("xczu9eg-ffvb1156-2-e", 8).bytes();
+        let bytes = TestBitstream::for_part(&XCZU9EG_ZCU102, 8).bytes();
         let bit = parse(&bytes).unwrap();
         let mut small = vec![0; bit.data.len() - 4];
         assert_eq!(

@@ -70,6 +70,51 @@ pub enum BitstreamError {
         /// The board's part.
         expected: PartName,
     },
+    /// The configuration data writes another device's IDCODE than the board's (revision
+    /// bits \[31:28\] ignored).
+    #[error(
+        "bitstream built for device IDCODE {found:#010x}, the board's device is {expected:#010x} (revision bits 31:28 ignored)"
+    )]
+    IdcodeMismatch {
+        /// The board's device IDCODE.
+        expected: u32,
+        /// The IDCODE the configuration data writes.
+        found: u32,
+    },
+    /// No write to the configuration IDCODE register before the first frame data (FDRI)
+    /// write, or before the end of the configuration data.
+    #[error(
+        "no IDCODE write before {} at configuration data offset {at}",
+        if *fdri { "the first frame data (FDRI) write" } else { "the end" }
+    )]
+    NoIdcode {
+        /// Offset in the configuration data of the FDRI packet header, or its length.
+        at: usize,
+        /// Whether the walk stopped at an FDRI write (else at the end).
+        fdri: bool,
+    },
+    /// A word where a packet header belongs that is not one the walk can follow: neither a
+    /// type 1 nor a type 2 header, the reserved opcode, a type 2 header with no type 1
+    /// before it, or an IDCODE write of more than one word.
+    #[error("word {word:#010x} at configuration data offset {at} is not a valid packet header")]
+    BadPacket {
+        /// Offset of the word in the configuration data.
+        at: usize,
+        /// The word.
+        word: u32,
+    },
+    /// A packet's word count runs past the end of the configuration data.
+    #[error(
+        "packet at configuration data offset {at} writes {words} words, past the end of the {len} bytes"
+    )]
+    PacketPastEnd {
+        /// Offset of the packet header in the configuration data.
+        at: usize,
+        /// Its word count.
+        words: u32,
+        /// The configuration data's length.
+        len: usize,
+    },
     /// An output buffer of the wrong size.
     #[error("buffer of {given} bytes, {needed} needed")]
     BufferSize {
@@ -178,6 +223,10 @@ impl BitstreamError {
             Self::LoadFailed { .. } => 18,
             #[cfg(any(test, feature = "std"))]
             Self::Dtc { .. } => 19,
+            Self::IdcodeMismatch { .. } => 20,
+            Self::NoIdcode { .. } => 21,
+            Self::BadPacket { .. } => 22,
+            Self::PacketPastEnd { .. } => 23,
         }
     }
 }
@@ -248,6 +297,17 @@ mod tests {
             BitstreamError::Dtc {
                 file: s(),
                 message: s(),
+            },
+            BitstreamError::IdcodeMismatch {
+                expected: 1,
+                found: 0,
+            },
+            BitstreamError::NoIdcode { at: 0, fdri: true },
+            BitstreamError::BadPacket { at: 0, word: 0 },
+            BitstreamError::PacketPastEnd {
+                at: 0,
+                words: 1,
+                len: 0,
             },
         ];
         let mut codes: std::vec::Vec<u16> = all.iter().map(BitstreamError::code).collect();

@@ -1,7 +1,8 @@
 //! nprdma's PL designs and their checks (docs/fpga-bitstreams.md).
 //!
 //! - [`bit`]: Xilinx `.bit` files: the header (design, part, date, time, length), the sync
-//!   word and the first configuration packet; the part checked against the board.
+//!   word and the configuration packets up to the IDCODE write; the part and the device
+//!   IDCODE checked against the board.
 //! - [`bin`]: the `.bin` Linux's FPGA manager hands to the ZynqMP's PMU firmware.
 //! - [`digest`]: sha256 as lower-case hex.
 //! - `manifest` (std): what a bitstream is for (board, part, NPE version, register-map hash)
@@ -10,8 +11,8 @@
 //! - `vivado` (std): the Vivado Tcl and constraints generated from the same description.
 //! - `fpga_manager` (std): loading through Linux's FPGA manager (sysfs, configfs) and its
 //!   state.
-//! - `testbit` (std): bitstream-shaped files with a valid header and sync word, for the
-//!   image builder's own checks and the tests (they configure nothing).
+//! - `testbit` (std): bitstream-shaped files with a valid header, sync word and IDCODE
+//!   write, for the image builder's own checks and the tests (they configure nothing).
 //!
 //! The parser is `no_std` and allocation-free: it borrows from the file's bytes.
 #![cfg_attr(not(any(test, feature = "std")), no_std)]

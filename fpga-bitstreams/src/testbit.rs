@@ -1,9 +1,22 @@
 //! Bitstream-shaped files: a valid `.bit` header and configuration data that begins the
-//! way UG570 describes (padding, bus-width pattern, sync word, type 1 packets). They exercise
-//! the parser, the `.bin` conversion and the image builder; loaded into a device they would
-//! configure nothing, and nothing here claims otherwise.
+//! way UG570 describes (padding, bus-width pattern, sync word, type 1 packets, the IDCODE
+//! write of the device, then frame data). They exercise the parser, the `.bin` conversion
+//! and the image builder; their frame data is a counter pattern and there are no CRC or
+//! start-up commands, so loaded into a device they would configure nothing, and nothing
+//! here claims otherwise.
+
+use boards::zynqmp::pl::Part;
 
 use crate::bit::{BUS_WIDTH_WORDS, DUMMY_WORD, NOOP, PREAMBLE, SYNC_WORD};
+
+/// The type 1 header writing one word to the IDCODE register (UG570, "Bitstream
+/// Composition": `30018001`).
+pub const WRITE_IDCODE: u32 = 0x3001_8001;
+/// The type 1 header writing zero words to FDRI, which the type 2 header after it
+/// continues (UG570, "Type 2 Packet Header Format").
+pub const WRITE_FDRI: u32 = 0x3000_4000;
+/// A type 2 write header without its word count.
+pub const TYPE2_WRITE: u32 = 0x5000_0000;
 
 /// The fields and data of a test file.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -21,14 +34,23 @@ pub struct TestBitstream {
 }
 
 impl TestBitstream {
-    /// A test file for `part` with 16 padding words and `words` payload words.
-    pub fn for_part(part: &str, words: usize) -> Self {
+    /// A test file for `part` (its Vivado name in the header, its device's IDCODE in the
+    /// data) with 16 padding words and `words` frame data words.
+    pub fn for_part(part: &Part, words: usize) -> Self {
+        let mut name = [0u8; 64];
+        let n = part.write_name(&mut name).unwrap_or(0);
+        Self::new(&String::from_utf8_lossy(&name[..n]), part.idcode, words)
+    }
+
+    /// A test file whose header names `part` and whose data writes `idcode`, with 16
+    /// padding words and `words` frame data words.
+    pub fn new(part: &str, idcode: u32, words: usize) -> Self {
         Self {
             design: "nprdma_test;UserID=0XFFFFFFFF;Version=test".into(),
             part: part.into(),
             date: "2026/12/07".into(),
             time: "16:30:00".into(),
-            data: config_data(16, words),
+            data: config_data(16, Some(idcode), words),
         }
     }
 
@@ -44,19 +66,20 @@ impl TestBitstream {
 }
 
 /// Configuration data: `pad` dummy words, the bus-width pattern, two dummy words, the sync
-/// word (at word `pad + 4`), a NOOP, then `words` words of type 1 NOOP packets interleaved
-/// with a counter pattern (so a byte-order mistake shows).
-pub fn config_data(pad: usize, words: usize) -> Vec<u8> {
+/// word (at word `pad + 4`), a NOOP, the IDCODE write of `idcode` (none if `None`), a NOOP,
+/// then a write to FDRI (a type 1 header of zero words and a type 2 header) of `words`
+/// words of a counter pattern (so a byte-order mistake shows). `words` is cut to the type
+/// 2 word count's 27 bits.
+pub fn config_data(pad: usize, idcode: Option<u32>, words: usize) -> Vec<u8> {
+    let words = u32::try_from(words).unwrap_or(u32::MAX).min(0x07ff_ffff);
     let mut w: Vec<u32> = vec![DUMMY_WORD; pad];
     w.extend(BUS_WIDTH_WORDS);
     w.extend([DUMMY_WORD, DUMMY_WORD, SYNC_WORD, NOOP]);
-    for i in 0..words as u32 {
-        w.push(if i % 2 == 0 {
-            NOOP
-        } else {
-            0x0102_0304u32.wrapping_add(i.wrapping_mul(0x0404_0404))
-        });
+    if let Some(id) = idcode {
+        w.extend([WRITE_IDCODE, id]);
     }
+    w.extend([NOOP, WRITE_FDRI, TYPE2_WRITE | words]);
+    w.extend((0..words).map(|i| 0x0102_0304u32.wrapping_add(i.wrapping_mul(0x0404_0404))));
     w.iter().flat_map(|x| x.to_be_bytes()).collect()
 }
 

@@ -365,9 +365,10 @@ pub fn print(report: &Report) {
 }
 
 /// The image builder's own checks (`cargo xtask test`): a bitstream-shaped test file for the
-/// board's part goes through the whole builder (parse, part, .bin against bootgen's, overlay
-/// with dtc, manifest), then bootgen packs it into a boot image that must carry exactly our
-/// .bin; a test file for another part must be refused. Prints its time.
+/// board's part goes through the whole builder (parse, part and device IDCODE, .bin against
+/// bootgen's, overlay with dtc, manifest), then bootgen packs it into a boot image that must
+/// carry exactly our .bin; a test file for another part, and one whose header names the
+/// board's part but whose data is for another device, must be refused. Prints its time.
 pub fn self_check() -> Result<(), XtaskError> {
     let started = Instant::now();
     let pl = &ZCU102_PL;
@@ -377,11 +378,8 @@ pub fn self_check() -> Result<(), XtaskError> {
             .map_err(|e| other(format!("clear {}: {e}", tmp.display())))?;
     }
     std::fs::create_dir_all(&tmp).map_err(|e| other(format!("create {}: {e}", tmp.display())))?;
-    let mut part = [0u8; 64];
-    let n = pl.part.write_name(&mut part).unwrap_or(0);
-    let part = String::from_utf8_lossy(&part[..n]).into_owned();
     let test_bit = tmp.join("test.bit");
-    write(&test_bit, TestBitstream::for_part(&part, 4096).bytes())?;
+    write(&test_bit, TestBitstream::for_part(&pl.part, 4096).bytes())?;
     let inputs = Inputs {
         bitstream: Some(test_bit.clone()),
         out: Some(tmp.join("image")),
@@ -428,25 +426,32 @@ pub fn self_check() -> Result<(), XtaskError> {
     if !boot.windows(ours.len()).any(|w| w == ours.as_slice()) {
         return Err(other("bootgen's boot image does not carry our .bin"));
     }
-    // A bitstream for another part is refused.
-    let wrong = tmp.join("wrong-part.bit");
-    write(
-        &wrong,
-        TestBitstream::for_part("xczu7ev-ffvc1156-2-e", 64).bytes(),
-    )?;
-    let refused = build(
-        pl.board,
-        &Inputs {
-            bitstream: Some(wrong),
-            out: Some(tmp.join("wrong")),
-            skip_firmware: true,
-            ..Inputs::default()
-        },
-    );
-    match refused {
-        Err(e) if e.to_string().contains("xczu7ev") => {}
-        Err(e) => return Err(other(format!("wrong part refused for another reason: {e}"))),
-        Ok(_) => return Err(other("a bitstream for another part was accepted")),
+    // A bitstream for another part is refused, by its header's part or, when the header
+    // names the board's part, by the device IDCODE its configuration data writes (the
+    // XCZU7EV's, 0x04730093, in both).
+    let mut name = [0u8; 64];
+    let n = pl.part.write_name(&mut name).unwrap_or(0);
+    let name = String::from_utf8_lossy(&name[..n]).into_owned();
+    for (file, header, why) in [
+        ("wrong-part.bit", "xczu7ev-ffvc1156-2-e", "xczu7ev"),
+        ("wrong-idcode.bit", name.as_str(), "IDCODE 0x04730093"),
+    ] {
+        let wrong = tmp.join(file);
+        write(&wrong, TestBitstream::new(header, 0x0473_0093, 64).bytes())?;
+        let refused = build(
+            pl.board,
+            &Inputs {
+                bitstream: Some(wrong),
+                out: Some(tmp.join(file.trim_end_matches(".bit"))),
+                skip_firmware: true,
+                ..Inputs::default()
+            },
+        );
+        match refused {
+            Err(e) if e.to_string().contains(why) => {}
+            Err(e) => return Err(other(format!("{file} refused for another reason: {e}"))),
+            Ok(_) => return Err(other(format!("{file} (another device's) was accepted"))),
+        }
     }
     println!(
         "image builder checks passed: {} files, .bin = bootgen's ({} bytes), in {:.2} s",
