@@ -24,18 +24,14 @@
 //! Detection"); then the sync word 0xAA995566 ("Configuration Sequence", "Synchronization"),
 //! before which the configuration logic ignores everything; then configuration packets
 //! ("Configuration Packets"), the first of them a type 1 packet (header bits [31:29] = 001,
-//! "Type 1 Packet Header Format"; a NOOP is the type 1 header 0x20000000).
-//!
-//! **The device.** The parser walks the packets after the sync word to the write of the
-//! configuration IDCODE register ([`find_idcode`]), which UG570 requires before any write
-//! to the frame data register FDRI ("IDCODE Register (01100)") and which the device checks
-//! against its own IDCODE ("Device ID Check (Step 5)"); [`BitFile::check_part`] compares it
-//! with the board's. The sample KU040 bitstream of UG570's "Bitstream Composition" shows it:
-//! `30018001` (type 1, write, register 0x0C, one word) and the IDCODE.
+//! "Type 1 Packet Header Format"; a NOOP is the type 1 header 0x20000000), which
+//! [`crate::packets`] walks to the device's IDCODE; [`BitFile::check_part`] compares it with
+//! the board's.
 
 use boards::zynqmp::pl::Part;
 
 use crate::error::PartName;
+use crate::packets::find_idcode;
 use crate::{BitstreamError, Result};
 
 /// The first 13 bytes of every `.bit` file.
@@ -48,19 +44,9 @@ pub const SYNC_WORD: u32 = 0xaa99_5566;
 pub const DUMMY_WORD: u32 = 0xffff_ffff;
 /// The bus-width detection pattern's two words (UG570, "Bus Width Auto Detection").
 pub const BUS_WIDTH_WORDS: [u32; 2] = [0x0000_00bb, 0x1122_0044];
-/// A type 1 NOOP packet (UG570, "Configuration Packets").
-pub const NOOP: u32 = 0x2000_0000;
-/// The configuration IDCODE register's address (UG570, "Configuration Registers",
-/// "IDCODE Register (01100)").
-pub const REG_IDCODE: u32 = 0x0c;
-/// The frame data input register's address (UG570, "Configuration Registers", FDRI 00010).
-pub const REG_FDRI: u32 = 0x02;
 /// The IDCODE's version (revision) field, ignored when IDCODEs are compared
 /// (`boards::zynqmp::pl::Part::idcode`).
 pub const IDCODE_REVISION_MASK: u32 = 0xf000_0000;
-/// The write opcode of a packet header, bits \[28:27\] (UG570, "Type 1 Packet Header
-/// Format": 00 NOOP, 01 read, 10 write, 11 reserved).
-pub const OP_WRITE: u32 = 0b10;
 
 /// A parsed `.bit` file, borrowing from its bytes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -292,81 +278,14 @@ pub fn find_sync(data: &[u8]) -> Result<usize> {
     })
 }
 
-fn word_at(data: &[u8], at: usize) -> Option<u32> {
-    let w = data.get(at..at.checked_add(4)?)?;
-    Some(u32::from_be_bytes([w[0], w[1], w[2], w[3]]))
-}
-
-/// Walks the configuration packets after the sync word at `sync_offset` to the write of
-/// the IDCODE register; returns the IDCODE and its offset in `data`.
-///
-/// Packet headers (UG570, "Configuration Packets"): bits \[31:29\] the type, \[28:27\]
-/// the opcode. Type 1 ("Type 1 Packet Header Format"): register address \[26:13\], word
-/// count \[10:0\]. Type 2 ("Type 2 Packet Header Format"): word count \[26:0\], for the
-/// register of the type 1 packet before it. A write's data words follow its header; NOOP
-/// and read headers have none in the stream (a read's words come out of the device). The
-/// walk ends at the IDCODE write (one word), at the first write to FDRI
-/// ([`BitstreamError::NoIdcode`]: UG570 requires the IDCODE first), or at the end of the
-/// data; a header it cannot follow is [`BitstreamError::BadPacket`], a write running past
-/// the end [`BitstreamError::PacketPastEnd`]. Each step moves at least one word on, so the
-/// walk ends for every input.
-pub fn find_idcode(data: &[u8], sync_offset: usize) -> Result<(u32, usize)> {
-    let mut at = sync_offset.saturating_add(4);
-    let mut type1_reg = None;
-    while let Some(header) = word_at(data, at) {
-        let opcode = (header >> 27) & 0b11;
-        let (reg, words) = match (header >> 29, type1_reg) {
-            (0b001, _) => {
-                let reg = (header >> 13) & 0x3fff;
-                type1_reg = Some(reg);
-                (reg, header & 0x7ff)
-            }
-            (0b010, Some(reg)) => (reg, header & 0x07ff_ffff),
-            _ => return Err(BitstreamError::BadPacket { at, word: header }),
-        };
-        let payload = at + 4;
-        match opcode {
-            OP_WRITE => {
-                if reg == REG_FDRI {
-                    return Err(BitstreamError::NoIdcode { at, fdri: true });
-                }
-                // At most 2^27 - 1 words: no overflow in 4 * words on 32 or 64 bits.
-                let end = payload.checked_add(4 * words as usize);
-                let Some(end) = end.filter(|&e| e <= data.len()) else {
-                    return Err(BitstreamError::PacketPastEnd {
-                        at,
-                        words,
-                        len: data.len(),
-                    });
-                };
-                if reg == REG_IDCODE && words > 1 {
-                    return Err(BitstreamError::BadPacket { at, word: header });
-                }
-                if reg == REG_IDCODE
-                    && words == 1
-                    && let Some(idcode) = word_at(data, payload)
-                {
-                    return Ok((idcode, payload));
-                }
-                at = end;
-            }
-            0b11 => return Err(BitstreamError::BadPacket { at, word: header }),
-            _ => at = payload,
-        }
-    }
-    Err(BitstreamError::NoIdcode {
-        at: data.len(),
-        fdri: false,
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use boards::zynqmp::pl::XCZU9EG_ZCU102;
     use proptest::prelude::*;
 
     use super::*;
-    use crate::testbit::{TYPE2_WRITE, TestBitstream, WRITE_FDRI, WRITE_IDCODE, write_bit};
+    use crate::packets::word_at;
+    use crate::testbit::{TestBitstream, write_bit};
 
     /// Another device's IDCODE: the XCZU7EV's, as Xilinx's `JTAG_SIME2` simulation model
     /// gives it.
@@ -374,20 +293,6 @@ mod tests {
 
     fn sample() -> Vec<u8> {
         TestBitstream::for_part(&XCZU9EG_ZCU102, 256).bytes()
-    }
-
-    fn words(w: &[u32]) -> Vec<u8> {
-        w.iter().flat_map(|x| x.to_be_bytes()).collect()
-    }
-
-    /// A file for the ZCU102's part whose configuration data is the padding, the sync word,
-    /// a NOOP and then `packets`.
-    fn with_packets(packets: &[u32]) -> Vec<u8> {
-        let mut data = crate::testbit::config_data(0, None, 0);
-        data.truncate(data.len() - 12); // the NOOP and the empty FDRI write
-        data.extend(words(packets));
-        let t = TestBitstream::for_part(&XCZU9EG_ZCU102, 0);
-        write_bit(&t.fields(), &data)
     }
 
     #[test]
@@ -499,66 +404,6 @@ mod tests {
     }
 
     #[test]
-    fn the_idcode_write_is_found_among_other_packets() {
-        // UG570, "Bitstream Composition": the sample KU040 bitstream's packets from the sync
-        // word to its IDCODE write (TIMER, WBSTAR, CMD NULL, CMD RCRC, FAR, an unused
-        // register, COR0, COR1), then frame data.
-        let ku040 = [
-            NOOP,
-            0x3002_2001,
-            0,
-            0x3002_0001,
-            0,
-            0x3000_8001,
-            0,
-            NOOP,
-            0x3000_8001,
-            7,
-            NOOP,
-            NOOP,
-            0x3000_2001,
-            0,
-            0x3002_6001,
-            0,
-            0x3001_2001,
-            0x0200_3fe5,
-            0x3001_c001,
-            0,
-            WRITE_IDCODE,
-            0x0382_2093,
-            NOOP,
-            WRITE_FDRI,
-            TYPE2_WRITE | 2,
-            1,
-            2,
-        ];
-        let bytes = with_packets(&ku040);
-        let bit = parse(&bytes).unwrap();
-        assert_eq!((bit.idcode, bit.idcode_offset), (0x0382_2093, 24 + 4 * 21));
-        assert_eq!(
-            bit.check_part(&XCZU9EG_ZCU102),
-            Err(BitstreamError::IdcodeMismatch {
-                expected: 0x0473_8093,
-                found: 0x0382_2093
-            })
-        );
-        // A read carries no data words in the stream; a type 2 write continues its type 1's
-        // register.
-        let id = XCZU9EG_ZCU102.idcode;
-        let bit_of = |p: &[u32]| {
-            let bytes = with_packets(p);
-            parse(&bytes).map(|b| (b.idcode, b.idcode_offset))
-        };
-        assert_eq!(bit_of(&[0x2801_8001, WRITE_IDCODE, id]), Ok((id, 32)));
-        assert_eq!(bit_of(&[0x3001_8000, TYPE2_WRITE | 1, id]), Ok((id, 32)));
-        assert_eq!(
-            bit_of(&[0x3001_2001, WRITE_IDCODE, WRITE_IDCODE, 5]),
-            Ok((5, 36)),
-            "a header word written as data is data"
-        );
-    }
-
-    #[test]
     fn a_wrong_idcode_is_refused_and_the_revision_is_ignored() {
         let name = "xczu9eg-ffvb1156-2-e";
         let check = |idcode: u32| {
@@ -591,80 +436,6 @@ mod tests {
                 "bit {bit}"
             );
         }
-    }
-
-    #[test]
-    fn a_missing_idcode_or_a_broken_packet_is_an_error() {
-        let fields = TestBitstream::for_part(&XCZU9EG_ZCU102, 0);
-        let fields = fields.fields();
-        // No IDCODE before the frame data: the FDRI header is word 23 of the data.
-        let data = crate::testbit::config_data(16, None, 8);
-        assert_eq!(
-            parse(&write_bit(&fields, &data)),
-            Err(BitstreamError::NoIdcode { at: 92, fdri: true })
-        );
-        let p = |packets: &[u32]| parse(&with_packets(packets)).map(|b| b.idcode);
-        // ... or before the end (the data is 6 words before the packets).
-        assert_eq!(
-            p(&[NOOP, 0x3000_8001, 7]),
-            Err(BitstreamError::NoIdcode {
-                at: 36,
-                fdri: false
-            })
-        );
-        // Truncated packets: a write whose words run past the end.
-        assert_eq!(
-            p(&[0x3001_2003, 1]),
-            Err(BitstreamError::PacketPastEnd {
-                at: 24,
-                words: 3,
-                len: 32
-            })
-        );
-        assert_eq!(
-            p(&[NOOP, WRITE_IDCODE]),
-            Err(BitstreamError::PacketPastEnd {
-                at: 28,
-                words: 1,
-                len: 32
-            })
-        );
-        assert_eq!(
-            p(&[WRITE_FDRI, TYPE2_WRITE | 0x07ff_ffff]),
-            Err(BitstreamError::NoIdcode { at: 24, fdri: true }),
-            "frame data before the IDCODE, whatever its length"
-        );
-        assert_eq!(
-            p(&[0x3000_8000, TYPE2_WRITE | 0x07ff_ffff]),
-            Err(BitstreamError::PacketPastEnd {
-                at: 28,
-                words: 0x07ff_ffff,
-                len: 32
-            })
-        );
-        // Headers the walk cannot follow.
-        for (packets, at, word) in [
-            (&[0x0102_0304u32][..], 24, 0x0102_0304),
-            (&[NOOP, 0x6000_0000], 28, 0x6000_0000),
-            (&[0x3800_0000], 24, 0x3800_0000),
-            (&[0x3001_8002, 1, 2], 24, 0x3001_8002),
-        ] {
-            assert_eq!(
-                p(packets),
-                Err(BitstreamError::BadPacket { at, word }),
-                "{packets:x?}"
-            );
-        }
-        // A type 2 header with no type 1 before it (find_idcode on its own: parse's sync
-        // check already wants a type 1 header first).
-        let data = words(&[SYNC_WORD, TYPE2_WRITE | 1, 5]);
-        assert_eq!(
-            find_idcode(&data, 0),
-            Err(BitstreamError::BadPacket {
-                at: 4,
-                word: TYPE2_WRITE | 1
-            })
-        );
     }
 
     proptest! {
@@ -714,41 +485,6 @@ mod tests {
                 prop_assert!(bit.idcode_offset + 4 <= bit.data.len());
                 prop_assert_eq!(word_at(bit.data, bit.idcode_offset), Some(bit.idcode));
                 let _ = bit.check_part(&XCZU9EG_ZCU102);
-            }
-        }
-
-        /// The packet walk over random words after the sync word, most of them type 1 and
-        /// type 2 headers with small word counts so that the walk goes deep: a typed error or
-        /// an IDCODE inside the data, never a panic.
-        #[test]
-        fn random_packets_never_panic(
-            packets in proptest::collection::vec(prop_oneof![
-                any::<u32>(),
-                (0u32..4, 0u32..32, 0u32..4).prop_map(|(op, reg, n)| 0x2000_0000 | op << 27 | reg << 13 | n),
-                (0u32..4, 0u32..8).prop_map(|(op, n)| 0x4000_0000 | op << 27 | n),
-                (0u32..4).prop_map(|n| 0x3001_8000 | n),
-                Just(WRITE_FDRI),
-                Just(XCZU9EG_ZCU102.idcode),
-            ], 0..64),
-        ) {
-            let bytes = with_packets(&packets);
-            match parse(&bytes) {
-                Ok(bit) => {
-                    prop_assert!(bit.idcode_offset + 4 <= bit.data.len());
-                    prop_assert_eq!(word_at(bit.data, bit.idcode_offset), Some(bit.idcode));
-                    let header = word_at(bit.data, bit.idcode_offset - 4).unwrap_or(0);
-                    prop_assert_eq!((header >> 27) & 0b11, OP_WRITE);
-                }
-                Err(e) => prop_assert!(
-                    matches!(
-                        e,
-                        BitstreamError::NoIdcode { .. }
-                            | BitstreamError::BadPacket { .. }
-                            | BitstreamError::PacketPastEnd { .. }
-                            | BitstreamError::BadPacketAfterSync { .. }
-                    ),
-                    "{e:?}"
-                ),
             }
         }
 

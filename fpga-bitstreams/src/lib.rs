@@ -1,8 +1,9 @@
 //! nprdma's PL designs and their checks (docs/fpga-bitstreams.md).
 //!
 //! - [`bit`]: Xilinx `.bit` files: the header (design, part, date, time, length), the sync
-//!   word and the configuration packets up to the IDCODE write; the part and the device
-//!   IDCODE checked against the board.
+//!   word; the part and the device IDCODE checked against the board.
+//! - [`packets`]: the configuration packets after the sync word, walked to the write of
+//!   the device's IDCODE.
 //! - [`bin`]: the `.bin` Linux's FPGA manager hands to the ZynqMP's PMU firmware.
 //! - [`digest`]: sha256 as lower-case hex.
 //! - `manifest` (std): what a bitstream is for (board, part, NPE version, register-map hash)
@@ -27,6 +28,7 @@ pub mod fpga_manager;
 pub mod manifest;
 #[cfg(any(test, feature = "std"))]
 pub mod overlay;
+pub mod packets;
 #[cfg(any(test, feature = "std"))]
 pub mod testbit;
 #[cfg(any(test, feature = "std"))]

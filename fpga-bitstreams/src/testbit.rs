@@ -7,16 +7,8 @@
 
 use boards::zynqmp::pl::Part;
 
-use crate::bit::{BUS_WIDTH_WORDS, DUMMY_WORD, NOOP, PREAMBLE, SYNC_WORD};
-
-/// The type 1 header writing one word to the IDCODE register (UG570, "Bitstream
-/// Composition": `30018001`).
-pub const WRITE_IDCODE: u32 = 0x3001_8001;
-/// The type 1 header writing zero words to FDRI, which the type 2 header after it
-/// continues (UG570, "Type 2 Packet Header Format").
-pub const WRITE_FDRI: u32 = 0x3000_4000;
-/// A type 2 write header without its word count.
-pub const TYPE2_WRITE: u32 = 0x5000_0000;
+use crate::bit::{BUS_WIDTH_WORDS, DUMMY_WORD, PREAMBLE, SYNC_WORD};
+use crate::packets::{NOOP, TYPE2_WRITE, WRITE_FDRI, WRITE_IDCODE};
 
 /// The fields and data of a test file.
 #[derive(Clone, Debug, PartialEq, Eq)]
