@@ -4,10 +4,12 @@
 //! - [`pair`]: who listens, on which ports, and the private data that names a pair (pure).
 //! - [`cm`]: librdmacm and the verbs the connection calls, loaded at run time.
 //! - [`rendezvous`]: listening, connecting, and fixed-size messages over the connection.
+//! - [`msg`]: the lease protocol's messages (pure).
 //!
 //! Not yet used by the remote-access protocol, which still runs on the application's QP
 //! (docs/connectx.md §5); `nprdma-verbs-stress ctl` exercises it on Soft-RoCE.
 
 pub mod cm;
+pub mod msg;
 pub mod pair;
 pub mod rendezvous;
