@@ -5,11 +5,16 @@
 //! - [`cm`]: librdmacm and the verbs the connection calls, loaded at run time.
 //! - [`rendezvous`]: listening, connecting, and fixed-size messages over the connection.
 //! - [`msg`]: the lease protocol's messages (pure).
+//! - [`link`]: the seams: a [`link::Link`] carries messages, a [`link::Meet`] makes links from
+//!   pairs; `local` has in-process ones for the host tests (test builds only).
 //!
 //! Not yet used by the remote-access protocol, which still runs on the application's QP
 //! (docs/connectx.md §5); `nprdma-verbs-stress ctl` exercises it on Soft-RoCE.
 
 pub mod cm;
+pub mod link;
+#[cfg(any(test, feature = "fake"))]
+pub mod local;
 pub mod msg;
 pub mod pair;
 pub mod rendezvous;

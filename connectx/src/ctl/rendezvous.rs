@@ -20,7 +20,7 @@ use crate::sys::rdmacm::*;
 use crate::sys::*;
 
 /// The size of one control message.
-pub const MSG_LEN: usize = 64;
+pub const MSG_LEN: usize = super::msg::MSG_LEN;
 
 /// Receive buffers kept posted (the peer never has more than this many messages in flight:
 /// the protocol on top answers each request before the next).
@@ -776,17 +776,28 @@ impl Channel {
     /// The next message from the peer, waiting until `deadline`.
     pub fn recv(&mut self, deadline: Instant) -> Result<[u8; MSG_LEN]> {
         let mut spins = 0;
+        loop {
+            if let Some(m) = self.try_recv()? {
+                return Ok(m);
+            }
+            if Instant::now() >= deadline {
+                return Err(CtlError::Timeout("a control message"));
+            }
+            Self::pause(&mut spins);
+        }
+    }
+
+    /// The next message from the peer if one has arrived, without waiting.
+    pub fn try_recv(&mut self) -> Result<Option<[u8; MSG_LEN]>> {
         let slot = loop {
             if !self.stash.is_empty() {
                 break self.stash.remove(0);
             }
             match self.poll_one()? {
                 Some(wc) if wc.opcode == IBV_WC_RECV => break wc.wr_id as usize,
+                // A send's completion (its sender waited for it already).
                 Some(_) => {}
-                None if Instant::now() >= deadline => {
-                    return Err(CtlError::Timeout("a control message"));
-                }
-                None => Self::pause(&mut spins),
+                None => return Ok(None),
             }
         };
         let Some(res) = self.res.as_ref() else {
@@ -796,7 +807,7 @@ impl Channel {
             return Err(CtlError::Completion(IBV_WC_SUCCESS));
         };
         self.post_recv(slot)?;
-        Ok(msg)
+        Ok(Some(msg))
     }
 
     /// Waits until the peer closes the connection (or `deadline`). A message's sender knows it
