@@ -7,11 +7,13 @@
 //! - [`msg`]: the lease protocol's messages (pure).
 //! - [`link`]: the seams: a [`link::Link`] carries messages, a [`link::Meet`] makes links from
 //!   pairs; `local` has in-process ones for the host tests (test builds only).
+//! - [`conversation`]: requests and answers both ways over one link, one reader at a time.
 //!
 //! Not yet used by the remote-access protocol, which still runs on the application's QP
 //! (docs/connectx.md §5); `nprdma-verbs-stress ctl` exercises it on Soft-RoCE.
 
 pub mod cm;
+pub mod conversation;
 pub mod link;
 #[cfg(any(test, feature = "fake"))]
 pub mod local;
