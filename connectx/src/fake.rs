@@ -49,6 +49,8 @@ struct Qp {
     srq: usize,
     state: u32,
     dest_qpn: u32,
+    /// The address vector last set (`IBV_QP_AV`).
+    ah: ibv_ah_attr,
     access: u32,
     max_rd_atomic: u8,
     max_dest_rd_atomic: u8,
@@ -108,6 +110,10 @@ struct Fake {
     /// Each SRQ's SGE limit (`max_sge` at creation).
     srq_max_sge: FastMap<usize, u32>,
     no_atomics: FastMap<usize, bool>,
+    /// Each context's IPv4-mapped GID (port 1, index 1): RoCE v2 over IPv4, `::ffff:198.18.x.y` (RFC 2544's
+    /// benchmarking range), one address per context as if each were a host of its own.
+    gids: FastMap<usize, [u8; 16]>,
+    next_gid: u32,
     next_key: u32,
     next_qpn: u32,
     posted: u64,
@@ -158,7 +164,7 @@ pub fn real_verbs() -> RealVerbs {
         dealloc_pd: fake_dealloc_pd,
         create_cq: fake_create_cq,
         query_port: crate::fake_odp::fake_query_port,
-        query_gid: crate::fake_odp::fake_query_gid,
+        query_gid: fake_query_gid,
         get_device_name: crate::fake_odp::fake_get_device_name,
     }
 }
@@ -312,7 +318,53 @@ unsafe extern "C" fn fake_open_device(dev: *mut ibv_device) -> *mut ibv_context 
     if dev == device_without_atomics() {
         f.no_atomics.insert(ctx as usize, true);
     }
+    f.next_gid = f.next_gid.wrapping_add(1) & 0x1_ffff;
+    let host = f.next_gid;
+    let mut gid = [0u8; 16];
+    gid[10] = 0xff;
+    gid[11] = 0xff;
+    gid[12] = 198;
+    gid[13] = 18 + (host >> 16) as u8;
+    gid[14] = (host >> 8) as u8;
+    gid[15] = host as u8;
+    f.gids.insert(ctx as usize, gid);
     ctx
+}
+
+/// The IPv4-mapped GID of `ctx` (port 1, index 1), as `ibv_query_gid` reports it.
+pub fn gid(ctx: *mut ibv_context) -> [u8; 16] {
+    fake()
+        .gids
+        .get(&(ctx as usize))
+        .copied()
+        .unwrap_or_default()
+}
+
+/// `ibv_query_gid`, as rxe's table looks: index 0 a link-local GID, index 1 the context's
+/// IPv4-mapped one ([`gid`]; `::ffff:192.0.2.1` for a context the fake did not open).
+unsafe extern "C" fn fake_query_gid(
+    ctx: *mut ibv_context,
+    port: u8,
+    index: c_int,
+    gid: *mut [u8; 16],
+) -> c_int {
+    if port != 1 || !(0..2).contains(&index) || gid.is_null() {
+        return libc::EINVAL;
+    }
+    let mut g = [0u8; 16];
+    if index == 0 {
+        g[..2].copy_from_slice(&[0xfe, 0x80]);
+        g[15] = 1;
+    } else {
+        g = fake()
+            .gids
+            .get(&(ctx as usize))
+            .copied()
+            .unwrap_or([0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 192, 0, 2, 1]);
+    }
+    // SAFETY: the caller's 16-byte GID.
+    unsafe { *gid = g };
+    0
 }
 
 unsafe extern "C" fn fake_close_device(ctx: *mut ibv_context) -> c_int {
@@ -329,6 +381,7 @@ unsafe extern "C" fn fake_close_device(ctx: *mut ibv_context) -> c_int {
         f.pinned.remove(&key);
         f.peak.remove(&key);
         f.no_atomics.remove(&key);
+        f.gids.remove(&key);
         f.fail_next_reg.remove(&key);
     }
     let off = core::mem::offset_of!(verbs_context, context);
@@ -939,6 +992,7 @@ fn new_qp(
             srq,
             state: IBV_QPS_RESET,
             dest_qpn: 0,
+            ah: ibv_ah_attr::default(),
             access: 0,
             max_rd_atomic: 0,
             max_dest_rd_atomic: 0,
@@ -1030,6 +1084,9 @@ unsafe extern "C" fn fake_modify_qp(qp: *mut ibv_qp, attr: *mut ibv_qp_attr, mas
     if mask & IBV_QP_DEST_QPN != 0 {
         q.dest_qpn = a.dest_qp_num;
     }
+    if mask & IBV_QP_AV != 0 {
+        q.ah = a.ah_attr;
+    }
     if mask & IBV_QP_MAX_QP_RD_ATOMIC != 0 {
         q.max_rd_atomic = a.max_rd_atomic;
     }
@@ -1068,6 +1125,7 @@ unsafe extern "C" fn fake_query_qp(
     a.qp_state = q.state;
     a.qp_access_flags = q.access;
     a.dest_qp_num = q.dest_qpn;
+    a.ah_attr = q.ah;
     a.max_rd_atomic = q.max_rd_atomic;
     a.max_dest_rd_atomic = q.max_dest_rd_atomic;
     a.cap = q.cap;

@@ -145,29 +145,6 @@ pub(crate) unsafe extern "C" fn fake_query_port(
     0
 }
 
-/// `ibv_query_gid`: index 0 a link-local address, index 1 an IPv4-mapped one.
-pub(crate) unsafe extern "C" fn fake_query_gid(
-    _ctx: *mut ibv_context,
-    port: u8,
-    index: c_int,
-    gid: *mut [u8; 16],
-) -> c_int {
-    if port != 1 || !(0..2).contains(&index) || gid.is_null() {
-        return libc::EINVAL;
-    }
-    let mut g = [0u8; 16];
-    if index == 0 {
-        g[..2].copy_from_slice(&[0xfe, 0x80]);
-        g[15] = 1;
-    } else {
-        g[10..12].copy_from_slice(&[0xff, 0xff]);
-        g[12..].copy_from_slice(&[192, 0, 2, 1]);
-    }
-    // SAFETY: the caller's 16 bytes.
-    unsafe { gid.write(g) };
-    0
-}
-
 /// `ibv_get_device_name`.
 pub(crate) unsafe extern "C" fn fake_get_device_name(
     dev: *mut ibv_device,

@@ -8,6 +8,7 @@
 //! - [`link`]: the seams: a [`link::Link`] carries messages, a [`link::Meet`] makes links from
 //!   pairs; `local` has in-process ones for the host tests (test builds only).
 //! - [`conversation`]: requests and answers both ways over one link, one reader at a time.
+//! - [`peers`]: per application connection (pair), its control connection's state.
 //!
 //! Not yet used by the remote-access protocol, which still runs on the application's QP
 //! (docs/connectx.md §5); `nprdma-verbs-stress ctl` exercises it on Soft-RoCE.
@@ -19,4 +20,5 @@ pub mod link;
 pub mod local;
 pub mod msg;
 pub mod pair;
+pub mod peers;
 pub mod rendezvous;

@@ -34,6 +34,28 @@ pub(crate) fn in_real_call() -> bool {
     IN_REAL.with(|c| c.get() > 0)
 }
 
+/// Starts a thread of the library's with every signal blocked (a thread inherits its
+/// creator's mask): signals sent to the process are for the application's threads, whose
+/// handlers must not run on the library's. Faults of the thread itself are still delivered.
+pub(crate) fn spawn_quiet(
+    name: &str,
+    f: impl FnOnce() + Send + 'static,
+) -> std::io::Result<std::thread::JoinHandle<()>> {
+    // SAFETY: all-zero is a valid sigset_t, which sigfillset fills; pthread_sigmask changes
+    // this thread's mask only, and the old mask is put back right after the spawn.
+    let mut old: libc::sigset_t = unsafe { core::mem::zeroed() };
+    // SAFETY: as above.
+    unsafe {
+        let mut all: libc::sigset_t = core::mem::zeroed();
+        libc::sigfillset(&mut all);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &all, &mut old);
+    }
+    let spawned = std::thread::Builder::new().name(name.into()).spawn(f);
+    // SAFETY: restores the mask saved above.
+    unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, core::ptr::null_mut()) };
+    spawned
+}
+
 /// Sets `errno`.
 pub(crate) fn set_errno(e: c_int) {
     // SAFETY: __errno_location returns this thread's errno slot.

@@ -5,6 +5,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::config::Config;
+use crate::ctl::link::{CmMeet, Meet};
+use crate::ctl::peers::Peers;
+use crate::engine::call::spawn_quiet;
 use crate::engine::{Engine, State};
 use crate::fasthash::FastMap;
 use crate::real::RealVerbs;
@@ -14,8 +17,20 @@ use crate::window::WindowCache;
 impl Engine {
     /// An engine over `real` with configuration `cfg`, counting into `status`.
     pub fn new(real: RealVerbs, cfg: Config, status: PageStore) -> Arc<Self> {
+        Self::with_meet(real, cfg, status, Arc::new(CmMeet::default()))
+    }
+
+    /// An engine whose control connections are made by `meet` (the tests' in-process one,
+    /// `ctl::local::LocalMeet`, where two engines of one process meet).
+    pub fn with_meet(
+        real: RealVerbs,
+        cfg: Config,
+        status: PageStore,
+        meet: Arc<dyn Meet>,
+    ) -> Arc<Self> {
         let engine = Arc::new(Self {
             real,
+            peers: Arc::new(Peers::new(meet)),
             state: Mutex::new(State {
                 regions: FastMap::default(),
                 by_mr: FastMap::default(),
@@ -45,24 +60,8 @@ impl Engine {
             return;
         }
         let weak = Arc::downgrade(self);
-        // The helper is born with every signal blocked (a thread inherits its creator's
-        // mask): signals sent to the process are for the application's threads, whose
-        // handlers must not run on the library's. Faults of the helper itself are still
-        // delivered.
-        // SAFETY: all-zero is a valid sigset_t, which sigfillset fills; pthread_sigmask
-        // changes this thread's mask only, and the old mask is put back right after the spawn.
-        let mut old: libc::sigset_t = unsafe { core::mem::zeroed() };
-        // SAFETY: as above.
-        unsafe {
-            let mut all: libc::sigset_t = core::mem::zeroed();
-            libc::sigfillset(&mut all);
-            libc::pthread_sigmask(libc::SIG_BLOCK, &all, &mut old);
-        }
-        let spawned = std::thread::Builder::new()
-            .name("nprdma-helper".into())
-            .spawn(move || crate::remote::helper_loop(weak));
-        // SAFETY: restores the mask saved above.
-        unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, core::ptr::null_mut()) };
+        // The helper is born with every signal blocked (`spawn_quiet`).
+        let spawned = spawn_quiet("nprdma-helper", move || crate::remote::helper_loop(weak));
         if spawned.is_err() {
             self.helper_started.store(false, Ordering::Release);
             self.note("could not start the helper thread: peers cannot reach unpinned memory");

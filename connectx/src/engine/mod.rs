@@ -19,6 +19,7 @@
 //!   child made by `fork()` changes;
 //! - `records`: the per-object records (context, QP with its posting state, trackers and held
 //!   window, CQ, SRQ, what a QP knows of its peers' regions);
+//! - `meeting`: meeting the peer's library when a connection reaches RTR (crate::ctl);
 //! - `poll`: polling CQs and the completion rules applied to each provider completion;
 //! - `send_queue`: posting built WRs, the library's own WRs, synthesized completions;
 //! - `warm`: the warm path of a send (held windows, one-lookup translation);
@@ -37,6 +38,7 @@ pub(crate) mod call;
 mod contexts;
 pub(crate) mod cq_session;
 mod lifecycle;
+mod meeting;
 pub(crate) mod poll;
 pub(crate) mod post_recv;
 mod post_send;
@@ -49,10 +51,11 @@ mod warm;
 pub(crate) mod windows;
 pub(crate) mod wr_batch;
 
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use crate::config::Config;
+use crate::ctl::peers::Peers;
 use crate::fasthash::FastMap;
 use crate::real::RealVerbs;
 use crate::status::{Counters, PageStore};
@@ -95,6 +98,8 @@ pub struct Engine {
     /// provider never closes a context while a batch may still use its objects) and across
     /// `fork()` (crate::fork).
     pub(crate) helper_gate: Mutex<()>,
+    /// The control connections of the application's RC connections (docs/connectx.md §13).
+    pub(crate) peers: Arc<Peers>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -151,6 +156,8 @@ impl Engine {
     /// remote access starts one; the status page becomes a private copy.
     pub(crate) fn after_fork_in_child(&self) {
         self.helper_started.store(false, Ordering::Release);
+        // The parent's control connections are the parent's: the child never touches them.
+        self.peers.abandon_after_fork();
         let reason = if self.status.privatize_after_fork() {
             "forked child: its status page is a private copy (nprdma doctor does not list it); regions of the parent are not served here"
         } else {

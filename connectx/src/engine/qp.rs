@@ -147,6 +147,7 @@ impl Engine {
             held_off: u64::from(q.qp_type != IBV_QPT_RC || rec.orig.post_send.is_none()),
             held_post: rec.orig.post_send.unwrap_or(no_post_send),
             dest_qpn: AtomicU32::new(0),
+            peer: Mutex::new(None),
             send: SpinLock::new(SendSide::default()),
             builder: crate::engine::wr_batch::BatchCell::new(provider),
             track: TrackLock::new(Trackers {
@@ -239,6 +240,10 @@ impl Engine {
             && (a.qp_state == IBV_QPS_ERR || a.qp_state == IBV_QPS_RESET)
         {
             self.drop_lessee(ctl.ctx.ctx, ctl.qp_num);
+            self.forget_peer(ctl);
+        }
+        if rc == 0 && mask & IBV_QP_STATE != 0 && a.qp_state == IBV_QPS_RTR {
+            self.meet_peer(ctl, &a, mask);
         }
         if rc == 0 && mask & IBV_QP_STATE != 0 && a.qp_state == IBV_QPS_RESET {
             // RESET discards the queued work requests without completions: the NIC touches
@@ -327,6 +332,7 @@ impl Engine {
                 }
             }
             self.drop_lessee(ctl.ctx.ctx, ctl.qp_num);
+            self.forget_peer(&ctl);
             if ctl.builder.is_open() {
                 // Destroyed between ibv_wr_start and ibv_wr_complete (the application's
                 // error): end the batch so that its lock is not held forever.

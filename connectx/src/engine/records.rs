@@ -327,6 +327,9 @@ pub(crate) struct QpCtl {
     /// The provider's `post_send` for the held path (a stub where there is none).
     pub(super) held_post: PostSendFn,
     pub dest_qpn: AtomicU32,
+    /// The pair of this QP's connection once it reached RTR with a GRH (its control
+    /// connection's key in the engine's `peers`).
+    pub peer: Mutex<Option<crate::ctl::pair::Pair>>,
     /// Posting state; also held by an open `ibv_wr_*` batch from `wr_start` to
     /// `wr_complete`/`wr_abort`, as providers hold their QP lock.
     pub send: SpinLock<SendSide>,

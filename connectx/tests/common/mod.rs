@@ -36,7 +36,13 @@ impl Host {
 
     /// A host running the library on the fake device `dev`, counting into `store`.
     pub fn on_device(cfg: Config, store: PageStore, dev: *mut ibv_device) -> Self {
-        let eng = Engine::new(fake::real_verbs(), cfg, store);
+        // Engines of one test process meet each other's control connections in-process.
+        let eng = Engine::with_meet(
+            fake::real_verbs(),
+            cfg,
+            store,
+            Arc::new(nprdma::ctl::local::LocalMeet),
+        );
         // SAFETY: a fake device handle.
         let ctx = unsafe { ip::open_device(&eng, dev) };
         assert!(!ctx.is_null());
@@ -183,6 +189,17 @@ impl Host {
 
     /// Brings `qp` to RTS towards `dest_qpn` with the given remote access rights.
     pub fn connect(&self, qp: *mut ibv_qp, dest_qpn: u32, access: u32) {
+        self.connect_to(qp, dest_qpn, None, access);
+    }
+
+    /// This host's IPv4-mapped GID (port 1, index 1).
+    pub fn gid(&self) -> [u8; 16] {
+        fake::gid(self.ctx)
+    }
+
+    /// Brings `qp` to RTS towards `dest_qpn`, addressed with a GRH to `dgid` when given (as on
+    /// RoCE), without one otherwise (InfiniBand LID addressing).
+    pub fn connect_to(&self, qp: *mut ibv_qp, dest_qpn: u32, dgid: Option<[u8; 16]>, access: u32) {
         let mut a = ibv_qp_attr {
             qp_state: IBV_QPS_INIT,
             qp_access_flags: access,
@@ -198,14 +215,17 @@ impl Host {
             max_dest_rd_atomic: 0,
             ..Default::default()
         };
-        assert_eq!(
-            self.modify(
-                qp,
-                &mut a,
-                IBV_QP_STATE | IBV_QP_DEST_QPN | IBV_QP_MAX_DEST_RD_ATOMIC
-            ),
-            0
-        );
+        let mut mask = IBV_QP_STATE | IBV_QP_DEST_QPN | IBV_QP_MAX_DEST_RD_ATOMIC;
+        if let Some(dgid) = dgid {
+            a.ah_attr.is_global = 1;
+            a.ah_attr.port_num = 1;
+            a.ah_attr.grh.dgid = dgid;
+            // Index 1: the IPv4-mapped GID (index 0 is link-local, as on rxe).
+            a.ah_attr.grh.sgid_index = 1;
+            a.ah_attr.grh.hop_limit = 1;
+            mask |= IBV_QP_AV;
+        }
+        assert_eq!(self.modify(qp, &mut a, mask), 0);
         let mut a = ibv_qp_attr {
             qp_state: IBV_QPS_RTS,
             max_rd_atomic: 0,
@@ -239,6 +259,17 @@ impl Host {
     pub fn eng(&self) -> &Arc<Engine> {
         self.eng.as_ref().unwrap()
     }
+}
+
+/// Connects two QPs of two hosts as on RoCE (a GRH with each other's GID), so that their
+/// libraries meet over a control connection (remote read, write and atomic rights on both).
+pub fn connect_roce(a: &Host, qa: *mut ibv_qp, b: &Host, qb: *mut ibv_qp) {
+    let access = IBV_ACCESS_LOCAL_WRITE
+        | IBV_ACCESS_REMOTE_WRITE
+        | IBV_ACCESS_REMOTE_READ
+        | IBV_ACCESS_REMOTE_ATOMIC;
+    a.connect_to(qa, qp_num(qb), Some(b.gid()), access);
+    b.connect_to(qb, qp_num(qa), Some(a.gid()), access);
 }
 
 /// Connects two QPs of two hosts (remote read, write and atomic rights on both).
