@@ -44,6 +44,7 @@ pub mod fasthash;
 mod fork;
 pub mod hooks;
 pub mod interpose;
+mod lease_link;
 pub mod log;
 mod odp;
 mod odp_choice;

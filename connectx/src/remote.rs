@@ -96,7 +96,12 @@ impl QpCtl {
         side.hot_remote = None;
         if !side.remote.contains_key(&rkey) {
             self.flush(batch)?;
-            let info = self.discover(side, rkey)?;
+            // Asked on the connection's control connection where it has one (§13), else read
+            // from the directory at IOVA 0 of the key (§5).
+            let info = match self.control_link() {
+                Some(link) => self.lookup_over_link(link, rkey)?,
+                None => self.discover(side, rkey)?,
+            };
             side.remote.insert(rkey, info);
         }
         Ok(match side.remote.get(&rkey) {
@@ -150,6 +155,7 @@ impl QpCtl {
                     epoch: 1,
                     rkeys: crate::fasthash::FastMap::default(),
                     served_hint: 0,
+                    link: None,
                 })))
             }
             Err(_) => {
@@ -188,6 +194,9 @@ impl QpCtl {
             return Err(PostFail::Status(IBV_WC_REM_OP_ERR));
         }
         self.flush(batch)?;
+        if matches!(side.remote.get(&rkey), Some(RemoteRegion::Library(l)) if l.link.is_some()) {
+            return self.lease_over_link(side, rkey, index, write, lessee);
+        }
         let timeout = Duration::from_millis(self.engine.cfg.remote_timeout_ms);
         let deadline = Instant::now() + timeout;
         let mut backoff = Duration::from_micros(20);
@@ -407,11 +416,15 @@ impl Engine {
     /// One wake-up of the helper: if a ring has a request (or held windows are wanted back),
     /// does the work. Returns the requests answered.
     pub(crate) fn helper_batch(self: &Arc<Self>) -> usize {
-        if !self.holds_wanted.load(Ordering::Acquire) && !self.rings_pending() {
+        let links = self.peers.any_up();
+        if !self.holds_wanted.load(Ordering::Acquire) && !links && !self.rings_pending() {
             return 0;
         }
         let _gate = lock(&self.helper_gate);
-        let served = self.serve_rings();
+        let mut served = self.serve_rings();
+        if links {
+            served += self.serve_links();
+        }
         if self.holds_wanted.swap(false, Ordering::AcqRel) {
             for q in self.revoke_holds(None) {
                 q.poll_for_others();
@@ -462,7 +475,7 @@ impl Engine {
                     break;
                 };
                 r.stall_since = None;
-                let answer = self.grant(&mut st, id, &req);
+                let (answer, _) = self.grant(&mut st, id, &req);
                 let Some(r) = st.regions.get_mut(&id) else {
                     break;
                 };
@@ -488,24 +501,31 @@ impl Engine {
         }
     }
 
-    fn grant(&self, st: &mut State, id: RegionId, req: &LeaseRequest) -> LeaseAnswer {
+    /// Grants `req` (on the ring, or a LEASE message of a control connection with the lessee
+    /// its connection's local QP number); with the granted windows' rkeys.
+    pub(crate) fn grant(
+        &self,
+        st: &mut State,
+        id: RegionId,
+        req: &LeaseRequest,
+    ) -> (LeaseAnswer, Vec<u32>) {
         let Some(r) = st.regions.get(&id) else {
-            return LeaseAnswer::OutOfRegion;
+            return (LeaseAnswer::OutOfRegion, Vec::new());
         };
         // SAFETY: the directory MR is live while its region is registered.
         let dir_rkey = unsafe { (*(r.dir_mr as *mut ibv_mr)).rkey };
         if req.rkey != dir_rkey || !r.geom.contains(req.addr, req.len) {
-            return LeaseAnswer::OutOfRegion;
+            return (LeaseAnswer::OutOfRegion, Vec::new());
         }
         let first = r.geom.window_of(req.addr);
         let last = r.geom.window_of(req.addr + req.len - 1);
         let count = last - first + 1;
         if count > crate::directory::MAX_REQUEST_WINDOWS {
-            return LeaseAnswer::OutOfRegion;
+            return (LeaseAnswer::OutOfRegion, Vec::new());
         }
         // The lessee must be one of our QPs (the requester names our end of its connection).
         if req.lessee == 0 || !registry::is_live_qp_num(r.ctx, req.lessee) {
-            return LeaseAnswer::OutOfRegion;
+            return (LeaseAnswer::OutOfRegion, Vec::new());
         }
         // A lessee in a new epoch gave its old leases back: end them before counting room.
         let ended = match st.regions.get_mut(&id) {
@@ -522,7 +542,7 @@ impl Engine {
             );
         }
         let Some(r) = st.regions.get(&id) else {
-            return LeaseAnswer::OutOfRegion;
+            return (LeaseAnswer::OutOfRegion, Vec::new());
         };
         let specs: Vec<_> = (first..=last)
             .map(|i| {
@@ -543,7 +563,7 @@ impl Engine {
         // Leases may hold at most three quarters of the budget, so that local work always
         // finds room.
         if st.leased_bytes + new_lease_bytes > st.cache.budget() / 4 * 3 {
-            return LeaseAnswer::Busy;
+            return (LeaseAnswer::Busy, Vec::new());
         }
         let keys = {
             let State { regions, cache, .. } = &mut *st;
@@ -559,9 +579,9 @@ impl Engine {
                     if st.held_bytes > 0 {
                         self.holds_wanted.store(true, Ordering::Release);
                     }
-                    return LeaseAnswer::Busy;
+                    return (LeaseAnswer::Busy, Vec::new());
                 }
-                Err(CacheError::Provider(_)) => return LeaseAnswer::OutOfRegion,
+                Err(CacheError::Provider(_)) => return (LeaseAnswer::OutOfRegion, Vec::new()),
             }
         };
         let State {
@@ -571,7 +591,7 @@ impl Engine {
             ..
         } = &mut *st;
         let Some(r) = regions.get_mut(&id) else {
-            return LeaseAnswer::OutOfRegion;
+            return (LeaseAnswer::OutOfRegion, Vec::new());
         };
         let change = r.leases.grant(req.lessee, req.epoch, first, count);
         for w in &change.added {
@@ -601,6 +621,6 @@ impl Engine {
         self.counters()
             .leases_granted
             .fetch_add(change.added.len() as u64, Ordering::Relaxed);
-        LeaseAnswer::Granted
+        (LeaseAnswer::Granted, keys.iter().map(|k| k.rkey).collect())
     }
 }

@@ -23,9 +23,13 @@ use super::rendezvous::CtlError;
 /// outstanding per application QP sending on the connection, usually one).
 pub const MAX_QUEUED: usize = 64;
 
-/// What a conversation has seen of its peer's misbehaviour, for the log and doctor.
+/// What a conversation did, and what it has seen of its peer's misbehaviour.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Counts {
+    /// Requests this side sent.
+    pub asked: u64,
+    /// Answers this side sent.
+    pub answered: u64,
     /// Messages that did not decode.
     pub malformed: u64,
     /// The last decode error.
@@ -141,6 +145,7 @@ impl Conversation {
                 return Err(e);
             }
             g.outstanding.push(req);
+            g.counts.asked += 1;
             req
         };
         let mut spins = 0;
@@ -189,6 +194,9 @@ impl Conversation {
             return Err(e.clone());
         }
         let r = g.link.send(&answer.encode(), deadline);
+        if r.is_ok() {
+            g.counts.answered += 1;
+        }
         if let Err(e) = &r
             && !matches!(e, CtlError::Timeout(_))
         {
@@ -305,7 +313,9 @@ mod tests {
             t.join().unwrap();
         }
         for c in &sides {
-            assert_eq!(c.counts(), Counts::default());
+            let n = c.counts();
+            assert_eq!((n.asked, n.answered), (400, 400));
+            assert_eq!((n.malformed, n.unasked, n.overflow), (0, 0, 0));
         }
     }
 

@@ -56,9 +56,16 @@ impl core::fmt::Debug for Outcome {
     }
 }
 
+/// A pair's entry: its outcome and the caller's tag for the local end (the library keeps
+/// its application QP's address there).
+struct Entry {
+    tag: usize,
+    outcome: Outcome,
+}
+
 #[derive(Default)]
 struct Table {
-    by_pair: HashMap<Pair, Outcome>,
+    by_pair: HashMap<Pair, Entry>,
 }
 
 /// The pairs of this process and their control connections.
@@ -93,17 +100,24 @@ impl Peers {
         &self,
         local: Endpoint,
         remote: Endpoint,
+        tag: usize,
     ) -> Result<(Pair, Option<Starting>), NoPeer> {
         let (pair, _) = Pair::new(local, remote)?;
         {
             let mut t = self.lock();
-            if matches!(
-                t.by_pair.get(&pair),
-                Some(Outcome::Pending | Outcome::Up(_))
-            ) {
+            if let Some(e) = t.by_pair.get_mut(&pair)
+                && matches!(e.outcome, Outcome::Pending | Outcome::Up(_))
+            {
+                e.tag = tag;
                 return Ok((pair, None));
             }
-            t.by_pair.insert(pair, Outcome::Pending);
+            t.by_pair.insert(
+                pair,
+                Entry {
+                    tag,
+                    outcome: Outcome::Pending,
+                },
+            );
         }
         match Starting::new(&*self.meet, local, remote) {
             Ok(s) => Ok((pair, Some(s))),
@@ -140,22 +154,24 @@ impl Peers {
 
     fn settle(&self, pair: Pair, outcome: Outcome) {
         let mut t = self.lock();
-        if let Some(o @ Outcome::Pending) = t.by_pair.get_mut(&pair) {
-            *o = outcome;
+        if let Some(e) = t.by_pair.get_mut(&pair)
+            && matches!(e.outcome, Outcome::Pending)
+        {
+            e.outcome = outcome;
         }
         self.changed.notify_all();
     }
 
     /// The pair's outcome now.
     pub fn outcome(&self, pair: &Pair) -> Option<Outcome> {
-        self.lock().by_pair.get(pair).cloned()
+        self.lock().by_pair.get(pair).map(|e| e.outcome.clone())
     }
 
     /// The pair's outcome, waiting while it is pending (until `deadline`: then `Pending`).
     pub fn wait(&self, pair: &Pair, deadline: Instant) -> Option<Outcome> {
         let mut t = self.lock();
         loop {
-            match t.by_pair.get(pair) {
+            match t.by_pair.get(pair).map(|e| &e.outcome) {
                 Some(Outcome::Pending) => {}
                 other => return other.cloned(),
             }
@@ -187,16 +203,24 @@ impl Peers {
         core::mem::forget(old);
     }
 
-    /// Every pair whose control connection is up.
-    pub fn up(&self) -> Vec<(Pair, Arc<Conversation>)> {
+    /// Every pair whose control connection is up, with its tag.
+    pub fn up(&self) -> Vec<(Pair, usize, Arc<Conversation>)> {
         self.lock()
             .by_pair
             .iter()
-            .filter_map(|(p, o)| match o {
-                Outcome::Up(c) => Some((*p, c.clone())),
+            .filter_map(|(p, e)| match &e.outcome {
+                Outcome::Up(c) => Some((*p, e.tag, c.clone())),
                 _ => None,
             })
             .collect()
+    }
+
+    /// Whether any pair's control connection is up.
+    pub fn any_up(&self) -> bool {
+        self.lock()
+            .by_pair
+            .values()
+            .any(|e| matches!(e.outcome, Outcome::Up(_)))
     }
 }
 
@@ -220,12 +244,12 @@ mod tests {
         let (a, b) = (ep(1, 0x51), ep(2, 0x52));
         let pa = Arc::new(Peers::new(Arc::new(LocalMeet)));
         let pb = Arc::new(Peers::new(Arc::new(LocalMeet)));
-        let (pair, sa) = pa.start(a, b).unwrap();
-        let (pair_b, sb) = pb.start(b, a).unwrap();
+        let (pair, sa) = pa.start(a, b, 1).unwrap();
+        let (pair_b, sb) = pb.start(b, a, 2).unwrap();
         assert_eq!(pair, pair_b);
         assert!(matches!(pa.outcome(&pair), Some(Outcome::Pending)));
         // A second RTR of the same connection starts nothing more.
-        assert!(pa.start(a, b).unwrap().1.is_none());
+        assert!(pa.start(a, b, 1).unwrap().1.is_none());
         let deadline = Instant::now() + Duration::from_secs(5);
         let ta = {
             let pa = pa.clone();
@@ -271,7 +295,7 @@ mod tests {
     fn a_peer_without_the_library_is_no_peer_at_the_deadline() {
         let (a, b) = (ep(3, 0x53), ep(4, 0x54));
         let p = Peers::new(Arc::new(LocalMeet));
-        let (pair, s) = p.start(b, a).unwrap();
+        let (pair, s) = p.start(b, a, 3).unwrap();
         let mut told = None;
         let o = p.finish(
             pair,
@@ -289,7 +313,7 @@ mod tests {
         let mut v1 = ep(5, 0x55);
         v1.gid = [0xfe, 0x80, 0, 0, 0, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8];
         assert!(matches!(
-            p.start(v1, a),
+            p.start(v1, a, 4),
             Err(NoPeer::Pair(PairError::NoIpAddress(_)))
         ));
     }

@@ -14,11 +14,12 @@ use crate::engine::call::{RealCall, lock, spawn_quiet};
 use crate::engine::records::QpCtl;
 use crate::sys::*;
 
-/// How long the waiting half may take: as long as the library waits for its own work
-/// requests (6 × `NPRDMA_REMOTE_TIMEOUT_MS`), which also covers a peer that reaches RTR a
-/// while after this side.
+/// How long the waiting half may take: twice `NPRDMA_REMOTE_TIMEOUT_MS` (a peer may reach
+/// RTR a while after this side; a requester waits for the meeting up to one remote timeout,
+/// so a peer without the library costs a first touch that much once, then its keys pass
+/// through).
 fn meeting_time(remote_timeout_ms: u64) -> Duration {
-    Duration::from_millis(remote_timeout_ms.saturating_mul(6))
+    Duration::from_millis(remote_timeout_ms.saturating_mul(2))
 }
 
 /// One fixed text per reason: the status page keeps a few reasons, one per connection or
@@ -91,7 +92,7 @@ impl Engine {
             gid: a.ah_attr.grh.dgid,
             qpn: dest_qpn,
         };
-        let (pair, starting) = match self.peers.start(local, remote) {
+        let (pair, starting) = match self.peers.start(local, remote, ctl.qp) {
             Ok(s) => s,
             Err(r) => {
                 self.note_no_peer(&r);
@@ -99,6 +100,8 @@ impl Engine {
             }
         };
         *lock(&ctl.peer) = Some(pair);
+        // The helper thread answers the peer's requests on the connection.
+        ctl.engine.ensure_helper();
         let Some(starting) = starting else {
             return;
         };

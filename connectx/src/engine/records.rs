@@ -285,6 +285,9 @@ pub(crate) struct LibRegion {
     pub epoch: u32,
     pub rkeys: crate::fasthash::FastMap<u64, u32>,
     pub served_hint: u64,
+    /// The control connection the region was learnt on: leases are asked for there
+    /// (docs/connectx.md §13); `None`: through the directory's ring (§5).
+    pub link: Option<Arc<crate::ctl::conversation::Conversation>>,
 }
 
 impl LibRegion {

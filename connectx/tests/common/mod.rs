@@ -272,8 +272,14 @@ pub fn connect_roce(a: &Host, qa: *mut ibv_qp, b: &Host, qb: *mut ibv_qp) {
     b.connect_to(qb, qp_num(qa), Some(a.gid()), access);
 }
 
-/// Connects two QPs of two hosts (remote read, write and atomic rights on both).
+/// Connects two QPs of two hosts (remote read, write and atomic rights on both): as on RoCE
+/// (`connect_roce`) when both run the library, so that the lease protocol runs on their
+/// control connection; without a GRH when one side is a plain peer (whose connections never
+/// meet: `tests/control_connection.rs` covers that meeting's end).
 pub fn connect(a: &Host, qa: *mut ibv_qp, b: &Host, qb: *mut ibv_qp) {
+    if a.eng.is_some() && b.eng.is_some() {
+        return connect_roce(a, qa, b, qb);
+    }
     let access = IBV_ACCESS_LOCAL_WRITE
         | IBV_ACCESS_REMOTE_WRITE
         | IBV_ACCESS_REMOTE_READ
