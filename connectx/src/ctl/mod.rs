@@ -10,8 +10,9 @@
 //! - [`conversation`]: requests and answers both ways over one link, one reader at a time.
 //! - [`peers`]: per application connection (pair), its control connection's state.
 //!
-//! Not yet used by the remote-access protocol, which still runs on the application's QP
-//! (docs/connectx.md §5); `nprdma-verbs-stress ctl` exercises it on Soft-RoCE.
+//! The lease protocol runs on it wherever an application connection has one
+//! (crate::lease_link); connections without one still use the directory's ring
+//! (docs/connectx.md §5). `nprdma-ctl-check` exercises the rendezvous on Soft-RoCE.
 
 pub mod cm;
 pub mod conversation;
