@@ -19,7 +19,12 @@ fn a_roce_connection_meets_the_peers_library_and_ends_with_it() {
     let b = Host::with_library(64 << 20, 1 << 20);
     assert_ne!(a.gid(), b.gid());
     let (qa, qb) = (a.create_qp(false), b.create_qp(false));
+    let pinned = |h: &Host| h.eng().status().page().report().pinned_bytes;
+    let before = pinned(&a);
     connect_roce(&a, qa, &b, qb);
+    // The control connection's page of message buffers is pinned on a real device: counted
+    // in the budget while the connection lives.
+    assert_eq!(pinned(&a), before + 4096);
     let wait = Duration::from_secs(5);
     let Some(Outcome::Up(ca)) = a.eng().control_connection(qa, wait) else {
         panic!("{:?}", a.eng().control_connection(qa, wait))
@@ -40,6 +45,7 @@ fn a_roce_connection_meets_the_peers_library_and_ends_with_it() {
     // The application's connection ends on one side: so does the control connection.
     assert_eq!(a.destroy_qp(qa), 0);
     assert!(a.eng().control_connection(qa, wait).is_none());
+    assert_eq!(pinned(&a), before);
     assert_eq!(cb.next_request(), Err(CtlError::Closed));
     assert_eq!(b.destroy_qp(qb), 0);
 }
@@ -80,9 +86,11 @@ fn a_peer_without_the_library_is_no_peer_after_the_deadline_and_rtr_never_waits_
         a.eng().control_connection(qa, Duration::ZERO),
         Some(Outcome::Pending)
     ));
-    // ... and ends with "no peer" at its deadline (twice the remote timeout).
+    // ... and ends with "no peer" at its deadline (twice the remote timeout), when the page
+    // its link would have pinned is no longer counted.
     let o = a.eng().control_connection(qa, Duration::from_secs(5));
     assert!(matches!(o, Some(Outcome::NoPeer(NoPeer::Meet(_)))), "{o:?}");
+    assert_eq!(a.eng().status().page().report().pinned_bytes, 0);
     let reasons = a.eng().status().page().reasons();
     assert!(
         reasons.iter().any(|r| r.contains("no control connection")),

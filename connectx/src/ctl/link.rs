@@ -48,6 +48,9 @@ pub trait Meet: Send + Sync {
     fn listen(&self, pair: Pair) -> Result<Box<dyn Accept>, CtlError>;
     /// Connects to the pair's listener, trying until `deadline`.
     fn connect(&self, pair: Pair, deadline: Instant) -> Result<Box<dyn Link>, CtlError>;
+    /// Bytes one link pins (its registered message buffers), which the library counts in its
+    /// budget while the link exists or is being made.
+    fn pinned_per_link(&self) -> u64;
 }
 
 /// The control connection over rdma_cm ([`super::rendezvous`]).
@@ -61,6 +64,10 @@ impl Meet for CmMeet {
 
     fn connect(&self, pair: Pair, deadline: Instant) -> Result<Box<dyn Link>, CtlError> {
         Ok(Box::new(connect(pair, &self.0, deadline)?))
+    }
+
+    fn pinned_per_link(&self) -> u64 {
+        super::rendezvous::PINNED_PER_CHANNEL
     }
 }
 

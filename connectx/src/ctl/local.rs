@@ -154,6 +154,12 @@ impl Meet for LocalMeet {
             g = wait_until(g, deadline).ok_or(CtlError::NoListener { ports: 1, rounds })?;
         }
     }
+
+    /// As much as the rdma_cm channel pins (its page of message buffers), so that the tests
+    /// count what the library counts on a real device.
+    fn pinned_per_link(&self) -> u64 {
+        super::rendezvous::PINNED_PER_CHANNEL
+    }
 }
 
 impl Accept for LocalAccept {

@@ -123,16 +123,21 @@ impl Peers {
             Ok(s) => Ok((pair, Some(s))),
             Err(e) => {
                 let why = NoPeer::Meet(e);
-                self.settle(pair, Outcome::NoPeer(why.clone()));
+                self.settle(pair, Outcome::NoPeer(why.clone()), |_| {});
                 Err(why)
             }
         }
     }
 
+    /// Bytes one link pins ([`Meet::pinned_per_link`]).
+    pub fn pinned_per_link(&self) -> u64 {
+        self.meet.pinned_per_link()
+    }
+
     /// The waiting half: meets the peer until `deadline` and records the outcome (unless the
-    /// pair was forgotten meanwhile: then the new link is closed at once). `no_peer` is told
-    /// why there is no peer before anyone can see the outcome. Blocks: run it on a thread of
-    /// its own.
+    /// pair was forgotten meanwhile: then the new link is closed at once). When the outcome is
+    /// "no peer" and was recorded, `no_peer` is told why, before anyone can see it. Blocks:
+    /// run it on a thread of its own.
     pub fn finish(
         &self,
         pair: Pair,
@@ -142,21 +147,20 @@ impl Peers {
     ) -> Outcome {
         let outcome = match starting.finish(&*self.meet, deadline) {
             Ok(link) => Outcome::Up(Arc::new(Conversation::new(link))),
-            Err(e) => {
-                let why = NoPeer::Meet(e);
-                no_peer(&why);
-                Outcome::NoPeer(why)
-            }
+            Err(e) => Outcome::NoPeer(NoPeer::Meet(e)),
         };
-        self.settle(pair, outcome.clone());
+        self.settle(pair, outcome.clone(), no_peer);
         outcome
     }
 
-    fn settle(&self, pair: Pair, outcome: Outcome) {
+    fn settle(&self, pair: Pair, outcome: Outcome, no_peer: impl FnOnce(&NoPeer)) {
         let mut t = self.lock();
         if let Some(e) = t.by_pair.get_mut(&pair)
             && matches!(e.outcome, Outcome::Pending)
         {
+            if let Outcome::NoPeer(why) = &outcome {
+                no_peer(why);
+            }
             e.outcome = outcome;
         }
         self.changed.notify_all();
@@ -187,12 +191,18 @@ impl Peers {
     }
 
     /// Ends the pair's control connection (its application connection ended); a meeting
-    /// still in progress is closed when it finishes.
-    pub fn forget(&self, pair: &Pair) {
+    /// still in progress is closed when it finishes. Returns whether the pair was up or being
+    /// met (what its link pins is then free).
+    pub fn forget(&self, pair: &Pair) -> bool {
         let gone = self.lock().by_pair.remove(pair);
+        let live = matches!(
+            gone.as_ref().map(|e| &e.outcome),
+            Some(Outcome::Pending | Outcome::Up(_))
+        );
         // The conversation (and its link) is dropped here, outside the lock, if no requester
         // still holds it.
         drop(gone);
+        live
     }
 
     /// In a child made by `fork()`: the table's connections are the parent's (the rdma_cm

@@ -26,6 +26,16 @@ pub const MSG_LEN: usize = super::msg::MSG_LEN;
 /// the protocol on top answers each request before the next).
 const RECV_SLOTS: usize = 16;
 
+/// Bytes a channel pins: its message buffers are one page ([`Page`]).
+pub const PINNED_PER_CHANNEL: u64 = 4096;
+
+/// The message buffers (`RECV_SLOTS` receives, then one send), one aligned page, so that the
+/// registration pins exactly [`PINNED_PER_CHANNEL`] bytes.
+#[repr(C, align(4096))]
+struct Page([[u8; MSG_LEN]; 4096 / MSG_LEN]);
+
+const _: () = assert!(RECV_SLOTS < 4096 / MSG_LEN && core::mem::size_of::<Page>() == 4096);
+
 /// Where the control connections listen and how long one step may take.
 #[derive(Clone, Copy, Debug)]
 pub struct Settings {
@@ -216,7 +226,7 @@ struct Resources {
     cq: *mut ibv_cq,
     mr: *mut ibv_mr,
     /// RECV_SLOTS receive buffers, then one send buffer.
-    buf: Box<[[u8; MSG_LEN]]>,
+    buf: Box<Page>,
 }
 
 impl Resources {
@@ -227,7 +237,7 @@ impl Resources {
             pd: core::ptr::null_mut(),
             cq: core::ptr::null_mut(),
             mr: core::ptr::null_mut(),
-            buf: vec![[0u8; MSG_LEN]; RECV_SLOTS + 1].into_boxed_slice(),
+            buf: Box::new(Page([[0u8; MSG_LEN]; 4096 / MSG_LEN])),
         };
         // SAFETY: the caller's promise.
         r.pd = unsafe { cm.alloc_pd(ctx) };
@@ -247,9 +257,9 @@ impl Resources {
                 errno: libc::ENOMEM,
             });
         }
-        let len = r.buf.len() * MSG_LEN;
-        // SAFETY: the boxed buffers stay allocated (and do not move) until `release`.
-        r.mr = unsafe { cm.reg_local_mr(r.pd, r.buf.as_mut_ptr().cast(), len) };
+        let len = core::mem::size_of::<Page>();
+        // SAFETY: the boxed page stays allocated (and does not move) until `release`.
+        r.mr = unsafe { cm.reg_local_mr(r.pd, r.buf.0.as_mut_ptr().cast(), len) };
         if r.mr.is_null() {
             // SAFETY: the CQ and PD just made, unused.
             unsafe { r.release(cm) };
@@ -659,7 +669,7 @@ impl Channel {
             return Err(CtlError::Closed);
         };
         let mut sge = ibv_sge {
-            addr: res.buf[slot].as_mut_ptr() as u64,
+            addr: res.buf.0[slot].as_mut_ptr() as u64,
             length: MSG_LEN as u32,
             // SAFETY: the MR is live while `res` is.
             lkey: unsafe { (*res.mr).lkey },
@@ -731,9 +741,9 @@ impl Channel {
             return Err(CtlError::Closed);
         };
         let slot = RECV_SLOTS;
-        res.buf[slot] = *msg;
+        res.buf.0[slot] = *msg;
         let mut sge = ibv_sge {
-            addr: res.buf[slot].as_mut_ptr() as u64,
+            addr: res.buf.0[slot].as_mut_ptr() as u64,
             length: MSG_LEN as u32,
             // SAFETY: the MR is live while `res` is.
             lkey: unsafe { (*res.mr).lkey },
@@ -803,7 +813,7 @@ impl Channel {
         let Some(res) = self.res.as_ref() else {
             return Err(CtlError::Closed);
         };
-        let Some(msg) = res.buf.get(slot).copied() else {
+        let Some(msg) = res.buf.0.get(slot).copied() else {
             return Err(CtlError::Completion(IBV_WC_SUCCESS));
         };
         self.post_recv(slot)?;

@@ -9,9 +9,10 @@ use std::time::{Duration, Instant};
 
 use crate::ctl::pair::Endpoint;
 use crate::ctl::peers::{NoPeer, Outcome};
-use crate::engine::Engine;
 use crate::engine::call::{RealCall, lock, spawn_quiet};
 use crate::engine::records::QpCtl;
+use crate::engine::region::Provider;
+use crate::engine::{Engine, State};
 use crate::sys::*;
 
 /// How long the waiting half may take: twice `NPRDMA_REMOTE_TIMEOUT_MS` (a peer may reach
@@ -105,19 +106,33 @@ impl Engine {
         let Some(starting) = starting else {
             return;
         };
+        // The link's message buffers are pinned: counted in the budget from now until the
+        // pair is forgotten or found to have no peer.
+        let cost = self.peers.pinned_per_link();
+        if !self.charge_link(cost) {
+            self.peers.forget(&pair);
+            *lock(&ctl.peer) = None;
+            self.note(
+                "no room in the budget for a control connection's page: its peer's keys are used as they are",
+            );
+            return;
+        }
         let peers = self.peers.clone();
         let engine = Arc::downgrade(&ctl.engine);
         let deadline = Instant::now() + meeting_time(self.cfg.remote_timeout_ms);
         let spawned = spawn_quiet("nprdma-meet", move || {
             peers.finish(pair, starting, deadline, |r| {
                 if let Some(e) = engine.upgrade() {
+                    e.uncharge_link(cost);
                     e.note_no_peer(r);
                 }
             });
         });
         if spawned.is_err() {
             // The listener (if any) was dropped with the closure: nobody meets this pair.
-            self.peers.forget(&pair);
+            if self.peers.forget(&pair) {
+                self.uncharge_link(cost);
+            }
             *lock(&ctl.peer) = None;
             self.note(
                 "could not start a thread to meet a peer's library: its keys are used as they are",
@@ -125,10 +140,41 @@ impl Engine {
         }
     }
 
+    /// Counts a link's pinned bytes in the budget (making room as for any pin).
+    fn charge_link(&self, bytes: u64) -> bool {
+        if bytes == 0 {
+            return true;
+        }
+        let mut st = lock(&self.state);
+        let ok = {
+            let State { regions, cache, .. } = &mut *st;
+            let mut prov = Provider {
+                real: &self.real,
+                regions,
+            };
+            cache.charge_fixed(bytes, &mut prov).is_ok()
+        };
+        if ok {
+            self.publish(&st);
+        }
+        ok
+    }
+
+    fn uncharge_link(&self, bytes: u64) {
+        if bytes == 0 {
+            return;
+        }
+        let mut st = lock(&self.state);
+        st.cache.uncharge_fixed(bytes);
+        self.publish(&st);
+    }
+
     /// Ends the QP's control connection (its connection went to error, reset or away).
     pub(crate) fn forget_peer(&self, ctl: &QpCtl) {
-        if let Some(p) = lock(&ctl.peer).take() {
-            self.peers.forget(&p);
+        if let Some(p) = lock(&ctl.peer).take()
+            && self.peers.forget(&p)
+        {
+            self.uncharge_link(self.peers.pinned_per_link());
         }
     }
 
