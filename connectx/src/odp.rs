@@ -198,7 +198,7 @@ impl Engine {
         }
         if remote != 0 {
             self.note(
-                "NPRDMA_MODE=odp: regions with remote rights are ODP MRs: peers without libnprdma reach them, peers running libnprdma cannot yet",
+                "NPRDMA_MODE=odp: regions with remote rights are ODP MRs: peers without libnprdma reach them, and peers running libnprdma over a control connection; a peer running it without one (no GRH, no IP in the GID) cannot",
             );
         }
         let need = needed_rc_caps(access, rec.caps.atomics);

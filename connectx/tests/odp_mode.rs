@@ -319,3 +319,38 @@ fn an_application_odp_region_stays_pass_through_and_a_rereg_keeps_the_mode() {
     assert_eq!(rc, 0);
     assert_eq!(fake::pinned(a.ctx), 0);
 }
+
+#[test]
+fn a_peer_running_the_library_reaches_an_odp_forced_region_over_the_control_connection() {
+    // With a control connection (docs/connectx.md §13) the peer's library asks what a key is
+    // instead of reading at its IOVA 0: an ODP MR is a plain key, used as it is.
+    let a = Host::with_library(16 << 20, 1 << 20);
+    let b = host(fake_odp::device_with_odp(), RegMode::Odp);
+    let (qa, qb) = (a.create_qp(false), b.create_qp(false));
+    connect_roce(&a, qa, &b, qb);
+    let mut remote = Buf::new(MIB);
+    let rmr = b.reg(
+        &mut remote,
+        IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ,
+    );
+    assert_eq!(mode_of(&b, rmr), MrMode::Odp);
+    let mut src = Buf::new(64 << 10);
+    fill(&mut src, 9);
+    let smr = a.reg(&mut src, IBV_ACCESS_LOCAL_WRITE);
+    let mut s = [sge(&src, 0, src.len(), keys(smr).0)];
+    let raddr = remote.as_ptr() as u64 + 4096;
+    let mut wr = rdma(IBV_WR_RDMA_WRITE, 5, &mut s, raddr, keys(rmr).1, true);
+    assert_eq!(post_send(qa, &mut wr).0, 0);
+    let w = poll(a.cq, 1);
+    assert_eq!((w.len(), w[0].status), (1, IBV_WC_SUCCESS));
+    assert_eq!(&remote[4096..4096 + src.len()], &src[..]);
+    // One LOOKUP (answered "plain"), no lease.
+    let Some(nprdma::ctl::peers::Outcome::Up(c)) = a
+        .eng()
+        .control_connection(qa, std::time::Duration::from_secs(1))
+    else {
+        panic!()
+    };
+    assert_eq!(c.counts().asked, 1);
+    assert_eq!(b.eng().leased_windows(qb), 0);
+}
