@@ -26,7 +26,7 @@ pub const MSG_LEN: usize = super::msg::MSG_LEN;
 /// the protocol on top answers each request before the next).
 const RECV_SLOTS: usize = 16;
 
-/// Bytes a channel pins: its message buffers are one page ([`Page`]).
+/// Bytes a channel pins: its message buffers are one aligned page.
 pub const PINNED_PER_CHANNEL: u64 = 4096;
 
 /// The message buffers (`RECV_SLOTS` receives, then one send), one aligned page, so that the
