@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use crate::ctl::conversation::Conversation;
 use crate::ctl::msg::{GRANT_KEYS, Msg, RegionInfo, Rights};
-use crate::ctl::peers::Outcome;
+use crate::ctl::peers::{NoPeer, Outcome};
 use crate::directory::{DirHeader, LeaseAnswer, LeaseBook, LeaseRequest};
 use crate::engine::call::lock;
 use crate::engine::records::{LibRegion, PostFail, QpCtl, RemoteRegion, SendSide};
@@ -24,15 +24,33 @@ use crate::sys::*;
 use crate::translate::Geometry;
 use crate::window::RegionId;
 
+/// What a requester can use to learn about a peer's keys.
+pub(crate) enum PeerPath {
+    /// The connection's control connection is up.
+    Link(Arc<Conversation>),
+    /// The connection was met and has no peer library (a peer without the library): its
+    /// keys are plain MRs, used as they are.
+    NoPeer,
+    /// No control connection to speak of (no GRH, not met yet within the wait, or gone):
+    /// the directory at IOVA 0 of the key (docs/connectx.md §5).
+    Directory,
+}
+
 impl QpCtl {
-    /// This QP's control connection, once it is up (waiting for it while it is being made, up
-    /// to `NPRDMA_REMOTE_TIMEOUT_MS`); `None` where the connection has none.
-    pub(crate) fn control_link(&self) -> Option<Arc<Conversation>> {
-        let pair = (*lock(&self.peer))?;
-        let wait = Duration::from_millis(self.engine.cfg.remote_timeout_ms);
+    /// How this QP learns about its peer's keys, waiting for its control connection while it
+    /// is being made: until the meeting's own deadline has passed (twice
+    /// `NPRDMA_REMOTE_TIMEOUT_MS` after RTR, `engine::meeting`) and a second more, so that a
+    /// peer without the library is known as such rather than still pending.
+    pub(crate) fn peer_path(&self) -> PeerPath {
+        let Some(pair) = *lock(&self.peer) else {
+            return PeerPath::Directory;
+        };
+        let wait = Duration::from_millis(self.engine.cfg.remote_timeout_ms.saturating_mul(2))
+            + Duration::from_secs(1);
         match self.engine.peers.wait(&pair, Instant::now() + wait) {
-            Some(Outcome::Up(c)) if !c.is_gone() => Some(c),
-            _ => None,
+            Some(Outcome::Up(c)) if !c.is_gone() => PeerPath::Link(c),
+            Some(Outcome::NoPeer(NoPeer::Meet(_))) => PeerPath::NoPeer,
+            _ => PeerPath::Directory,
         }
     }
 

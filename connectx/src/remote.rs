@@ -14,6 +14,7 @@ use crate::engine::call::lock;
 use crate::engine::records::{Batch, LibRegion, PostFail, QpCtl, RemoteRegion, SendSide};
 use crate::engine::region::{Provider, Region};
 use crate::engine::{Engine, State};
+use crate::lease_link::PeerPath;
 use crate::registry;
 use crate::sys::*;
 use crate::translate::{Geometry, RemoteClass};
@@ -98,9 +99,15 @@ impl QpCtl {
             self.flush(batch)?;
             // Asked on the connection's control connection where it has one (§13), else read
             // from the directory at IOVA 0 of the key (§5).
-            let info = match self.control_link() {
-                Some(link) => self.lookup_over_link(link, rkey)?,
-                None => self.discover(side, rkey)?,
+            let info = match self.peer_path() {
+                PeerPath::Link(link) => self.lookup_over_link(link, rkey)?,
+                PeerPath::NoPeer => {
+                    self.engine.note(
+                        "a peer without libnprdma (no control connection was made): its keys and addresses are used as they are",
+                    );
+                    RemoteRegion::Direct
+                }
+                PeerPath::Directory => self.discover(side, rkey)?,
             };
             side.remote.insert(rkey, info);
         }

@@ -77,7 +77,7 @@ fn a_peer_without_the_library_is_no_peer_after_the_deadline_and_rtr_never_waits_
     let a = Host::with_config(cfg);
     let b = Host::plain();
     let (qa, qb) = (a.create_qp(false), b.create_qp(false));
-    let access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ;
+    let access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE;
     // Whichever side listens, nobody of the peer's ever meets this side: RTR returns at
     // once (the meeting goes on in the background) ...
     a.connect_to(qa, qp_num(qb), Some(b.gid()), access);
@@ -86,10 +86,35 @@ fn a_peer_without_the_library_is_no_peer_after_the_deadline_and_rtr_never_waits_
         a.eng().control_connection(qa, Duration::ZERO),
         Some(Outcome::Pending)
     ));
-    // ... and ends with "no peer" at its deadline (twice the remote timeout), when the page
-    // its link would have pinned is no longer counted.
+    // The link's page is counted while it is being made.
+    assert_eq!(a.eng().status().page().report().pinned_bytes, 4096);
+    // A WRITE posted now waits for the meeting's end; the peer's keys are then plain MRs,
+    // used as they are, and it lands as with plain verbs (the directory read at IOVA 0 would
+    // have failed and put the QP in error).
+    let mut remote = Buf::new(64 << 10);
+    let rmr = b.reg(
+        &mut remote,
+        IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE,
+    );
+    let mut src = Buf::new(16 << 10);
+    fill(&mut src, 5);
+    let smr = a.reg(&mut src, IBV_ACCESS_LOCAL_WRITE);
+    rdma_op(
+        &a,
+        qa,
+        IBV_WR_RDMA_WRITE,
+        &src,
+        smr,
+        remote.as_ptr() as u64 + 4096,
+        keys(rmr).1,
+    );
+    assert_eq!(&remote[4096..4096 + (16 << 10)], &src[..]);
+    // ... the meeting ended with "no peer" at its deadline (twice the remote timeout), when
+    // the page its link would have pinned stopped being counted.
     let o = a.eng().control_connection(qa, Duration::from_secs(5));
     assert!(matches!(o, Some(Outcome::NoPeer(NoPeer::Meet(_)))), "{o:?}");
+    assert_eq!(a.dereg(smr), 0);
+    assert_eq!(a.destroy_qp(qa), 0);
     assert_eq!(a.eng().status().page().report().pinned_bytes, 0);
     let reasons = a.eng().status().page().reasons();
     assert!(

@@ -16,9 +16,9 @@ use crate::engine::{Engine, State};
 use crate::sys::*;
 
 /// How long the waiting half may take: twice `NPRDMA_REMOTE_TIMEOUT_MS` (a peer may reach
-/// RTR a while after this side; a requester waits for the meeting up to one remote timeout,
-/// so a peer without the library costs a first touch that much once, then its keys pass
-/// through).
+/// RTR a while after this side). A requester waits for the meeting's outcome (a second longer
+/// than this, `QpCtl::peer_path`), so a peer without the library costs a WR posted right
+/// after RTR that much once, then its keys pass through.
 fn meeting_time(remote_timeout_ms: u64) -> Duration {
     Duration::from_millis(remote_timeout_ms.saturating_mul(2))
 }
