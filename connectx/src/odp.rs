@@ -188,7 +188,7 @@ impl Engine {
             access & (IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC);
         if remote != 0 && self.cfg.reg_mode == RegMode::Auto {
             self.note(
-                "NPRDMA_MODE=auto: regions with remote rights keep windows (peers running libnprdma cannot look up ODP keys yet); NPRDMA_MODE=odp gives them ODP",
+                "NPRDMA_MODE=auto: regions with remote rights keep windows (a peer running libnprdma reaches an ODP key only over a control connection); NPRDMA_MODE=odp gives them ODP",
             );
             return None;
         }

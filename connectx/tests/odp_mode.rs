@@ -77,8 +77,9 @@ fn send_recv(
 
 #[test]
 fn auto_keeps_windows_for_regions_peers_may_reach_and_odp_forced_gives_them_odp() {
-    // A peer running the library looks up a key at its IOVA 0 (docs/connectx.md §5), which an
-    // ODP MR lacks: auto keeps windows for every region with a remote right.
+    // A peer running the library over a connection without a control connection looks up a
+    // key at its IOVA 0 (docs/connectx.md §5), which an ODP MR lacks: auto keeps windows for
+    // every region with a remote right.
     let a = host(fake_odp::device_with_odp(), RegMode::Auto);
     for right in [
         IBV_ACCESS_REMOTE_READ,
