@@ -9,7 +9,10 @@
 // runs from the stream through the CRC tree into the receiver's control. Back-pressure: TREADY
 // (a register) is low in the check clock, while a frame is held, while the engine is disabled
 // and, on the data VC, while no receive slot is free at a frame's start (only that last case
-// raises `held`).
+// raises `held`). A flush (CTRL.SOFT_RESET) discards the frame being received without a
+// trace: `fl` marks it, it is taken to its last packet and dropped there, with no CRC_DROP and
+// no RQ entry, also when its footer is taken in the flush clock itself or it is in its check
+// clock then.
 module npe_pkt_rx #(
     parameter DATA = 1,
     parameter SLOTS_LOG2 = 3
@@ -64,6 +67,9 @@ module npe_pkt_rx #(
     reg         c_pre;     // every check of the packet but its CRC passed
     reg [31:0]  c_crc;     // the footer's CRC field
     reg         c_last;
+    // The frame being received was flushed: it ends silently (no crc_drop, never pending) at
+    // the check clock of its last packet.
+    reg         fl;
     integer     wk;        // word of p_msg (loop index)
 
     function [SLOTS_LOG2:0] lowest_free;   // {found, index}
@@ -111,16 +117,19 @@ module npe_pkt_rx #(
     wire        chk_n = take && st == R_FTR && s_tlast;
     // In the check clock: the packet is good (registers only).
     wire        pkt_good = c_pre && (~crc == c_crc);
+    // The frame is discarded by a flush, now (the flush clock) or earlier.
+    wire        gone = fl || flush;
 
     reg pend_n;
     reg in_frame_n;
     always @(*) begin
         pend_n = pend && !taken;
         in_frame_n = in_frame;
-        if (chk && pkt_good && c_last && frame_ok) pend_n = 1'b1;
+        if (chk && !gone && pkt_good && c_last && frame_ok) pend_n = 1'b1;
         if (take && st == R_HDR && !in_frame) in_frame_n = 1'b1;
         if (take && s_tlast && st != R_FTR) in_frame_n = 1'b0;
-        if (chk && !(pkt_good && !c_last)) in_frame_n = 1'b0;
+        // A flushed frame runs to its last packet (a transmitter completes what it sends).
+        if (chk && (gone ? c_last : !(pkt_good && !c_last))) in_frame_n = 1'b0;
     end
 
     always @(posedge clk) begin
@@ -132,7 +141,7 @@ module npe_pkt_rx #(
             slot_we <= 1'b0; slot_waddr <= {(SLOTS_LOG2+8){1'b0}}; slot_wdata <= 128'd0;
             pend <= 1'b0; p_len <= 13'd0; p_src <= 22'd0; p_pdid <= 16'd0; p_tid <= 14'd0;
             p_msg_len <= 8'd0; p_msg <= 512'd0; crc_drop <= 1'b0; held <= 1'b0;
-            chk <= 1'b0; c_pre <= 1'b0; c_crc <= 32'd0; c_last <= 1'b0;
+            chk <= 1'b0; c_pre <= 1'b0; c_crc <= 32'd0; c_last <= 1'b0; fl <= 1'b0;
         end else begin
             alloc <= 1'b0;
             drop <= 1'b0;
@@ -146,7 +155,13 @@ module npe_pkt_rx #(
                         (DATA == 0 || in_frame_n || (lf[SLOTS_LOG2] && !alloc));
             chk <= chk_n;
             if (chk) begin
-                if (!pkt_good || (c_last && !frame_ok)) begin
+                if (gone) begin
+                    // a flushed frame: its slot is freed at its end, nothing is reported
+                    if (c_last) begin
+                        fl <= 1'b0;
+                        if (DATA != 0) drop <= 1'b1;
+                    end
+                end else if (!pkt_good || (c_last && !frame_ok)) begin
                     crc_drop <= 1'b1;
                     if (DATA != 0) drop <= 1'b1;
                 end else begin
@@ -168,6 +183,7 @@ module npe_pkt_rx #(
                         if (!in_frame) begin
                             first_pkt <= 1'b1;
                             bad <= 1'b0;
+                            fl <= 1'b0;
                             fbytes <= 13'd0;
                             fidx <= 9'd0;
                             pdid <= s_tdata[37:22];
@@ -182,7 +198,8 @@ module npe_pkt_rx #(
                         end
                         if (s_tlast) begin
                             // A one-flit packet: malformed; the frame is lost.
-                            crc_drop <= 1'b1;
+                            crc_drop <= !gone;
+                            fl <= 1'b0;
                             if (DATA != 0) drop <= 1'b1;
                             st <= R_HDR;
                         end else if (!h_ok) begin
@@ -210,7 +227,8 @@ module npe_pkt_rx #(
                             bad <= 1'b1;
                         end
                         if (s_tlast) begin
-                            crc_drop <= 1'b1;
+                            crc_drop <= !gone;
+                            fl <= 1'b0;
                             if (DATA != 0) drop <= 1'b1;
                             st <= R_HDR;
                         end else if (pk_cnt + 1'b1 == pk_flits) begin
@@ -239,7 +257,8 @@ module npe_pkt_rx #(
                     end
                     default: begin // R_SKIP: to the end of the broken packet
                         if (s_tlast) begin
-                            crc_drop <= 1'b1;
+                            crc_drop <= !gone;
+                            fl <= 1'b0;
                             if (DATA != 0) drop <= 1'b1;
                             st <= R_HDR;
                         end
@@ -248,7 +267,10 @@ module npe_pkt_rx #(
             end
             if (flush) begin
                 pend <= 1'b0;
-                if (in_frame_n) bad <= 1'b1;
+                if (in_frame_n) begin
+                    bad <= 1'b1;
+                    fl <= 1'b1;
+                end
             end
             in_frame <= in_frame_n;
         end
