@@ -61,6 +61,10 @@ pub struct Node {
     rx: [VecDeque<Flit>; 2],
     /// Destination node of the packet being sent on each virtual channel.
     tx_dst: [Option<usize>; 2],
+    /// Flits the engine has taken per virtual channel.
+    taken: [u64; 2],
+    /// Until this clock the engine's link inputs show no flit (`hold_rx`).
+    rx_hold_until: u64,
     irq: bool,
 }
 
@@ -124,6 +128,8 @@ impl System {
                 smmu,
                 rx: [VecDeque::new(), VecDeque::new()],
                 tx_dst: [None, None],
+                taken: [0, 0],
+                rx_hold_until: 0,
                 irq: false,
             })
             .collect();
@@ -195,6 +201,18 @@ impl System {
         self.handshakes
     }
 
+    /// Flits `node`'s engine has taken from the link on virtual channel `vc` (0 data, 1
+    /// control) so far.
+    pub fn flits_taken(&self, node: usize, vc: usize) -> u64 {
+        self.nodes[node].taken[vc]
+    }
+
+    /// Shows `node`'s engine no arriving flit until clock `until` (they wait in its FIFOs):
+    /// a test places a frame's flits at a chosen clock this way.
+    pub fn hold_rx(&mut self, node: usize, until: u64) {
+        self.nodes[node].rx_hold_until = until;
+    }
+
     /// Whether anything is still moving: a burst in flight or a flit on a link.
     pub fn busy(&self) -> bool {
         self.nodes.iter().any(|n| {
@@ -253,7 +271,10 @@ impl System {
                 }
             }
             for vc in 0..2 {
-                let front = node.rx[vc].front().copied();
+                let front = node.rx[vc]
+                    .front()
+                    .copied()
+                    .filter(|_| self.cycle >= node.rx_hold_until);
                 let s: &mut Stream = if vc == 0 {
                     &mut node.io.rx_data
                 } else {
@@ -292,6 +313,7 @@ impl System {
                 }
                 if rx.valid != 0 && rx.ready != 0 {
                     node.rx[vc].pop_front();
+                    node.taken[vc] += 1;
                     self.handshakes += 1;
                 }
             }
