@@ -208,7 +208,8 @@ impl System {
     }
 
     /// Shows `node`'s engine no arriving flit until clock `until` (they wait in its FIFOs):
-    /// a test places a frame's flits at a chosen clock this way.
+    /// a test places a frame's flits at a chosen clock this way. Set it while no flit is
+    /// shown to the engine (AXI4-Stream: TVALID, once high, stays high until TREADY).
     pub fn hold_rx(&mut self, node: usize, until: u64) {
         self.nodes[node].rx_hold_until = until;
     }
