@@ -82,13 +82,6 @@ fn parse() -> Result<Args, String> {
     Ok(a)
 }
 
-fn endpoint(ip: Ipv4Addr, qpn: u32) -> Endpoint {
-    Endpoint {
-        gid: ip.to_ipv6_mapped().octets(),
-        qpn,
-    }
-}
-
 /// The message a side sends: the pair's listener and connector QP numbers and the sender's.
 fn message(pair: &Pair, from: u32) -> [u8; MSG_LEN] {
     let mut m = [0u8; MSG_LEN];
@@ -130,8 +123,8 @@ fn exchange(
 }
 
 fn run(a: &Args) -> Result<(), String> {
-    let local = endpoint(a.ip, a.local_qpn);
-    let remote = endpoint(a.peer_ip, a.remote_qpn);
+    let local = Endpoint::ipv4(a.ip, a.local_qpn);
+    let remote = Endpoint::ipv4(a.peer_ip, a.remote_qpn);
     let (pair, role) = Pair::new(local, remote).map_err(|e| e.to_string())?;
     let deadline = Instant::now() + a.timeout;
     if a.ports {

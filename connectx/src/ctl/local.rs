@@ -196,11 +196,7 @@ mod tests {
     use super::*;
 
     fn ep(last: u8, qpn: u32) -> Endpoint {
-        let mut gid = [0u8; 16];
-        gid[10] = 0xff;
-        gid[11] = 0xff;
-        gid[12..16].copy_from_slice(&[192, 0, 2, last]);
-        Endpoint { gid, qpn }
+        Endpoint::ipv4(std::net::Ipv4Addr::from([192, 0, 2, last]), qpn)
     }
 
     #[test]

@@ -45,6 +45,14 @@ pub struct Endpoint {
 }
 
 impl Endpoint {
+    /// The endpoint whose GID is `ip` IPv4-mapped (the GID of a RoCE v2 port over IPv4).
+    pub fn ipv4(ip: Ipv4Addr, qpn: u32) -> Self {
+        Endpoint {
+            gid: ip.to_ipv6_mapped().octets(),
+            qpn,
+        }
+    }
+
     /// The IP address of the GID: an IPv4-mapped GID (`::ffff:a.b.c.d`, RoCE v2 over IPv4)
     /// gives the IPv4 address, a global or unique-local IPv6 GID (RoCE v2 over IPv6) itself.
     /// Link-local GIDs (`fe80::/64`: RoCE v1, InfiniBand port GIDs) and the unspecified
@@ -291,11 +299,7 @@ mod tests {
     use proptest::prelude::*;
 
     fn v4(a: [u8; 4], qpn: u32) -> Endpoint {
-        let mut gid = [0u8; 16];
-        gid[10] = 0xff;
-        gid[11] = 0xff;
-        gid[12..16].copy_from_slice(&a);
-        Endpoint { gid, qpn }
+        Endpoint::ipv4(Ipv4Addr::from(a), qpn)
     }
 
     #[test]

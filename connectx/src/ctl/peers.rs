@@ -242,11 +242,7 @@ mod tests {
     use std::time::Duration;
 
     fn ep(last: u8, qpn: u32) -> Endpoint {
-        let mut gid = [0u8; 16];
-        gid[10] = 0xff;
-        gid[11] = 0xff;
-        gid[12..16].copy_from_slice(&[198, 51, 100, last]);
-        Endpoint { gid, qpn }
+        Endpoint::ipv4(std::net::Ipv4Addr::from([198, 51, 100, last]), qpn)
     }
 
     #[test]
