@@ -112,14 +112,7 @@ impl QpCtl {
                 _ => return Err(PostFail::Status(IBV_WC_REM_ACCESS_ERR)),
             };
             let give_up = |side: &mut SendSide| {
-                if let Some(RemoteRegion::Library(l)) = side.remote.get_mut(&rkey) {
-                    l.forget(lessee);
-                }
-                self.engine.note(&format!(
-                    "the peer's library did not grant a window within {} ms (NPRDMA_REMOTE_TIMEOUT_MS): the work request fails with IBV_WC_REM_OP_ERR",
-                    timeout.as_millis()
-                ));
-                Err(PostFail::Status(IBV_WC_REM_OP_ERR))
+                Err(self.lease_timed_out(side, rkey, lessee, timeout, "library"))
             };
             if Instant::now() >= deadline {
                 return give_up(side);
@@ -356,5 +349,29 @@ impl Engine {
                 rkey: 0,
             },
         }
+    }
+}
+
+impl QpCtl {
+    /// A lease request without an answer in time (through the peer's `whose`, its library
+    /// or its directory): this QP forgets its leases of that region (a new epoch, as the
+    /// owner will when it sees one), says so once, and the WR fails with
+    /// `IBV_WC_REM_OP_ERR` (docs/connectx.md §5 item 4).
+    pub(crate) fn lease_timed_out(
+        &self,
+        side: &mut SendSide,
+        rkey: u32,
+        lessee: u32,
+        timeout: Duration,
+        whose: &str,
+    ) -> PostFail {
+        if let Some(RemoteRegion::Library(l)) = side.remote.get_mut(&rkey) {
+            l.forget(lessee);
+        }
+        self.engine.note(&format!(
+            "the peer's {whose} did not grant a window within {} ms (NPRDMA_REMOTE_TIMEOUT_MS): the work request fails with IBV_WC_REM_OP_ERR",
+            timeout.as_millis()
+        ));
+        PostFail::Status(IBV_WC_REM_OP_ERR)
     }
 }

@@ -213,14 +213,7 @@ impl QpCtl {
                 _ => return Err(PostFail::Status(IBV_WC_REM_ACCESS_ERR)),
             };
             let give_up = |side: &mut SendSide| {
-                if let Some(RemoteRegion::Library(l)) = side.remote.get_mut(&rkey) {
-                    l.forget(lessee);
-                }
-                self.engine.note(&format!(
-                    "the peer's directory did not grant a window within {} ms (NPRDMA_REMOTE_TIMEOUT_MS): the work request fails with IBV_WC_REM_OP_ERR",
-                    timeout.as_millis()
-                ));
-                Err(PostFail::Status(IBV_WC_REM_OP_ERR))
+                Err(self.lease_timed_out(side, rkey, lessee, timeout, "directory"))
             };
             if Instant::now() >= deadline {
                 return give_up(side);
